@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Install a pinned Claude Code CLI from npm into a cache directory outside the
+# repository, and print the absolute path of its `claude` binary on stdout.
+#
+#   scripts/install-claude-code.sh            # -> /…/claude-code-2.1.197/node_modules/.bin/claude
+#
+# Environment:
+#   CLAUDEBOX_CI_CACHE            cache base directory
+#                                 (default: ${XDG_CACHE_HOME:-$HOME/.cache}/claudebox-ci)
+#   CLAUDEBOX_CLAUDE_CODE_VERSION version to install (default: the pinned one below)
+#
+# The install is idempotent: when the cache already holds a working binary of
+# the pinned version nothing is downloaded. A fresh install goes into a temporary
+# directory next to the final one and is renamed into place only once it works,
+# so an interrupted install never leaves a half-populated cache.
+#
+# Only the binary path goes to stdout; all progress goes to stderr.
+set -euo pipefail
+
+readonly PINNED_VERSION="2.1.197"
+readonly PACKAGE="@anthropic-ai/claude-code"
+
+version="${CLAUDEBOX_CLAUDE_CODE_VERSION:-$PINNED_VERSION}"
+cache_base="${CLAUDEBOX_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/claudebox-ci}"
+
+log() { printf 'install-claude-code: %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+command -v npm >/dev/null 2>&1 || die "npm not found on PATH"
+
+mkdir -p "$cache_base"
+cache_base="$(cd "$cache_base" && pwd -P)"
+# The cache is also used by an unprivileged test user: keep it traversable.
+chmod a+rx "$cache_base" 2>/dev/null || true
+
+final_dir="$cache_base/claude-code-$version"
+bin_rel="node_modules/.bin/claude"
+pkg_rel="node_modules/$PACKAGE"
+
+# Runs `claude --version` with a throwaway HOME (so nothing touches the
+# caller's real ~/.claude) and checks it reports the expected version.
+check_binary() {
+    local claude="$1" home out
+    [[ -x "$claude" ]] || return 1
+    home="$(mktemp -d)"
+    out="$(HOME="$home" "$claude" --version 2>/dev/null </dev/null)" || { rm -rf "$home"; return 1; }
+    rm -rf "$home"
+    [[ "$out" == "$version"* ]]
+}
+
+if check_binary "$final_dir/$bin_rel"; then
+    log "using cached Claude Code $version in $final_dir"
+    printf '%s\n' "$final_dir/$bin_rel"
+    exit 0
+fi
+
+if [[ -e "$final_dir" ]]; then
+    log "removing broken cache $final_dir"
+    rm -rf "$final_dir"
+fi
+
+# Leftovers of installs that were killed outright (SIGKILL, power loss).
+find "$cache_base" -mindepth 1 -maxdepth 1 -name '.claude-code-*.tmp.*' -mmin +60 \
+    -exec rm -rf {} + 2>/dev/null || true
+
+tmp_dir="$(mktemp -d "$cache_base/.claude-code-$version.tmp.XXXXXX")"
+cleanup() { if [[ -n "${tmp_dir:-}" ]]; then rm -rf "$tmp_dir"; fi; }
+trap cleanup EXIT
+
+log "installing $PACKAGE@$version into $final_dir (via $tmp_dir)"
+start=$(date +%s)
+# npm's own output goes to stderr: stdout is reserved for the result path.
+# --ignore-scripts=false / --include=optional: the package's postinstall copies
+# the platform's native binary (an optional dependency) over a stub launcher.
+npm install \
+    --prefix "$tmp_dir" \
+    --no-audit --no-fund --no-save --no-package-lock --loglevel=warn \
+    --ignore-scripts=false --include=optional \
+    "$PACKAGE@$version" >&2
+
+exe="$tmp_dir/$pkg_rel/bin/claude.exe"
+[[ -e "$exe" ]] || die "npm did not install $pkg_rel/bin/claude.exe"
+# If npm skipped the postinstall (npm configs that block install scripts),
+# bin/claude.exe is still a shell stub: run the postinstall ourselves.
+if [[ "$(head -c 4 "$exe" | od -An -c | tr -d ' ')" != '177ELF' ]]; then
+    log "native binary not in place (postinstall skipped?); running install.cjs"
+    (cd "$tmp_dir/$pkg_rel" && node install.cjs) >&2 \
+        || die "postinstall of $PACKAGE failed (is the platform package available?)"
+fi
+
+chmod -R a+rX "$tmp_dir"
+check_binary "$tmp_dir/$bin_rel" || die "installed claude does not report version $version"
+
+# Atomic publish. If a concurrent install won the race, keep its result.
+if ! mv -T "$tmp_dir" "$final_dir" 2>/dev/null; then
+    check_binary "$final_dir/$bin_rel" || die "could not move $tmp_dir to $final_dir"
+    log "another install finished first; using it"
+else
+    tmp_dir=""
+fi
+log "installed Claude Code $version in $(( $(date +%s) - start ))s"
+
+printf '%s\n' "$final_dir/$bin_rel"

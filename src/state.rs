@@ -1,0 +1,185 @@
+//! The state directory: where claudebox keeps each project's conversations and history.
+//!
+//! ```text
+//! $CLAUDEBOX_HOME (default ~/.claudebox, mode 0700)
+//! └── projects/
+//!     └── <id>/                 16 hex chars of sha256(project root)
+//!         ├── project-root      the canonical project root, raw bytes, no newline
+//!         ├── claude-projects/  mounted at ~/.claude/projects inside the sandbox
+//!         ├── history.jsonl     mounted at ~/.claude/history.jsonl
+//!         └── lock              held (shared flock) by every running sandbox
+//! ```
+//!
+//! Path computation is pure; creating things is done by [`ensure_project_dir`], on the
+//! launch path only, after the plan has been built.
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+pub const ROOT_FILE: &str = "project-root";
+pub const CONVERSATIONS_DIR: &str = "claude-projects";
+pub const HISTORY_FILE: &str = "history.jsonl";
+pub const LOCK_FILE: &str = "lock";
+
+/// The paths of one state directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateHome {
+    pub dir: PathBuf,
+}
+
+impl StateHome {
+    /// `$CLAUDEBOX_HOME`, or `~/.claudebox`.
+    pub fn from_env(home: &Path) -> StateHome {
+        let dir = match std::env::var_os("CLAUDEBOX_HOME") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => home.join(".claudebox"),
+        };
+        StateHome { dir }
+    }
+
+    pub fn projects(&self) -> PathBuf {
+        self.dir.join("projects")
+    }
+
+    pub fn project(&self, id: &str) -> ProjectState {
+        ProjectState {
+            dir: self.projects().join(id),
+        }
+    }
+}
+
+/// The paths of one project's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectState {
+    pub dir: PathBuf,
+}
+
+impl ProjectState {
+    pub fn root_file(&self) -> PathBuf {
+        self.dir.join(ROOT_FILE)
+    }
+    pub fn conversations(&self) -> PathBuf {
+        self.dir.join(CONVERSATIONS_DIR)
+    }
+    pub fn history(&self) -> PathBuf {
+        self.dir.join(HISTORY_FILE)
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join(LOCK_FILE)
+    }
+}
+
+fn mkdir_private(path: &Path) -> Result<()> {
+    match DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
+            let meta = fs::symlink_metadata(path)?;
+            if !meta.is_dir() {
+                bail!("{} exists and is not a directory", path.display());
+            }
+            Ok(())
+        }
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+    }
+}
+
+/// Creates the state home and one project's directory, files and lock file. Idempotent.
+pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -> Result<()> {
+    let existed = home.dir.exists();
+    mkdir_private(&home.dir).with_context(|| {
+        format!(
+            "the state directory {} cannot be created; set CLAUDEBOX_HOME to a writable directory",
+            home.dir.display()
+        )
+    })?;
+    if !existed {
+        fs::set_permissions(&home.dir, fs::Permissions::from_mode(0o700))?;
+    }
+    mkdir_private(&home.projects())?;
+    mkdir_private(&state.dir)?;
+    mkdir_private(&state.conversations())?;
+    write_root_file(state, root)?;
+    touch(&state.history(), 0o600)?;
+    touch(&state.lock(), 0o600)?;
+    Ok(())
+}
+
+/// Checks that the state directory is (or can be made) writable, without creating it.
+pub fn check_writable(home: &StateHome) -> Result<()> {
+    let mut probe: &Path = &home.dir;
+    loop {
+        if probe.exists() {
+            break;
+        }
+        match probe.parent() {
+            Some(p) => probe = p,
+            None => break,
+        }
+    }
+    if nix::unistd::access(
+        probe,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    )
+    .is_err()
+        || !fs::metadata(probe).map(|m| m.is_dir()).unwrap_or(false)
+    {
+        bail!(
+            "the state directory {} is not writable ({} is not a writable directory); \
+             fix its permissions or set CLAUDEBOX_HOME to a writable directory",
+            home.dir.display(),
+            probe.display()
+        );
+    }
+    Ok(())
+}
+
+fn touch(path: &Path, mode: u32) -> Result<()> {
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(mode)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    Ok(())
+}
+
+/// Writes `project-root` atomically when it is missing or names another path.
+fn write_root_file(state: &ProjectState, root: &Path) -> Result<()> {
+    let path = state.root_file();
+    if fs::read(&path).ok().as_deref() == Some(root.as_os_str().as_bytes()) {
+        return Ok(());
+    }
+    write_atomic(&path, root.as_os_str().as_bytes(), 0o600)
+}
+
+/// Write to a temporary file beside `path`, fsync, rename over `path`.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    let dir = path.parent().context("path has no parent")?;
+    let name = path.file_name().context("path has no file name")?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let result = (|| -> Result<()> {
+        let mut f: File = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.display()))?;
+        f.write_all(bytes)?;
+        f.sync_all()?;
+        fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}

@@ -1,0 +1,180 @@
+//! Shared test harness: a throwaway HOME, a fake `claude` on PATH that reports from inside
+//! the sandbox, and helpers to build real git repositories.
+#![allow(dead_code)]
+
+use std::ffi::{OsStr, OsString};
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_claudebox");
+
+/// The fake agent. It prints each argument on its own line between markers, then runs the
+/// shell code in `$FAKE_CLAUDE_SCRIPT` (so a test decides what to look at from inside),
+/// and exits with that code's status.
+pub const FAKE_CLAUDE: &str = r#"#!/bin/sh
+echo "FAKE-CLAUDE-START"
+for a in "$@"; do printf 'ARG<%s>\n' "$a"; done
+if [ -n "${FAKE_CLAUDE_SCRIPT:-}" ]; then
+  eval "$FAKE_CLAUDE_SCRIPT"
+fi
+"#;
+
+/// A temporary world: `root/home` is HOME, `root/bin` holds the fake claude.
+pub struct World {
+    pub dir: tempfile::TempDir,
+}
+
+impl World {
+    pub fn new() -> World {
+        let dir = tempfile::Builder::new()
+            .prefix("claudebox-test-")
+            .tempdir()
+            .expect("tempdir");
+        let w = World { dir };
+        fs::create_dir_all(w.home()).unwrap();
+        fs::create_dir_all(w.bin()).unwrap();
+        fs::create_dir_all(w.work()).unwrap();
+        fs::create_dir_all(w.home().join(".claude")).unwrap();
+        w.install_claude(FAKE_CLAUDE);
+        w
+    }
+
+    pub fn root(&self) -> PathBuf {
+        fs::canonicalize(self.dir.path()).unwrap()
+    }
+    pub fn home(&self) -> PathBuf {
+        self.root().join("home")
+    }
+    pub fn bin(&self) -> PathBuf {
+        self.root().join("bin")
+    }
+    /// Where tests put their projects (outside HOME, like /tmp checkouts).
+    pub fn work(&self) -> PathBuf {
+        self.root().join("work")
+    }
+    pub fn state(&self) -> PathBuf {
+        self.home().join(".claudebox")
+    }
+
+    pub fn install_claude(&self, script: &str) {
+        let p = self.bin().join("claude");
+        fs::write(&p, script).unwrap();
+        fs::set_permissions(&p, fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    /// A new directory under `work()`.
+    pub fn dir(&self, rel: &str) -> PathBuf {
+        let p = self.work().join(rel);
+        fs::create_dir_all(&p).unwrap();
+        p
+    }
+
+    /// `claudebox ARGS` in `cwd` with this world's HOME and PATH.
+    pub fn cmd(&self, cwd: &Path) -> Command {
+        let mut c = Command::new(BIN);
+        c.current_dir(cwd);
+        c.env_clear();
+        c.env("HOME", self.home());
+        c.env("PATH", self.path_var());
+        c.env("LANG", "C.UTF-8");
+        if let Some(v) = std::env::var_os("USER") {
+            c.env("USER", v);
+        }
+        c
+    }
+
+    pub fn path_var(&self) -> OsString {
+        let mut p = self.bin().into_os_string();
+        p.push(":/usr/local/bin:/usr/bin:/bin");
+        p
+    }
+
+    /// Runs claudebox with the fake agent executing `script` inside.
+    pub fn run_claude<I, S>(&self, cwd: &Path, args: I, script: &str) -> Output
+    where
+        I: IntoIterator<Item = S>,
+        S: AsRef<OsStr>,
+    {
+        self.cmd(cwd)
+            .args(args)
+            .env("FAKE_CLAUDE_SCRIPT", script)
+            .output()
+            .expect("run claudebox")
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts success and returns stdout.
+#[track_caller]
+pub fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "claudebox failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        stdout(o),
+        stderr(o)
+    );
+    stdout(o)
+}
+
+/// The arguments the fake agent received.
+pub fn fake_args(out: &str) -> Vec<String> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix("ARG<").and_then(|l| l.strip_suffix('>')))
+        .map(str::to_string)
+        .collect()
+}
+
+/// Runs git with a fixed identity; panics on failure.
+pub fn git(cwd: &Path, args: &[&str]) -> String {
+    let o = Command::new("git")
+        .current_dir(cwd)
+        .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+        .args(["-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main"])
+        .args(args)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("HOME", cwd)
+        .output()
+        .expect("git");
+    assert!(
+        o.status.success(),
+        "git {:?} failed: {}",
+        args,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).trim_end().to_string()
+}
+
+/// A repository with one commit.
+pub fn init_repo(path: &Path) {
+    fs::create_dir_all(path).unwrap();
+    git(path, &["init", "-q"]);
+    fs::write(path.join("README"), "hi\n").unwrap();
+    git(path, &["add", "README"]);
+    git(path, &["commit", "-qm", "init"]);
+}
+
+/// What real git says the canonical root is: realpath of the absolute common dir.
+pub fn git_root(cwd: &Path) -> PathBuf {
+    let out = git(cwd, &["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+    fs::canonicalize(out).unwrap()
+}
+
+/// The project id claudebox uses for `cwd`, read from `--dry-run`.
+pub fn dry_run(w: &World, cwd: &Path) -> String {
+    ok(&w.cmd(cwd).arg("--dry-run").output().unwrap())
+}
+
+pub fn env_in_dry_run(out: &str, name: &str) -> Option<String> {
+    let prefix = format!("set\t{name}=");
+    out.lines()
+        .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+}

@@ -74,7 +74,8 @@ start=$(date +%s)
 # the platform's native binary (an optional dependency) over a stub launcher.
 npm install \
     --prefix "$tmp_dir" \
-    --no-audit --no-fund --no-save --no-package-lock --loglevel=warn \
+    --no-audit --no-fund --no-update-notifier --no-save --no-package-lock \
+    --loglevel=warn \
     --ignore-scripts=false --include=optional \
     "$PACKAGE@$version" >&2
 
@@ -92,12 +93,12 @@ chmod -R a+rX "$tmp_dir"
 check_binary "$tmp_dir/$bin_rel" || die "installed claude does not report version $version"
 
 # Atomic publish. If a concurrent install won the race, keep its result.
-if ! mv -T "$tmp_dir" "$final_dir" 2>/dev/null; then
-    check_binary "$final_dir/$bin_rel" || die "could not move $tmp_dir to $final_dir"
-    log "another install finished first; using it"
-else
+if mv -T "$tmp_dir" "$final_dir" 2>/dev/null; then
     tmp_dir=""
+    log "installed Claude Code $version in $(( $(date +%s) - start ))s"
+else
+    check_binary "$final_dir/$bin_rel" || die "could not move $tmp_dir to $final_dir"
+    log "another install finished first; using $final_dir"
 fi
-log "installed Claude Code $version in $(( $(date +%s) - start ))s"
 
 printf '%s\n' "$final_dir/$bin_rel"

@@ -310,3 +310,143 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
     );
     OsString::from_vec(s)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::render;
+
+    fn inputs(command: Command) -> Inputs {
+        Inputs {
+            project: Project {
+                root: "/src/app/.git".into(),
+                work_tree: "/src/wt".into(),
+                git_dir: Some("/src/app/.git/worktrees/wt".into()),
+                common_dir: Some("/src/app/.git".into()),
+                cwd: "/src/wt/sub".into(),
+            },
+            home: "/home/u".into(),
+            state: ProjectState {
+                dir: "/home/u/.claudebox/projects/0123456789abcdef".into(),
+            },
+            claude: Some(ClaudeInstall {
+                on_path: "/home/u/.local/bin/claude".into(),
+                real: "/home/u/.local/share/claude/versions/1".into(),
+                bind: "/home/u/.local/share/claude/versions/1".into(),
+            }),
+            command,
+            instance_id: "00".repeat(16),
+            host: HostFacts {
+                system: vec![
+                    ("/usr".into(), SystemEntry::Dir),
+                    ("/bin".into(), SystemEntry::Symlink("usr/bin".into())),
+                ],
+                resolv_conf_target: None,
+            },
+            bwrap: "/usr/bin/bwrap".into(),
+        }
+    }
+
+    fn pos(argv: &[OsString], window: &[&str]) -> usize {
+        argv.windows(window.len())
+            .position(|w| w.iter().zip(window).all(|(a, b)| a == OsStr::new(b)))
+            .unwrap_or_else(|| panic!("{window:?} not in {argv:?}"))
+    }
+
+    #[test]
+    fn overlays_come_after_claude_dir_in_order() {
+        let a = render::argv(&build(&inputs(Command::Claude(vec![]))));
+        let claude = pos(&a, &["--bind", "/home/u/.claude", "/home/u/.claude"]);
+        let conv = pos(
+            &a,
+            &[
+                "--bind",
+                "/home/u/.claudebox/projects/0123456789abcdef/claude-projects",
+                "/home/u/.claude/projects",
+            ],
+        );
+        let hist = pos(
+            &a,
+            &[
+                "--bind",
+                "/home/u/.claudebox/projects/0123456789abcdef/history.jsonl",
+                "/home/u/.claude/history.jsonl",
+            ],
+        );
+        let sessions = pos(&a, &["--tmpfs", "/home/u/.claude/sessions"]);
+        let home = pos(&a, &["--tmpfs", "/home/u"]);
+        let project = pos(&a, &["--bind", "/src/wt", "/src/wt"]);
+        let common = pos(&a, &["--bind", "/src/app/.git", "/src/app/.git"]);
+        assert!(home < project && project < common && common < claude);
+        assert!(claude < conv && conv < hist && hist < sessions);
+        assert!(pos(&a, &["--tmpfs", "/tmp"]) < home);
+        assert!(
+            pos(
+                &a,
+                &["--bind", "/home/u/.claude.json", "/home/u/.claude.json"]
+            ) > claude
+        );
+    }
+
+    #[test]
+    fn system_namespaces_and_command() {
+        let a = render::argv(&build(&inputs(Command::Claude(vec![
+            "-p".into(),
+            "a b".into(),
+        ]))));
+        assert_eq!(a[0], "/usr/bin/bwrap");
+        pos(&a, &["--ro-bind", "/usr", "/usr"]);
+        pos(&a, &["--symlink", "usr/bin", "/bin"]);
+        for f in [
+            "--unshare-user",
+            "--unshare-pid",
+            "--die-with-parent",
+            "--proc",
+            "--dev",
+        ] {
+            pos(&a, &[f]);
+        }
+        pos(&a, &["--chdir", "/src/wt/sub"]);
+        pos(
+            &a,
+            &[
+                "--setenv",
+                "CLAUDEBOX_PROJECT_ID",
+                &crate::project::project_id(Path::new("/src/app/.git")),
+            ],
+        );
+        // the claude found on PATH is reachable at the same path inside
+        pos(&a, &["--ro-bind", "/home/u/.local/share/claude/versions/1"]);
+        pos(
+            &a,
+            &[
+                "--symlink",
+                "/home/u/.local/share/claude/versions/1",
+                "/home/u/.local/bin/claude",
+            ],
+        );
+        let dd = pos(&a, &["--"]);
+        assert_eq!(a[dd + 1], "/home/u/.local/bin/claude");
+        assert_eq!(a[dd + 2], "--append-system-prompt");
+        assert_eq!(&a[dd + 4..], &["-p", "a b"]);
+        assert_eq!(a.len(), dd + 6);
+    }
+
+    #[test]
+    fn exec_runs_the_command_without_the_note() {
+        let a = render::argv(&build(&inputs(Command::Exec(vec!["bash".into()]))));
+        let dd = pos(&a, &["--"]);
+        assert_eq!(&a[dd + 1..], &["bash"]);
+    }
+
+    #[test]
+    fn the_project_is_never_shadowed_by_the_home_tmpfs() {
+        let mut i = inputs(Command::Exec(vec!["true".into()]));
+        i.project.work_tree = "/home/u/src/p".into();
+        let a = render::argv(&build(&i));
+        assert!(
+            pos(&a, &["--tmpfs", "/home/u"])
+                < pos(&a, &["--bind", "/home/u/src/p", "/home/u/src/p"])
+        );
+    }
+}

@@ -142,3 +142,41 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
     out.push(b'\n');
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStringExt;
+
+    #[test]
+    fn shell_line_round_trips_through_sh() {
+        let args: Vec<OsString> = vec![
+            "printf".into(),
+            "%s|".into(),
+            "plain".into(),
+            "sp ace".into(),
+            "it's".into(),
+            "\"$HOME\" `x` \\".into(),
+            "new\nline".into(),
+            "".into(),
+            OsString::from_vec(b"\xff\xfe".to_vec()),
+        ];
+        let line = shell_line(&args);
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(std::ffi::OsStr::from_bytes(&line))
+            .output()
+            .unwrap();
+        let mut expected = Vec::new();
+        for a in &args[2..] {
+            expected.extend_from_slice(a.as_bytes());
+            expected.push(b'|');
+        }
+        assert_eq!(out.stdout, expected);
+    }
+
+    #[test]
+    fn table_cells_stay_on_one_line() {
+        assert_eq!(escape_bytes(b"a\tb\nc\xff"), b"a\\tb\\nc\\xff".to_vec());
+    }
+}

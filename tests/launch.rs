@@ -1,0 +1,579 @@
+//! The launcher with real bwrap and a fake claude reporting from inside.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for e in rd.flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                out.push((p.clone(), Vec::new()));
+                stack.push(p);
+            } else {
+                out.push((p.clone(), fs::read(&p).unwrap_or_default()));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn two_projects_do_not_see_each_others_conversations_and_host_projects_untouched() {
+    let w = World::new();
+    let host_projects = w.home().join(".claude/projects/-host-proj");
+    fs::create_dir_all(&host_projects).unwrap();
+    fs::write(host_projects.join("host-session.jsonl"), "{\"host\":1}\n").unwrap();
+    let before = snapshot(&w.home().join(".claude/projects"));
+
+    let a = w.dir("a");
+    let b = w.dir("b");
+    ok(&w.run_claude(
+        &a,
+        [] as [&str; 0],
+        "mkdir -p ~/.claude/projects/enc-a && echo secret-a > ~/.claude/projects/enc-a/s.jsonl",
+    ));
+    let out = ok(&w.run_claude(
+        &b,
+        [] as [&str; 0],
+        "find ~/.claude/projects -type f; echo END",
+    ));
+    assert!(
+        !out.contains("s.jsonl"),
+        "project b sees a's conversation:\n{out}"
+    );
+    assert!(
+        !out.contains("host-session"),
+        "project b sees the host's conversations:\n{out}"
+    );
+    let again = ok(&w.run_claude(&a, [] as [&str; 0], "cat ~/.claude/projects/enc-a/s.jsonl"));
+    assert!(
+        again.contains("secret-a"),
+        "a lost its own conversation:\n{again}"
+    );
+    assert_eq!(
+        before,
+        snapshot(&w.home().join(".claude/projects")),
+        "host ~/.claude/projects changed"
+    );
+}
+
+#[test]
+fn a_worktree_shares_conversations_with_its_main_checkout() {
+    let w = World::new();
+    let repo = w.work().join("repo");
+    init_repo(&repo);
+    git(&repo, &["worktree", "add", "-q", "../wt", "-b", "wt"]);
+    let wt = w.work().join("wt");
+    ok(&w.run_claude(
+        &repo,
+        [] as [&str; 0],
+        "mkdir -p ~/.claude/projects/x && echo shared > ~/.claude/projects/x/t.jsonl",
+    ));
+    let out = ok(&w.run_claude(&wt, [] as [&str; 0], "cat ~/.claude/projects/x/t.jsonl; git status --short >/dev/null && echo GIT-OK; touch .git-probe && echo WT-WRITABLE"));
+    assert!(out.contains("shared"), "{out}");
+    assert!(
+        out.contains("GIT-OK"),
+        "git does not work in the linked worktree:\n{out}"
+    );
+    assert!(out.contains("WT-WRITABLE"), "{out}");
+}
+
+#[test]
+fn skills_plugins_settings_and_credentials_are_visible_and_claude_dir_writable() {
+    let w = World::new();
+    let c = w.home().join(".claude");
+    fs::create_dir_all(c.join("skills/my-skill")).unwrap();
+    fs::write(c.join("skills/my-skill/SKILL.md"), "skill-body").unwrap();
+    fs::create_dir_all(c.join("plugins/p1")).unwrap();
+    fs::write(c.join("plugins/p1/plugin.json"), "plugin-body").unwrap();
+    fs::write(c.join("settings.json"), "{\"s\":1}").unwrap();
+    fs::write(c.join(".credentials.json"), "cred-body").unwrap();
+    let p = w.dir("p");
+    let out = ok(&w.run_claude(
+        &p,
+        [] as [&str; 0],
+        "cat ~/.claude/skills/my-skill/SKILL.md ~/.claude/plugins/p1/plugin.json ~/.claude/settings.json ~/.claude/.credentials.json; echo; echo new > ~/.claude/new-file",
+    ));
+    for s in ["skill-body", "plugin-body", "{\"s\":1}", "cred-body"] {
+        assert!(out.contains(s), "missing {s}:\n{out}");
+    }
+    assert_eq!(fs::read_to_string(c.join("new-file")).unwrap(), "new\n");
+}
+
+#[test]
+fn history_is_per_project_and_the_host_history_untouched() {
+    let w = World::new();
+    fs::write(w.home().join(".claude/history.jsonl"), "host-history\n").unwrap();
+    let a = w.dir("a");
+    let b = w.dir("b");
+    ok(&w.run_claude(
+        &a,
+        [] as [&str; 0],
+        "echo prompt-a >> ~/.claude/history.jsonl",
+    ));
+    let out_b = ok(&w.run_claude(
+        &b,
+        [] as [&str; 0],
+        "echo B:; cat ~/.claude/history.jsonl; echo :B",
+    ));
+    assert!(
+        out_b.contains("B:\n:B"),
+        "b's history is not empty:\n{out_b}"
+    );
+    let out_a = ok(&w.run_claude(&a, [] as [&str; 0], "cat ~/.claude/history.jsonl"));
+    assert!(
+        out_a.contains("prompt-a") && !out_a.contains("host-history"),
+        "{out_a}"
+    );
+    assert_eq!(
+        fs::read_to_string(w.home().join(".claude/history.jsonl")).unwrap(),
+        "host-history\n"
+    );
+}
+
+#[test]
+fn sessions_registry_is_private_to_each_launch() {
+    let w = World::new();
+    let p = w.dir("p");
+    ok(&w.run_claude(&p, [] as [&str; 0], "echo x > ~/.claude/sessions/2.json"));
+    assert!(!w.home().join(".claude/sessions/2.json").exists());
+    let out = ok(&w.run_claude(&p, [] as [&str; 0], "ls -A ~/.claude/sessions | wc -l"));
+    assert!(out.lines().any(|l| l.trim() == "0"), "{out}");
+}
+
+#[test]
+fn claude_json_is_shared_both_ways() {
+    let w = World::new();
+    fs::write(w.home().join(".claude.json"), "{\"host\":true}").unwrap();
+    let p = w.dir("p");
+    let out = ok(&w.run_claude(
+        &p,
+        [] as [&str; 0],
+        "cat ~/.claude.json; echo; printf '{\"inside\":true}' > ~/.claude.json",
+    ));
+    assert!(out.contains("{\"host\":true}"), "{out}");
+    assert_eq!(
+        fs::read_to_string(w.home().join(".claude.json")).unwrap(),
+        "{\"inside\":true}"
+    );
+}
+
+#[test]
+fn nothing_else_of_the_home_is_visible_but_the_home_is_writable() {
+    let w = World::new();
+    fs::create_dir_all(w.home().join(".ssh")).unwrap();
+    fs::write(w.home().join(".ssh/id_ed25519"), "PRIVATE").unwrap();
+    fs::write(w.home().join(".bash_history"), "secret-cmd").unwrap();
+    let other = w.home().join("src/other-project");
+    fs::create_dir_all(&other).unwrap();
+    fs::write(other.join("code.rs"), "other").unwrap();
+    fs::write(
+        w.home().join(".gitconfig"),
+        "[user]\n\tname = Inside\n\temail = i@example.com\n",
+    )
+    .unwrap();
+    let p = w.dir("p");
+    let out = ok(&w.run_claude(
+        &p,
+        [] as [&str; 0],
+        "ls -A ~; cat ~/.ssh/id_ed25519 2>&1; cat ~/src/other-project/code.rs 2>&1; cat ~/.bash_history 2>&1; \
+         mkdir -p ~/.cache/x && echo HOME-WRITABLE; echo x >> ~/.gitconfig 2>/dev/null || echo GITCONFIG-RO; \
+         git config user.name",
+    ));
+    assert!(
+        !out.contains("PRIVATE") && !out.contains("secret-cmd") && !out.contains("\nother\n"),
+        "{out}"
+    );
+    assert!(
+        !out.lines()
+            .any(|l| l == ".ssh" || l == "src" || l == ".bash_history"),
+        "{out}"
+    );
+    assert!(
+        out.contains("HOME-WRITABLE") && out.contains("GITCONFIG-RO") && out.contains("Inside"),
+        "{out}"
+    );
+    assert!(
+        !w.home().join(".cache").exists(),
+        "the sandbox home leaked to the host"
+    );
+}
+
+#[test]
+fn project_is_read_write_system_read_only_and_cwd_kept() {
+    let w = World::new();
+    let repo = w.work().join("repo");
+    init_repo(&repo);
+    fs::write(
+        w.home().join(".gitconfig"),
+        "[user]\n\tname = Inside\n\temail = i@example.com\n",
+    )
+    .unwrap();
+    let sub = repo.join("sub dir");
+    fs::create_dir_all(&sub).unwrap();
+    let out = ok(&w.run_claude(
+        &sub,
+        [] as [&str; 0],
+        "pwd; echo new > f.txt && git add f.txt && git commit -qm inside && echo COMMITTED; \
+         touch /usr/x 2>/dev/null || echo USR-RO; touch /etc/x 2>/dev/null || echo ETC-RO; \
+         touch /tmp/x && echo TMP-RW; echo CLAUDEBOX=$CLAUDEBOX",
+    ));
+    assert!(
+        out.lines().any(|l| Path::new(l) == sub),
+        "cwd not kept:\n{out}"
+    );
+    for s in ["COMMITTED", "USR-RO", "ETC-RO", "TMP-RW", "CLAUDEBOX=1"] {
+        assert!(out.contains(s), "missing {s}:\n{out}");
+    }
+    assert_eq!(git(&repo, &["log", "-1", "--format=%s"]), "inside");
+}
+
+#[test]
+fn environment_names_project_and_a_fresh_instance_each_launch() {
+    let w = World::new();
+    let p = w.dir("p");
+    let script = "echo ROOT=$CLAUDEBOX_PROJECT_ROOT; echo ID=$CLAUDEBOX_PROJECT_ID; echo INST=$CLAUDEBOX_INSTANCE_ID; echo HOSTVAR=$MY_HOST_VAR";
+    let run = || {
+        let o = w
+            .cmd(&p)
+            .env("FAKE_CLAUDE_SCRIPT", script)
+            .env("MY_HOST_VAR", "kept")
+            .output()
+            .unwrap();
+        ok(&o)
+    };
+    let (o1, o2) = (run(), run());
+    let get = |o: &str, k: &str| {
+        o.lines()
+            .find_map(|l| l.strip_prefix(k))
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(get(&o1, "ROOT="), p.to_str().unwrap());
+    assert_eq!(get(&o1, "ID=").len(), 16);
+    assert_eq!(get(&o1, "HOSTVAR="), "kept");
+    let (i1, i2) = (get(&o1, "INST="), get(&o2, "INST="));
+    assert_eq!(i1.len(), 32);
+    assert!(i1.bytes().all(|b| b.is_ascii_hexdigit()));
+    assert_ne!(i1, i2);
+}
+
+#[test]
+fn arguments_pass_through_unchanged_and_exit_status_returns() {
+    let w = World::new();
+    let p = w.dir("p");
+    let args = [
+        "--model",
+        "x y",
+        "it's \"quoted\"",
+        "-p",
+        "$HOME `id`",
+        "-r",
+        "--name",
+        "n",
+    ];
+    let out = w.run_claude(&p, args, "exit 42");
+    assert_eq!(out.status.code(), Some(42), "{}", stderr(&out));
+    let got = fake_args(&stdout(&out));
+    // the sandbox note comes first, then the user's arguments unchanged
+    assert_eq!(got[0], "--append-system-prompt");
+    assert_eq!(&got[2..], &args);
+    assert!(got[1].contains("claudebox"));
+
+    // non-UTF-8 bytes too
+    let raw = OsStr::from_bytes(b"caf\xe9\nline");
+    let out = w
+        .cmd(&p)
+        .arg(raw)
+        .env(
+            "FAKE_CLAUDE_SCRIPT",
+            "printf '%s' \"$3\" > /tmp/a; od -An -c /tmp/a",
+        )
+        .output()
+        .unwrap();
+    let s = ok(&out);
+    assert!(s.contains("351") && s.contains("\\n"), "{s}");
+}
+
+#[test]
+fn exec_runs_another_command_in_the_same_sandbox() {
+    let w = World::new();
+    let p = w.dir("p");
+    let out = w
+        .cmd(&p)
+        .args([
+            "--exec",
+            "sh",
+            "-c",
+            "echo in-$CLAUDEBOX; ls ~/.claude >/dev/null && exit 3",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert!(stdout(&out).contains("in-1"));
+    let e = w.cmd(&p).arg("--exec").output().unwrap();
+    assert!(!e.status.success());
+    assert!(
+        stderr(&e).contains("--exec needs a command"),
+        "{}",
+        stderr(&e)
+    );
+}
+
+#[test]
+fn dry_run_creates_nothing_and_its_printed_command_runs() {
+    let w = World::new();
+    let p = w.dir("we'ird \"dir\" $x");
+    let before = snapshot(&w.root());
+    let out = w
+        .cmd(&p)
+        .args([
+            "--dry-run",
+            "--exec",
+            "sh",
+            "-c",
+            "echo ran-$CLAUDEBOX_PROJECT_ID; echo \"$0\"",
+        ])
+        .output()
+        .unwrap();
+    let text = ok(&out);
+    assert_eq!(before, snapshot(&w.root()), "--dry-run changed the disk");
+    assert!(text.contains("# mounts"));
+    let id = env_in_dry_run(&text, "CLAUDEBOX_PROJECT_ID").unwrap();
+    // the mount table lists the overlays after ~/.claude, in order
+    let rows: Vec<&str> = text.lines().filter(|l| !l.starts_with('#')).collect();
+    let pos = |needle: &str| {
+        rows.iter()
+            .position(|r| r.contains(needle))
+            .unwrap_or_else(|| panic!("{needle} missing:\n{text}"))
+    };
+    let claude_dir = format!("{}\t", w.home().join(".claude").display());
+    assert!(pos(&claude_dir) < pos("/.claude/projects\t"));
+    assert!(pos("/.claude/projects\t") < pos("/.claude/history.jsonl\t"));
+
+    // paste the printed command into sh (after the state exists, as a launch would make it)
+    ok(&w.cmd(&p).args(["--exec", "true"]).output().unwrap());
+    let line = text.lines().last().unwrap();
+    let sh = Command::new("sh")
+        .arg("-c")
+        .arg(line)
+        .current_dir(&p)
+        .env_clear()
+        .env("HOME", w.home())
+        .env("PATH", w.path_var())
+        .output()
+        .unwrap();
+    assert!(
+        sh.status.success(),
+        "printed command failed: {}",
+        String::from_utf8_lossy(&sh.stderr)
+    );
+    assert!(String::from_utf8_lossy(&sh.stdout).contains(&format!("ran-{id}")));
+}
+
+#[test]
+fn refuses_home_and_root_without_yes() {
+    let w = World::new();
+    for dir in [w.home(), PathBuf::from("/")] {
+        let out = w.cmd(&dir).args(["--exec", "true"]).output().unwrap();
+        assert!(!out.status.success());
+        let err = stderr(&out);
+        assert!(
+            err.starts_with("claudebox: refusing")
+                && err.contains("--yes")
+                && err.lines().count() == 1,
+            "{err}"
+        );
+    }
+    assert!(!w.state().exists(), "refusal created state");
+    let out = w
+        .cmd(&w.home())
+        .args([
+            "--yes",
+            "--exec",
+            "sh",
+            "-c",
+            "ls -A ~/.claude >/dev/null && echo OK",
+        ])
+        .output()
+        .unwrap();
+    assert!(ok(&out).contains("OK"));
+}
+
+#[test]
+fn clear_errors_and_nothing_created() {
+    let w = World::new();
+    let p = w.dir("p");
+    // no bwrap on PATH
+    let o = w.cmd(&p).env("PATH", w.bin()).output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("bwrap") && stderr(&o).lines().count() == 1,
+        "{}",
+        stderr(&o)
+    );
+    // no claude on PATH
+    fs::remove_file(w.bin().join("claude")).unwrap();
+    let o = w.cmd(&p).output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("no `claude` on PATH") && stderr(&o).lines().count() == 1,
+        "{}",
+        stderr(&o)
+    );
+    assert!(!w.state().exists());
+    w.install_claude(FAKE_CLAUDE);
+    // unwritable state directory (under a regular file: fails for root too)
+    let file = w.root().join("a-file");
+    fs::write(&file, "").unwrap();
+    let o = w
+        .cmd(&p)
+        .env("CLAUDEBOX_HOME", file.join("state"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("state directory") && stderr(&o).lines().count() == 1,
+        "{}",
+        stderr(&o)
+    );
+    // a vanished cwd
+    let gone = w.dir("gone");
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "cd '{}' && rmdir '{}' && exec '{}' --exec true",
+            gone.display(),
+            gone.display(),
+            BIN
+        ))
+        .env("HOME", w.home())
+        .env("PATH", w.path_var())
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("current directory") && stderr(&o).lines().count() == 1,
+        "{}",
+        stderr(&o)
+    );
+    assert!(!w.state().exists(), "an error left state behind");
+    assert!(!w.home().join(".claude.json").exists());
+}
+
+#[test]
+fn odd_project_paths_work() {
+    let w = World::new();
+    let name = OsStr::from_bytes(b"odd \xff name\nwith 'quotes'");
+    let p = w.work().join(name);
+    fs::create_dir_all(&p).unwrap();
+    let o = w
+        .cmd(&p)
+        .args(["--exec", "sh", "-c", "echo hi > file && cat file"])
+        .output()
+        .unwrap();
+    assert!(ok(&o).contains("hi"));
+    let root = fs::read(
+        w.state()
+            .join("projects")
+            .read_dir()
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path()
+            .join("project-root"),
+    )
+    .unwrap();
+    assert_eq!(root, p.as_os_str().as_bytes());
+}
+
+#[test]
+fn state_layout_is_private() {
+    let w = World::new();
+    let p = w.dir("p");
+    ok(&w.cmd(&p).args(["--exec", "true"]).output().unwrap());
+    assert_eq!(
+        fs::metadata(w.state()).unwrap().permissions().mode() & 0o777,
+        0o700
+    );
+    let dirs: Vec<_> = fs::read_dir(w.state().join("projects"))
+        .unwrap()
+        .flatten()
+        .collect();
+    assert_eq!(dirs.len(), 1);
+    let d = dirs[0].path();
+    assert_eq!(d.file_name().unwrap().len(), 16);
+    assert_eq!(
+        fs::read(d.join("project-root")).unwrap(),
+        p.as_os_str().as_bytes()
+    );
+    assert!(d.join("claude-projects").is_dir() && d.join("history.jsonl").is_file());
+}
+
+#[test]
+fn claude_installed_in_the_home_is_found_inside() {
+    // the native installer's layout: ~/.local/bin/claude -> ~/.local/share/claude/versions/X
+    let w = World::new();
+    let versions = w.home().join(".local/share/claude/versions");
+    fs::create_dir_all(&versions).unwrap();
+    fs::write(versions.join("9.9.9"), FAKE_CLAUDE).unwrap();
+    fs::set_permissions(versions.join("9.9.9"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(w.home().join(".local/bin")).unwrap();
+    symlink(versions.join("9.9.9"), w.home().join(".local/bin/claude")).unwrap();
+    fs::remove_file(w.bin().join("claude")).unwrap();
+    let p = w.dir("p");
+    let mut path = w.home().join(".local/bin").into_os_string();
+    path.push(":/usr/bin:/bin");
+    let o = w
+        .cmd(&p)
+        .env("PATH", &path)
+        .env("FAKE_CLAUDE_SCRIPT", "echo NATIVE-OK; command -v claude")
+        .output()
+        .unwrap();
+    let s = ok(&o);
+    assert!(
+        s.contains("NATIVE-OK") && s.contains(".local/bin/claude"),
+        "{s}"
+    );
+
+    // an npm prefix: bin/claude -> ../lib/node_modules/pkg/cli.sh, which needs a sibling file
+    let w = World::new();
+    let pkg = w
+        .root()
+        .join("npm/lib/node_modules/@anthropic-ai/claude-code");
+    fs::create_dir_all(pkg.join("vendor")).unwrap();
+    fs::write(pkg.join("package.json"), "{}").unwrap();
+    fs::write(pkg.join("vendor/data"), "VENDOR-OK").unwrap();
+    let script = "#!/bin/sh\nd=$(dirname \"$(readlink -f \"$0\")\")\ncat \"$d/vendor/data\"\n";
+    fs::write(pkg.join("cli.sh"), script).unwrap();
+    fs::set_permissions(pkg.join("cli.sh"), fs::Permissions::from_mode(0o755)).unwrap();
+    fs::create_dir_all(w.root().join("npm/bin")).unwrap();
+    symlink(
+        "../lib/node_modules/@anthropic-ai/claude-code/cli.sh",
+        w.root().join("npm/bin/claude"),
+    )
+    .unwrap();
+    fs::remove_file(w.bin().join("claude")).unwrap();
+    let mut path = w.root().join("npm/bin").into_os_string();
+    path.push(":/usr/bin:/bin");
+    let o = w.cmd(&p_dir(&w)).env("PATH", &path).output().unwrap();
+    assert!(ok(&o).contains("VENDOR-OK"));
+}
+
+fn p_dir(w: &World) -> PathBuf {
+    w.dir("p")
+}

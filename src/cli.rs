@@ -9,11 +9,12 @@ use clap::Parser;
 #[derive(Debug, Parser)]
 #[command(
     name = "claudebox",
-    version,
+    disable_version_flag = true,
     about = "Run Claude Code in a per-project bubblewrap sandbox",
     long_about = "Run Claude Code in a per-project bubblewrap sandbox.\n\n\
         Arguments after claudebox's own options go to claude unchanged; use `--` when the \
-        first of them could be read as a claudebox option.",
+        first of them could be read as a claudebox option. `--version` goes to claude \
+        (claude's version, from inside the sandbox); `claudebox -- --help` shows claude's help.",
     args_override_self = true
 )]
 pub struct Cli {
@@ -28,6 +29,10 @@ pub struct Cli {
     /// Skip confirmations (allow the home directory or / as the project).
     #[arg(long)]
     pub yes: bool,
+
+    /// Print claudebox's own version (`--version` is claude's).
+    #[arg(long)]
+    pub claudebox_version: bool,
 
     /// Arguments for claude (or, with --exec, the command and its arguments).
     #[arg(

@@ -25,6 +25,10 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
+    if cli.claudebox_version {
+        println!("claudebox {}", env!("CARGO_PKG_VERSION"));
+        return Ok(ExitCode::SUCCESS);
+    }
     let prepared = launch::prepare(cli)?;
     if cli.dry_run {
         let mut out = std::io::stdout().lock();

@@ -365,7 +365,7 @@ pub fn claim(
     };
     let mut bytes = serde_json::to_vec(&info)?;
     bytes.push(b'\n');
-    state::write_atomic(&running_path(state, name), &bytes, 0o600)?;
+    state::write_atomic_volatile(&running_path(state, name), &bytes, 0o600)?;
     Ok(Claimed { launch, lock })
 }
 

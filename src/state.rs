@@ -167,6 +167,17 @@ fn write_root_file(state: &ProjectState, root: &Path) -> Result<()> {
 /// directory. The temporary name is unique per process and per call, so concurrent
 /// writers (processes or threads) never share one.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    replace(path, bytes, mode, true)
+}
+
+/// Like [`write_atomic`] without the fsyncs: readers see the old or the new content,
+/// never a mix, but a crash may lose the change. For files that only matter while the
+/// machine is up (who runs a session now).
+pub fn write_atomic_volatile(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    replace(path, bytes, mode, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path.parent().context("path has no parent")?;
     let name = path.file_name().context("path has no file name")?;
@@ -183,10 +194,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
             .open(&tmp)
             .with_context(|| format!("cannot create {}", tmp.display()))?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
-        // Make the rename itself durable: a record must survive a reboot.
-        File::open(dir).and_then(|d| d.sync_all()).ok();
+        if durable {
+            // Make the rename itself durable: a record must survive a reboot.
+            File::open(dir).and_then(|d| d.sync_all()).ok();
+        }
         Ok(())
     })();
     if result.is_err() {

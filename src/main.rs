@@ -50,7 +50,7 @@ fn session_command(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
     let state_home = state::StateHome::from_env(&home);
     if cli.list {
         let mut out = std::io::stdout().lock();
-        out.write_all(&sessions::list_all(&state_home)?)?;
+        out.write_all(&sessions::list::list_all(&state_home)?)?;
         out.flush()?;
     } else if let Some(name) = &cli.forget {
         let project = project::discover(&host::current_dir()?)?;

@@ -14,23 +14,25 @@
 //! made read-only before planning ([`prepare`]), and made again under the name's lock at
 //! exec time ([`claim`]), which alone writes the record and moves the transcript.
 
+pub mod list;
+mod lock;
+mod record;
+
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Read, Write};
+use std::fs::{self, File};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
-use std::time::SystemTime;
 
 use anyhow::{bail, Context, Result};
-use nix::errno::Errno;
-use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
-use serde::{Deserialize, Serialize};
+use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock};
 
 use crate::host;
-use crate::state::{self, ProjectState};
+use crate::state::ProjectState;
 use crate::transcripts::{self, Found};
+
+use lock::{busy, is_running, lock_name, mkdir_private, write_run_info, RunInfo};
+use record::{now, read_record, write_record, Record};
 
 /// Longest accepted name, in bytes.
 pub const MAX_NAME: usize = 64;
@@ -64,36 +66,6 @@ impl Launch {
         };
         [flag.into(), self.uuid.clone().into()]
     }
-}
-
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Record {
-    name: String,
-    uuid: String,
-    created: String,
-    /// Earlier conversations of this name whose transcripts had gone.
-    #[serde(default)]
-    replaced: Vec<String>,
-}
-
-/// Who holds (or last held) a name's lock.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct RunInfo {
-    pub pid: u32,
-    pub instance: String,
-    pub started: String,
-    pub cwd: String,
-}
-
-/// One named session, for `--list`.
-#[derive(Debug, Clone)]
-pub struct SessionInfo {
-    pub name: String,
-    pub uuid: Option<String>,
-    pub running: bool,
-    pub last_run: Option<RunInfo>,
-    /// Why the record could not be read, if it could not.
-    pub problem: Option<String>,
 }
 
 /// Checks a session name: 1 to 64 bytes of `[A-Za-z0-9._-]`, not starting with `.` or
@@ -149,13 +121,13 @@ pub fn check_claude_args(name: &str, args: &[OsString]) -> Result<()> {
     Ok(())
 }
 
-fn record_path(state: &ProjectState, name: &str) -> PathBuf {
+pub(crate) fn record_path(state: &ProjectState, name: &str) -> PathBuf {
     state.sessions().join(format!("{name}.json"))
 }
-fn lock_path(state: &ProjectState, name: &str) -> PathBuf {
+pub(crate) fn lock_path(state: &ProjectState, name: &str) -> PathBuf {
     state.sessions().join(format!("{name}.lock"))
 }
-fn running_path(state: &ProjectState, name: &str) -> PathBuf {
+pub(crate) fn running_path(state: &ProjectState, name: &str) -> PathBuf {
     state.sessions().join(format!("{name}.running"))
 }
 
@@ -176,58 +148,12 @@ pub fn new_uuid() -> Result<String> {
     ))
 }
 
-fn is_uuid(s: &str) -> bool {
+pub(crate) fn is_uuid(s: &str) -> bool {
     s.len() == 36
         && s.bytes().enumerate().all(|(i, c)| match i {
             8 | 13 | 18 | 23 => c == b'-',
             _ => c.is_ascii_hexdigit(),
         })
-}
-
-fn now() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
-}
-
-/// Reads a record; `None` when there is none. Anything else wrong is an error that
-/// names the file: a record is never silently replaced.
-fn read_record(state: &ProjectState, name: &str) -> Result<Option<Record>> {
-    let path = record_path(state, name);
-    let mut bytes = Vec::new();
-    let read = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&path)
-        .and_then(|mut f| f.read_to_end(&mut bytes));
-    match read {
-        Ok(_) => {}
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => bail!(
-            "cannot read the record of session `{name}`, {} ({e}); fix it (nothing was changed)",
-            path.display()
-        ),
-    }
-    let corrupted = |why: String| {
-        anyhow::anyhow!(
-            "the record of session `{name}`, {}, is corrupted ({why}); repair it, or remove it \
-             with `claudebox --forget {name}` (its conversation transcripts stay in {})",
-            path.display(),
-            state.conversations().display()
-        )
-    };
-    let rec: Record = serde_json::from_slice(&bytes).map_err(|e| corrupted(e.to_string()))?;
-    if rec.name != name {
-        return Err(corrupted(format!("it names session `{}`", rec.name)));
-    }
-    if !is_uuid(&rec.uuid) {
-        return Err(corrupted(format!("`{}` is not a UUID", rec.uuid)));
-    }
-    Ok(Some(rec))
-}
-
-fn write_record(state: &ProjectState, rec: &Record) -> Result<()> {
-    let mut bytes = serde_json::to_vec_pretty(rec)?;
-    bytes.push(b'\n');
-    state::write_atomic(&record_path(state, &rec.name), &bytes, 0o600)
 }
 
 fn decide_with(
@@ -290,14 +216,14 @@ pub fn dry_run_note(state: &ProjectState, l: &Launch, cwd: &Path) -> String {
                 .join(transcripts::dir_name(cwd))
                 .display()
         ),
-        Start::Fresh { lost } => format!("{} (would)", gone_note(n, lost, &l.uuid)),
+        Start::Fresh { lost } => gone_note(n, lost, &l.uuid, "would start"),
     }
 }
 
-fn gone_note(name: &str, lost: &str, uuid: &str) -> String {
+fn gone_note(name: &str, lost: &str, uuid: &str, verb: &str) -> String {
     format!(
         "session `{name}`: its conversation {lost} has no transcript in this project (deleted, \
-         or claude quit before the first message); starting a new conversation {uuid} under \
+         or claude quit before the first message); {verb} a new conversation {uuid} under \
          that name"
     )
 }
@@ -354,7 +280,10 @@ pub fn claim(
                     replaced,
                 },
             )?;
-            eprintln!("claudebox: {}", gone_note(name, lost, &launch.uuid));
+            eprintln!(
+                "claudebox: {}",
+                gone_note(name, lost, &launch.uuid, "starting")
+            );
         }
     }
     let info = RunInfo {
@@ -363,151 +292,8 @@ pub fn claim(
         started: now(),
         cwd: cwd.to_string_lossy().into_owned(),
     };
-    let mut bytes = serde_json::to_vec(&info)?;
-    bytes.push(b'\n');
-    state::write_atomic_volatile(&running_path(state, name), &bytes, 0o600)?;
+    write_run_info(state, name, &info)?;
     Ok(Claimed { launch, lock })
-}
-
-fn mkdir_private(dir: &Path) -> Result<()> {
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists && fs::symlink_metadata(dir)?.is_dir() => {
-            Ok(())
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", dir.display())),
-    }
-}
-
-/// The name's lock, or `None` when a running session (or `--forget`) holds it.
-fn lock_name(state: &ProjectState, name: &str) -> Result<Option<Flock<File>>> {
-    let path = lock_path(state, name);
-    loop {
-        match OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(0o600)
-            .open(&path)
-        {
-            Ok(_) => {}
-            Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
-        }
-        let f = match OpenOptions::new()
-            .read(true)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == ErrorKind::NotFound => continue, // forgotten meanwhile
-            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
-        };
-        let Some(lock) = lock_exclusive(f, &path)? else {
-            return Ok(None);
-        };
-        // `--forget` unlinks the lock file while holding it: ours must still be in place.
-        let held = lock.metadata()?;
-        if let Ok(now) = fs::symlink_metadata(&path) {
-            if now.ino() == held.ino() && now.dev() == held.dev() {
-                return Ok(Some(lock));
-            }
-        }
-    }
-}
-
-/// Exclusive, non-blocking. A shared holder is only `--list` looking for an instant, so
-/// that is waited out; an exclusive holder is a running session: `None`.
-fn lock_exclusive(mut f: File, path: &Path) -> Result<Option<Flock<File>>> {
-    let fail = |e: Errno| anyhow::Error::from(e).context(format!("cannot lock {}", path.display()));
-    loop {
-        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-            Ok(l) => return Ok(Some(l)),
-            Err((back, Errno::EWOULDBLOCK)) => f = back,
-            Err((_, e)) => return Err(fail(e)),
-        }
-        match Flock::lock(f, FlockArg::LockSharedNonblock) {
-            Ok(l) => {
-                f = l.unlock().map_err(|(_, e)| fail(e))?;
-                std::thread::yield_now();
-            }
-            Err((_, Errno::EWOULDBLOCK)) => return Ok(None),
-            Err((_, e)) => return Err(fail(e)),
-        }
-    }
-}
-
-/// Whether a session holds its lock, probed with a shared lock released at once.
-fn is_running(state: &ProjectState, name: &str) -> bool {
-    let Ok(f) = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(lock_path(state, name))
-    else {
-        return false;
-    };
-    matches!(
-        Flock::lock(f, FlockArg::LockSharedNonblock),
-        Err((_, Errno::EWOULDBLOCK))
-    )
-}
-
-fn read_run_info(state: &ProjectState, name: &str) -> Option<RunInfo> {
-    let bytes = fs::read(running_path(state, name)).ok()?;
-    serde_json::from_slice(&bytes).ok()
-}
-
-/// The refusal for a name that is in use, naming the sandbox that runs it.
-fn busy(state: &ProjectState, name: &str) -> String {
-    let alive = |pid: u32| {
-        let pid = nix::unistd::Pid::from_raw(pid as i32);
-        !matches!(nix::sys::signal::kill(pid, None), Err(Errno::ESRCH))
-    };
-    match read_run_info(state, name).filter(|i| alive(i.pid)) {
-        Some(i) => format!(
-            "session `{name}` is already running: pid {}, started {} in {}, \
-             CLAUDEBOX_INSTANCE_ID={}; quit it first, or use another name",
-            i.pid, i.started, i.cwd, i.instance
-        ),
-        None => format!(
-            "session `{name}` is already running (another claudebox is starting it right \
-             now); quit it first, or use another name"
-        ),
-    }
-}
-
-/// The named sessions of one project, by name. A record that cannot be read is listed
-/// with its problem rather than failing the whole list.
-pub fn list(state: &ProjectState) -> Result<Vec<SessionInfo>> {
-    let dir = state.sessions();
-    let entries = match fs::read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
-    };
-    let mut out = Vec::new();
-    for entry in entries {
-        let file = entry?.file_name();
-        let Some(name) = file.as_bytes().strip_suffix(b".json") else {
-            continue;
-        };
-        let Ok(name) = check_name(OsStr::from_bytes(name)) else {
-            continue;
-        };
-        let (uuid, problem) = match read_record(state, &name) {
-            Ok(Some(r)) => (Some(r.uuid), None),
-            Ok(None) => continue,
-            Err(e) => (None, Some(format!("{e:#}"))),
-        };
-        out.push(SessionInfo {
-            running: is_running(state, &name),
-            last_run: read_run_info(state, &name),
-            name,
-            uuid,
-            problem,
-        });
-    }
-    out.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(out)
 }
 
 /// `--forget NAME`: removes the record (the transcript stays). Refused while it runs.
@@ -540,45 +326,6 @@ pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<Strin
     File::open(state.sessions()).and_then(|d| d.sync_all()).ok();
     drop(lock);
     Ok(format!("forgot session `{name}` ({kept})"))
-}
-
-/// A minimal `--list`: every project's named sessions, one row each.
-pub fn list_all(home: &state::StateHome) -> Result<Vec<u8>> {
-    let mut out = Vec::new();
-    writeln!(
-        out,
-        "# project root\tsession\tconversation\tstate\tlast started"
-    )?;
-    let mut ids: Vec<OsString> = match fs::read_dir(home.projects()) {
-        Ok(e) => e.filter_map(|e| e.ok().map(|e| e.file_name())).collect(),
-        Err(e) if e.kind() == ErrorKind::NotFound => Vec::new(),
-        Err(e) => {
-            return Err(e).with_context(|| format!("cannot read {}", home.projects().display()))
-        }
-    };
-    ids.sort();
-    for id in ids {
-        let state = home.project(&id.to_string_lossy());
-        let root = fs::read(state.root_file()).unwrap_or_else(|_| b"?".to_vec());
-        for s in list(&state)? {
-            out.extend_from_slice(&root);
-            let state_word = if s.running { "running" } else { "stopped" };
-            let last = s
-                .last_run
-                .map(|r| format!("{} in {}", r.started, r.cwd))
-                .unwrap_or_else(|| "-".into());
-            match s.problem {
-                None => writeln!(
-                    out,
-                    "\t{}\t{}\t{state_word}\t{last}",
-                    s.name,
-                    s.uuid.unwrap_or_default()
-                )?,
-                Some(p) => writeln!(out, "\t{}\t-\t{state_word}\tunreadable: {p}", s.name)?,
-            }
-        }
-    }
-    Ok(out)
 }
 
 #[cfg(test)]
@@ -662,5 +409,42 @@ mod tests {
             l.claude_args(),
             [OsString::from("--resume"), OsString::from("u")]
         );
+    }
+
+    #[test]
+    fn the_plan_puts_the_conversation_first_and_names_the_session() {
+        use crate::plan::{build, Command, EnvOp, Inputs};
+        let inputs = |session: Option<Launch>| Inputs {
+            project: crate::project::Project {
+                root: "/p".into(),
+                work_tree: "/p".into(),
+                git_dir: None,
+                common_dir: None,
+                cwd: "/p/sub".into(),
+            },
+            home: "/home/u".into(),
+            state: ProjectState { dir: "/s".into() },
+            claude: None,
+            command: Command::Claude(vec!["-p".into(), "hi".into()]),
+            instance_id: "i".into(),
+            host: Default::default(),
+            bwrap: "/usr/bin/bwrap".into(),
+            session,
+        };
+        let launch = Launch {
+            name: "rev".into(),
+            uuid: "u".into(),
+            start: Start::Resume { from: None },
+        };
+        let plan = build(&inputs(Some(launch)));
+        let tail: Vec<_> = plan.argv[3..].iter().map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(plan.argv[1], "--append-system-prompt");
+        assert_eq!(tail, ["--resume", "u", "-p", "hi"]);
+        assert!(plan
+            .env
+            .contains(&EnvOp::Set("CLAUDEBOX_SESSION".into(), "rev".into())));
+        let plan = build(&inputs(None));
+        assert_eq!(plan.argv.len(), 5);
+        assert!(plan.env.contains(&EnvOp::Unset("CLAUDEBOX_SESSION".into())));
     }
 }

@@ -26,6 +26,19 @@ pub struct Cli {
     #[arg(long)]
     pub exec: bool,
 
+    /// Run claude as the named session NAME: its own conversation, resumed from any
+    /// directory or worktree of the project (created the first time).
+    #[arg(long, value_name = "NAME", conflicts_with = "exec", value_parser = clap::value_parser!(OsString))]
+    pub session: Option<OsString>,
+
+    /// Forget the named session NAME of this project (its conversation transcript stays).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["session", "exec", "args"], value_parser = clap::value_parser!(OsString))]
+    pub forget: Option<OsString>,
+
+    /// List every project's named sessions and whether each is running.
+    #[arg(long, conflicts_with_all = ["session", "forget", "exec", "args"])]
+    pub list: bool,
+
     /// Skip confirmations (allow the home directory or / as the project).
     #[arg(long)]
     pub yes: bool,

@@ -16,6 +16,7 @@ use crate::host::{self, HostFacts};
 use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
+use crate::sessions;
 use crate::state::{self, ProjectState, StateHome};
 
 /// Everything found on the host, and the plan made from it.
@@ -45,6 +46,10 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     };
     let state_home = StateHome::from_env(&home);
     let state = state_home.project(&project.id());
+    let session = match &cli.session {
+        Some(name) => Some(sessions::prepare(&state, name, &project.cwd, &cli.args)?),
+        None => None,
+    };
     let inputs = Inputs {
         project,
         home,
@@ -54,6 +59,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         instance_id: host::random_id()?,
         host: HostFacts::probe(),
         bwrap,
+        session,
     };
     let plan = plan::build(&inputs);
     Ok(Prepared {
@@ -92,9 +98,25 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     state::ensure_project_dir(&p.state_home, &inp.state, &inp.project.root)?;
     ensure_claude_mount_points(&inp.home)?;
     let lock = hold_in_use(&inp.state)?;
-    let argv = render::argv(&p.plan);
+    // A named session is decided again under its own lock; replan if that changed it.
+    let mut plan = std::borrow::Cow::Borrowed(&p.plan);
+    let session = match &inp.session {
+        Some(s) => {
+            let claimed = sessions::claim(&inp.state, s, &inp.project.cwd, &inp.instance_id)?;
+            if claimed.launch != *s {
+                let session = Some(claimed.launch.clone());
+                plan = std::borrow::Cow::Owned(plan::build(&Inputs {
+                    session,
+                    ..inp.clone()
+                }));
+            }
+            Some(claimed.lock)
+        }
+        None => None,
+    };
+    let argv = render::argv(&plan);
     let err = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
-    drop(lock);
+    drop((lock, session));
     Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
 }
 

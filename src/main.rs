@@ -6,7 +6,9 @@ mod launch;
 mod plan;
 mod project;
 mod render;
+mod sessions;
 mod state;
+mod transcripts;
 
 use std::io::Write;
 use std::process::ExitCode;
@@ -29,12 +31,38 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
         println!("claudebox {}", env!("CARGO_PKG_VERSION"));
         return Ok(ExitCode::SUCCESS);
     }
+    if cli.list || cli.forget.is_some() {
+        return session_command(cli);
+    }
     let prepared = launch::prepare(cli)?;
     if cli.dry_run {
+        if let Some(s) = &prepared.inputs.session {
+            let (state, cwd) = (&prepared.inputs.state, &prepared.inputs.project.cwd);
+            eprintln!("claudebox: {}", sessions::dry_run_note(state, s, cwd));
+        }
         let mut out = std::io::stdout().lock();
         out.write_all(&render::dry_run(&prepared.plan))?;
         out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
     match launch::exec(&prepared)? {}
+}
+
+/// `--list` and `--forget NAME`: run and exit without a sandbox.
+fn session_command(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
+    let home = host::home_dir()?;
+    let state_home = state::StateHome::from_env(&home);
+    if cli.list {
+        let mut out = std::io::stdout().lock();
+        out.write_all(&sessions::list::list_all(&state_home)?)?;
+        out.flush()?;
+    } else if let Some(name) = &cli.forget {
+        let project = project::discover(&host::current_dir()?)?;
+        let state = state_home.project(&project.id());
+        eprintln!(
+            "claudebox: {}",
+            sessions::forget(&state, name, cli.dry_run)?
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

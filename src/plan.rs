@@ -26,6 +26,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::{ClaudeInstall, HostFacts, SystemEntry};
 use crate::project::Project;
+use crate::sessions;
 use crate::state::ProjectState;
 
 /// How a path appears inside the sandbox.
@@ -90,7 +91,6 @@ impl Mount {
 /// An environment change inside the sandbox (the host environment passes through).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvOp {
-    #[allow(dead_code)] // used by the hardening that strips host IPC variables
     Unset(OsString),
     Set(OsString, OsString),
 }
@@ -115,6 +115,8 @@ pub struct Inputs {
     pub instance_id: String,
     pub host: HostFacts,
     pub bwrap: PathBuf,
+    /// `--session NAME`: which conversation, decided at the edge.
+    pub session: Option<sessions::Launch>,
 }
 
 /// The typed sandbox plan.
@@ -259,12 +261,16 @@ pub fn build(inp: &Inputs) -> Plan {
         "user config shared with the host: MCP servers, onboarding",
     ));
 
-    let env = vec![
+    let mut env = vec![
         set("CLAUDEBOX", OsStr::new("1")),
         set("CLAUDEBOX_PROJECT_ROOT", p.root.as_os_str()),
         set("CLAUDEBOX_PROJECT_ID", OsStr::new(&p.id())),
         set("CLAUDEBOX_INSTANCE_ID", OsStr::new(&inp.instance_id)),
     ];
+    env.push(match &inp.session {
+        Some(s) => set("CLAUDEBOX_SESSION", OsStr::new(&s.name)),
+        None => EnvOp::Unset("CLAUDEBOX_SESSION".into()),
+    });
 
     let argv = match &inp.command {
         Command::Exec(cmd) => cmd.clone(),
@@ -275,6 +281,9 @@ pub fn build(inp: &Inputs) -> Plan {
                 .map(|c| c.on_path.clone().into_os_string())
                 .unwrap_or_else(|| "claude".into());
             let mut v = vec![program, "--append-system-prompt".into(), sandbox_note(inp)];
+            if let Some(s) = &inp.session {
+                v.extend(s.claude_args());
+            }
             v.extend(args.iter().cloned());
             v
         }
@@ -344,6 +353,7 @@ mod tests {
                 resolv_conf_target: None,
             },
             bwrap: "/usr/bin/bwrap".into(),
+            session: None,
         }
     }
 

@@ -7,7 +7,8 @@
 //!         ├── project-root      the canonical project root, raw bytes, no newline
 //!         ├── claude-projects/  mounted at ~/.claude/projects inside the sandbox
 //!         ├── history.jsonl     mounted at ~/.claude/history.jsonl
-//!         └── lock              held (shared flock) by every running sandbox
+//!         ├── lock              held (shared flock) by every running sandbox
+//!         └── sessions/         named sessions (`--session NAME`), see `sessions.rs`
 //! ```
 //!
 //! Path computation is pure; creating things is done by [`ensure_project_dir`], on the
@@ -25,6 +26,7 @@ pub const ROOT_FILE: &str = "project-root";
 pub const CONVERSATIONS_DIR: &str = "claude-projects";
 pub const HISTORY_FILE: &str = "history.jsonl";
 pub const LOCK_FILE: &str = "lock";
+pub const SESSIONS_DIR: &str = "sessions";
 
 /// The paths of one state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +73,9 @@ impl ProjectState {
     }
     pub fn lock(&self) -> PathBuf {
         self.dir.join(LOCK_FILE)
+    }
+    pub fn sessions(&self) -> PathBuf {
+        self.dir.join(SESSIONS_DIR)
     }
 }
 
@@ -158,13 +163,28 @@ fn write_root_file(state: &ProjectState, root: &Path) -> Result<()> {
     write_atomic(&path, root.as_os_str().as_bytes(), 0o600)
 }
 
-/// Write to a temporary file beside `path`, fsync, rename over `path`.
+/// Write to a temporary file beside `path`, fsync, rename over `path`, fsync the
+/// directory. The temporary name is unique per process and per call, so concurrent
+/// writers (processes or threads) never share one.
 pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    replace(path, bytes, mode, true)
+}
+
+/// Like [`write_atomic`] without the fsyncs: readers see the old or the new content,
+/// never a mix, but a crash may lose the change. For files that only matter while the
+/// machine is up (who runs a session now).
+pub fn write_atomic_volatile(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    replace(path, bytes, mode, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let dir = path.parent().context("path has no parent")?;
     let name = path.file_name().context("path has no file name")?;
     let mut tmp_name = std::ffi::OsString::from(".");
     tmp_name.push(name);
-    tmp_name.push(format!(".tmp.{}", std::process::id()));
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tmp_name.push(format!(".tmp.{}.{seq}", std::process::id()));
     let tmp = dir.join(tmp_name);
     let result = (|| -> Result<()> {
         let mut f: File = OpenOptions::new()
@@ -174,8 +194,14 @@ pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
             .open(&tmp)
             .with_context(|| format!("cannot create {}", tmp.display()))?;
         f.write_all(bytes)?;
-        f.sync_all()?;
+        if durable {
+            f.sync_all()?;
+        }
         fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+        if durable {
+            // Make the rename itself durable: a record must survive a reboot.
+            File::open(dir).and_then(|d| d.sync_all()).ok();
+        }
         Ok(())
     })();
     if result.is_err() {

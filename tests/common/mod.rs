@@ -186,3 +186,39 @@ pub fn env_in_dry_run(out: &str, name: &str) -> Option<String> {
     out.lines()
         .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
 }
+
+/// A fake agent that keeps conversations the way claude does: `--session-id U` creates
+/// `~/.claude/projects/<encoded real cwd>/U.jsonl` (and a `U/tool-results/` directory) and
+/// fails "already in use" when it exists; `--resume U` fails "No conversation found"
+/// unless `U.jsonl` is under the current directory's encoded name, and prints the
+/// conversation so far as `HISTORY<..>` lines. Every run appends a line naming
+/// `$CLAUDEBOX_SESSION` and the cwd, then runs `$FAKE_CLAUDE_SCRIPT`.
+pub const FAKE_CLAUDE_SESSIONS: &str = r#"#!/bin/sh
+echo "FAKE-CLAUDE-START"
+for a in "$@"; do printf 'ARG<%s>\n' "$a"; done
+printf 'SESSION<%s>\n' "${CLAUDEBOX_SESSION-unset}"
+dir="$HOME/.claude/projects/$(pwd -P | sed 's/[^a-zA-Z0-9]/-/g')"
+mode=; id=
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --session-id) mode=new; id=$2; shift ;;
+    --resume) mode=resume; id=$2; shift ;;
+  esac
+  shift
+done
+case "$mode" in
+  new)
+    if [ -e "$dir/$id.jsonl" ]; then echo "Error: Session ID $id is already in use." >&2; exit 1; fi
+    mkdir -p "$dir/$id/tool-results" && echo result > "$dir/$id/tool-results/r.txt" ;;
+  resume)
+    if [ ! -f "$dir/$id.jsonl" ]; then echo "No conversation found with session ID: $id" >&2; exit 1; fi
+    while IFS= read -r line; do printf 'HISTORY<%s>\n' "$line"; done < "$dir/$id.jsonl"
+    if [ -f "$dir/$id/tool-results/r.txt" ]; then echo "TOOL-RESULTS-HERE"; fi ;;
+esac
+if [ -n "$mode" ]; then
+  printf '{"session":"%s","cwd":"%s"}\n' "$CLAUDEBOX_SESSION" "$(pwd -P)" >> "$dir/$id.jsonl"
+fi
+if [ -n "${FAKE_CLAUDE_SCRIPT:-}" ]; then
+  eval "$FAKE_CLAUDE_SCRIPT"
+fi
+"#;

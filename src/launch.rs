@@ -12,10 +12,12 @@ use anyhow::{bail, Context, Result};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 
 use crate::cli::Cli;
+use crate::config;
 use crate::host::{self, HostFacts};
 use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
+use crate::settings;
 use crate::state::{self, ProjectState, StateHome};
 
 /// Everything found on the host, and the plan made from it.
@@ -45,6 +47,20 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     };
     let state_home = StateHome::from_env(&home);
     let state = state_home.project(&project.id());
+    let config_file = config::location(&home);
+    let settings = settings::resolve(
+        config::load(&config_file)?.as_ref(),
+        &cli.request(),
+        &settings::Context {
+            home: &home,
+            cwd: &cwd,
+            project: &project,
+            state_dir: &state_home.dir,
+            conversations: &state.conversations(),
+            config_file: &config_file,
+            yes: cli.yes,
+        },
+    )?;
     let inputs = Inputs {
         project,
         home,
@@ -54,6 +70,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         instance_id: host::random_id()?,
         host: HostFacts::probe(),
         bwrap,
+        settings,
     };
     let plan = plan::build(&inputs);
     Ok(Prepared {

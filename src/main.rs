@@ -1,11 +1,14 @@
 //! claudebox: run Claude Code inside a per-project bubblewrap sandbox.
 
 mod cli;
+mod config;
 mod host;
 mod launch;
 mod plan;
 mod project;
 mod render;
+mod settings;
+mod shell;
 mod state;
 
 use std::io::Write;
@@ -14,7 +17,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse_from(host::args_os());
+    let args = host::args_os();
+    if let Some(code) = shell::dispatch(&args) {
+        return code;
+    }
+    let cli = cli::Cli::parse_from(args);
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {

@@ -107,6 +107,9 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
     state::check_writable(&p.state_home)?;
     state::ensure_project_dir(&p.state_home, &inp.state, &inp.project.root)?;
+    if inp.settings.hides_a_file() {
+        state::ensure_empty_file(&inp.state)?;
+    }
     ensure_claude_mount_points(&inp.home)?;
     let lock = hold_in_use(&inp.state)?;
     let argv = render::argv(&p.plan);

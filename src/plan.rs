@@ -209,7 +209,8 @@ pub fn build(inp: &Inputs) -> Plan {
     ));
 
     let p = &inp.project;
-    let (extra_before, extra_after) = place_extras(&inp.settings.mounts, p);
+    let (extra_before, extra_after) =
+        place_extras(&inp.settings.mounts, p, &inp.state.empty_file());
     m.extend(extra_before);
     m.push(Mount::same(
         MountKind::Rw,
@@ -323,7 +324,7 @@ pub fn build(inp: &Inputs) -> Plan {
 
 /// The user's extra mounts as plan mounts, split into those that go before the project
 /// (parents of it) and those that go last; each list parents first.
-fn place_extras(extras: &[ExtraMount], p: &Project) -> (Vec<Mount>, Vec<Mount>) {
+fn place_extras(extras: &[ExtraMount], p: &Project, empty: &Path) -> (Vec<Mount>, Vec<Mount>) {
     let mut sorted: Vec<&ExtraMount> = extras.iter().collect();
     sorted.sort_by_key(|e| e.target.components().count());
     let mut project_dirs = vec![p.work_tree.clone()];
@@ -353,11 +354,9 @@ fn place_extras(extras: &[ExtraMount], p: &Project) -> (Vec<Mount>, Vec<Mount>) 
             (ExtraKind::Hide, true) => {
                 (MountKind::Tmpfs, None, "hidden: an empty directory over it")
             }
-            (ExtraKind::Hide, false) => (
-                MountKind::Ro,
-                Some(Path::new("/dev/null")),
-                "hidden: an empty file over it",
-            ),
+            (ExtraKind::Hide, false) => {
+                (MountKind::Ro, Some(empty), "hidden: an empty file over it")
+            }
         };
         let mut m = Mount::new(kind, source, &e.target, why);
         m.origin = e.origin.clone();
@@ -487,7 +486,7 @@ mod tests {
         assert!(dir < file);
         assert_eq!(
             plan.mounts[file].source.as_deref(),
-            Some(Path::new("/dev/null"))
+            Some(Path::new("/h/.claudebox/projects/0123456789abcdef/empty"))
         );
         assert_eq!(plan.mounts[file].origin, Origin::CommandLine);
         assert_eq!(plan.mounts[project].origin, Origin::Default);

@@ -109,6 +109,15 @@ pub struct Settings {
     pub claude_args: Vec<ClaudeArgs>,
 }
 
+impl Settings {
+    /// Whether a hidden path is a file (it gets the state's empty file over it).
+    pub fn hides_a_file(&self) -> bool {
+        self.mounts
+            .iter()
+            .any(|m| m.kind == ExtraKind::Hide && !m.is_dir)
+    }
+}
+
 /// What claudebox's own command-line options ask for.
 #[derive(Debug, Clone, Default)]
 pub struct CliRequest {
@@ -269,14 +278,44 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
     Ok(s)
 }
 
-/// Whether a `[[project]] root` names this project: its canonical root (the git common
-/// dir), its work tree, or the main work tree of its repository (`root/.git`), so that
-/// `~/src/foo` applies in every worktree of that repository.
+/// Whether a `[[project]] root` names this project: its work tree, or its repository
+/// (the main work tree `~/src/foo` or the git dir `~/src/foo/.git`) when the current work
+/// tree is one the repository itself lists (the main one, or a linked worktree registered
+/// under `.git/worktrees/`). A directory that merely carries a planted `.git` file
+/// pointing at that repository does not match.
 pub fn project_matches(root: &Path, project: &Project) -> bool {
     let Ok(c) = fs::canonicalize(root) else {
         return false;
     };
-    c == project.root || c == project.work_tree || c.join(".git") == project.root
+    if c == project.work_tree {
+        return true;
+    }
+    (c == project.root || c.join(".git") == project.root) && listed_work_tree(project)
+}
+
+/// Whether the project's work tree is one its repository records.
+fn listed_work_tree(p: &Project) -> bool {
+    let Some(git_dir) = &p.git_dir else {
+        return false;
+    };
+    if p.work_tree.starts_with(&p.root) {
+        return true; // inside the git dir itself
+    }
+    if *git_dir == p.root {
+        return p.work_tree.join(".git") == p.root;
+    }
+    if git_dir.parent() != Some(p.root.join("worktrees").as_path()) {
+        return false;
+    }
+    let Ok(bytes) = fs::read(git_dir.join("gitdir")) else {
+        return false;
+    };
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |i| i + 1);
+    let back = Path::new(OsStr::from_bytes(&bytes[..end]));
+    fs::canonicalize(git_dir.join(back)).ok() == Some(p.work_tree.join(".git"))
 }
 
 /// `~` and `~/...` expanded; anything else must be absolute.

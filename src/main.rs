@@ -2,6 +2,7 @@
 
 mod cli;
 mod config;
+mod guard;
 mod host;
 mod launch;
 mod plan;

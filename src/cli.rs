@@ -3,8 +3,11 @@
 //! claude's (`-n/--name`, `-r/--resume`, `-c`, `-p`, `-w` are claude's).
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 
 use clap::Parser;
+
+use crate::settings::{CliRequest, Network};
 
 #[derive(Debug, Parser)]
 #[command(
@@ -15,6 +18,13 @@ use clap::Parser;
         Arguments after claudebox's own options go to claude unchanged; use `--` when the \
         first of them could be read as a claudebox option. `--version` goes to claude \
         (claude's version, from inside the sandbox); `claudebox -- --help` shows claude's help.",
+    after_long_help = "Configuration: $XDG_CONFIG_HOME/claudebox/config.toml \
+        (default ~/.config/claudebox/config.toml) can list the same things as --ro, --rw, \
+        --hide, --env and --network, default arguments for claude, and [[project]] sections \
+        for one project. The command line wins over the file. Nothing inside a project is \
+        read as configuration.\n\n\
+        Shell integration: `claudebox completions bash|zsh|fish` prints a completion \
+        script; `claudebox manpage` prints this manual page (roff).",
     args_override_self = true
 )]
 pub struct Cli {
@@ -47,6 +57,30 @@ pub struct Cli {
     #[arg(long)]
     pub claudebox_version: bool,
 
+    /// Also bind PATH read-only, at the same path (repeatable).
+    #[arg(long, value_name = "PATH", value_parser = clap::value_parser!(PathBuf))]
+    pub ro: Vec<PathBuf>,
+
+    /// Also bind PATH read-write, at the same path (repeatable).
+    #[arg(long, value_name = "PATH", value_parser = clap::value_parser!(PathBuf))]
+    pub rw: Vec<PathBuf>,
+
+    /// Show an empty directory (or file) at PATH instead of its contents (repeatable).
+    #[arg(long, value_name = "PATH", value_parser = clap::value_parser!(PathBuf))]
+    pub hide: Vec<PathBuf>,
+
+    /// Set NAME=VALUE inside, or pass the host's NAME explicitly (repeatable).
+    #[arg(long, value_name = "NAME[=VALUE]", value_parser = clap::value_parser!(OsString))]
+    pub env: Vec<OsString>,
+
+    /// Network access: open (the host's network) or none.
+    #[arg(long, value_name = "MODE", value_enum)]
+    pub network: Option<Network>,
+
+    /// No network at all (same as --network none).
+    #[arg(long, conflicts_with = "network")]
+    pub no_network: bool,
+
     /// Arguments for claude (or, with --exec, the command and its arguments).
     #[arg(
         value_name = "CLAUDE_ARGS",
@@ -55,4 +89,21 @@ pub struct Cli {
         value_parser = clap::value_parser!(OsString)
     )]
     pub args: Vec<OsString>,
+}
+
+impl Cli {
+    /// The options that add to or override the config file.
+    pub fn request(&self) -> CliRequest {
+        CliRequest {
+            ro: self.ro.clone(),
+            rw: self.rw.clone(),
+            hide: self.hide.clone(),
+            env: self.env.clone(),
+            network: if self.no_network {
+                Some(Network::None)
+            } else {
+                self.network
+            },
+        }
+    }
 }

@@ -12,11 +12,13 @@ use anyhow::{bail, Context, Result};
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 
 use crate::cli::Cli;
+use crate::config;
 use crate::host::{self, HostFacts};
 use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
 use crate::sessions;
+use crate::settings;
 use crate::state::{self, ProjectState, StateHome};
 
 /// Everything found on the host, and the plan made from it.
@@ -50,6 +52,20 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         Some(name) => Some(sessions::prepare(&state, name, &project.cwd, &cli.args)?),
         None => None,
     };
+    let config_file = config::location(&home);
+    let settings = settings::resolve(
+        config::load(&config_file)?.as_ref(),
+        &cli.request(),
+        &settings::Context {
+            home: &home,
+            cwd: &cwd,
+            project: &project,
+            state_dir: &state_home.dir,
+            conversations: &state.conversations(),
+            config_file: &config_file,
+            yes: cli.yes,
+        },
+    )?;
     let inputs = Inputs {
         project,
         home,
@@ -60,6 +76,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         host: HostFacts::probe(),
         bwrap,
         session,
+        settings,
     };
     let plan = plan::build(&inputs);
     Ok(Prepared {
@@ -96,6 +113,9 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
     state::check_writable(&p.state_home)?;
     state::ensure_project_dir(&p.state_home, &inp.state, &inp.project.root)?;
+    if inp.settings.hides_a_file() {
+        state::ensure_empty_file(&inp.state)?;
+    }
     ensure_claude_mount_points(&inp.home)?;
     let lock = hold_in_use(&inp.state)?;
     // A named session is decided again under its own lock; replan if that changed it.

@@ -1,12 +1,16 @@
 //! claudebox: run Claude Code inside a per-project bubblewrap sandbox.
 
 mod cli;
+mod config;
+mod guard;
 mod host;
 mod launch;
 mod plan;
 mod project;
 mod render;
 mod sessions;
+mod settings;
+mod shell;
 mod state;
 mod transcripts;
 
@@ -16,7 +20,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse_from(host::args_os());
+    let args = host::args_os();
+    if let Some(code) = shell::dispatch(&args) {
+        return code;
+    }
+    let cli = cli::Cli::parse_from(args);
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {

@@ -14,10 +14,20 @@
 //! 6. the real `~/.claude`, read-write, then over it, in this order, the project's
 //!    conversations (`~/.claude/projects`), the project's history
 //!    (`~/.claude/history.jsonl`) and a private `~/.claude/sessions`;
-//! 7. the shared `~/.claude.json`.
+//! 7. the shared `~/.claude.json`;
+//! 8. the user's extra mounts (`ro`, `rw`, `hide` from the config file and the command
+//!    line), parents before children.
 //!
 //! The `~/.claude` group comes after the project so that it still wins when the project
 //! is the home directory itself (only allowed with `--yes`).
+//!
+//! The user's extra mounts come last so that they win over the defaults: `ro` or `hide`
+//! of a directory inside the project makes it read-only or empty. One exception: an extra
+//! mount that is a parent of the project (`ro = ["~/src"]` while working in `~/src/foo`)
+//! goes just before step 4 instead, so that the project stays writable inside it. Among
+//! the extras, a shorter path goes first, so the more specific of two nested entries wins
+//! whatever order they were listed in. (Mounts over the home directory itself and over
+//! what claudebox manages in `~/.claude` are refused before planning: see `settings`.)
 
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -27,6 +37,7 @@ use std::path::{Path, PathBuf};
 use crate::host::{ClaudeInstall, HostFacts, SystemEntry};
 use crate::project::Project;
 use crate::sessions;
+use crate::settings::{ExtraKind, ExtraMount, Network, Origin, Settings};
 use crate::state::ProjectState;
 
 /// How a path appears inside the sandbox.
@@ -72,6 +83,8 @@ pub struct Mount {
     pub source: Option<PathBuf>,
     pub target: PathBuf,
     pub why: String,
+    /// Who asked for it: claudebox's default, the config file or the command line.
+    pub origin: Origin,
 }
 
 impl Mount {
@@ -81,6 +94,7 @@ impl Mount {
             source: source.map(Path::to_path_buf),
             target: target.to_path_buf(),
             why: why.to_string(),
+            origin: Origin::Default,
         }
     }
     fn same(kind: MountKind, path: &Path, why: &str) -> Mount {
@@ -117,6 +131,8 @@ pub struct Inputs {
     pub bwrap: PathBuf,
     /// `--session NAME`: which conversation, decided at the edge.
     pub session: Option<sessions::Launch>,
+    /// The user's extra mounts, environment, network mode and claude arguments.
+    pub settings: Settings,
 }
 
 /// The typed sandbox plan.
@@ -130,6 +146,9 @@ pub struct Plan {
     pub cwd: PathBuf,
     /// Program and arguments run inside.
     pub argv: Vec<OsString>,
+    /// The user's settings. Their variables (`settings.env`) are set after `env`, so that
+    /// an explicit `--env NAME` wins over claudebox's own changes.
+    pub settings: Settings,
 }
 
 pub const NAMESPACE_FLAGS: &[&str] = &[
@@ -192,6 +211,9 @@ pub fn build(inp: &Inputs) -> Plan {
     ));
 
     let p = &inp.project;
+    let (extra_before, extra_after) =
+        place_extras(&inp.settings.mounts, p, &inp.state.empty_file());
+    m.extend(extra_before);
     m.push(Mount::same(
         MountKind::Rw,
         &p.work_tree,
@@ -260,6 +282,7 @@ pub fn build(inp: &Inputs) -> Plan {
         &home.join(".claude.json"),
         "user config shared with the host: MCP servers, onboarding",
     ));
+    m.extend(extra_after);
 
     let mut env = vec![
         set("CLAUDEBOX", OsStr::new("1")),
@@ -284,19 +307,74 @@ pub fn build(inp: &Inputs) -> Plan {
             if let Some(s) = &inp.session {
                 v.extend(s.claude_args());
             }
+            for defaults in &inp.settings.claude_args {
+                v.extend(defaults.args.iter().cloned());
+            }
             v.extend(args.iter().cloned());
             v
         }
     };
 
+    let mut flags = NAMESPACE_FLAGS.to_vec();
+    if inp.settings.network == Network::None {
+        flags.push("--unshare-net");
+    }
+
     Plan {
         bwrap: inp.bwrap.clone(),
-        flags: NAMESPACE_FLAGS.to_vec(),
+        flags,
         mounts: m,
         env,
         cwd: p.cwd.clone(),
         argv,
+        settings: inp.settings.clone(),
     }
+}
+
+/// The user's extra mounts as plan mounts, split into those that go before the project
+/// (parents of it) and those that go last; each list parents first.
+fn place_extras(extras: &[ExtraMount], p: &Project, empty: &Path) -> (Vec<Mount>, Vec<Mount>) {
+    let mut sorted: Vec<&ExtraMount> = extras.iter().collect();
+    sorted.sort_by_key(|e| e.target.components().count());
+    let mut project_dirs = vec![p.work_tree.clone()];
+    project_dirs.extend(p.outside_git_dirs());
+    let (before, after): (Vec<&ExtraMount>, Vec<&ExtraMount>) = sorted.into_iter().partition(|e| {
+        project_dirs
+            .iter()
+            .any(|d| d.starts_with(&e.target) && *d != e.target)
+    });
+    let to_mount = |e: &&ExtraMount| {
+        let (kind, source, why) = match (e.kind, e.is_dir) {
+            (ExtraKind::Ro, _) => (
+                MountKind::Ro,
+                Some(e.source.as_path()),
+                "read-only, as you asked",
+            ),
+            (ExtraKind::Rw, true) => (
+                MountKind::Rw,
+                Some(e.source.as_path()),
+                "read-write, as you asked",
+            ),
+            (ExtraKind::Rw, false) => (
+                MountKind::File,
+                Some(e.source.as_path()),
+                "read-write, as you asked",
+            ),
+            (ExtraKind::Hide, true) => {
+                (MountKind::Tmpfs, None, "hidden: an empty directory over it")
+            }
+            (ExtraKind::Hide, false) => {
+                (MountKind::Ro, Some(empty), "hidden: an empty file over it")
+            }
+        };
+        let mut m = Mount::new(kind, source, &e.target, why);
+        m.origin = e.origin.clone();
+        m
+    };
+    (
+        before.iter().map(to_mount).collect(),
+        after.iter().map(to_mount).collect(),
+    )
 }
 
 fn set(name: &str, value: &OsStr) -> EnvOp {
@@ -317,6 +395,25 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
           create outside the project and ~/.claude are lost at exit. If a command fails \
           for lack of access, say so instead of working around the sandbox.",
     );
+    for (kind, label) in [
+        (ExtraKind::Ro, " Also readable (read-only):"),
+        (ExtraKind::Rw, " Also writable:"),
+        (ExtraKind::Hide, " Hidden (empty on purpose):"),
+    ] {
+        let mut listed = false;
+        for e in inp.settings.mounts.iter().filter(|e| e.kind == kind) {
+            s.extend_from_slice(if listed { b"," } else { label.as_bytes() });
+            s.push(b' ');
+            s.extend_from_slice(e.target.as_os_str().as_bytes());
+            listed = true;
+        }
+        if listed {
+            s.push(b'.');
+        }
+    }
+    if inp.settings.network == Network::None {
+        s.extend_from_slice(b" There is no network access: do not retry network commands.");
+    }
     OsString::from_vec(s)
 }
 
@@ -354,6 +451,7 @@ mod tests {
             },
             bwrap: "/usr/bin/bwrap".into(),
             session: None,
+            settings: Settings::default(),
         }
     }
 
@@ -458,5 +556,128 @@ mod tests {
             pos(&a, &["--tmpfs", "/home/u"])
                 < pos(&a, &["--bind", "/home/u/src/p", "/home/u/src/p"])
         );
+    }
+
+    use crate::settings::{ClaudeArgs, UserEnv};
+
+    fn inputs_with(settings: Settings) -> Inputs {
+        Inputs {
+            project: Project {
+                root: "/w/p/.git".into(),
+                work_tree: "/w/p".into(),
+                git_dir: Some("/w/p/.git".into()),
+                common_dir: Some("/w/p/.git".into()),
+                cwd: "/w/p".into(),
+            },
+            home: "/h".into(),
+            state: ProjectState {
+                dir: "/h/.claudebox/projects/0123456789abcdef".into(),
+            },
+            claude: None,
+            command: Command::Claude(vec!["mcp".into(), "list".into()]),
+            instance_id: "0".repeat(32),
+            host: HostFacts::default(),
+            bwrap: "/usr/bin/bwrap".into(),
+            settings,
+            session: None,
+        }
+    }
+
+    fn extra(kind: ExtraKind, path: &str, is_dir: bool) -> ExtraMount {
+        ExtraMount {
+            kind,
+            source: path.into(),
+            target: path.into(),
+            is_dir,
+            origin: Origin::CommandLine,
+        }
+    }
+
+    fn position(plan: &Plan, target: &str, kind: MountKind) -> usize {
+        plan.mounts
+            .iter()
+            .position(|m| m.target == Path::new(target) && m.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} mount at {target}"))
+    }
+
+    #[test]
+    fn extras_go_last_except_parents_of_the_project() {
+        let settings = Settings {
+            mounts: vec![
+                extra(ExtraKind::Hide, "/w/p/secret/key", false),
+                extra(ExtraKind::Ro, "/w/p/vendor", true),
+                extra(ExtraKind::Hide, "/w/p/secret", true),
+                extra(ExtraKind::Ro, "/w", true),
+                extra(ExtraKind::Rw, "/data", true),
+            ],
+            ..Settings::default()
+        };
+        let plan = build(&inputs_with(settings));
+        let project = position(&plan, "/w/p", MountKind::Rw);
+        let claude_json = position(&plan, "/h/.claude.json", MountKind::File);
+        let parent = position(&plan, "/w", MountKind::Ro);
+        assert!(
+            parent < project,
+            "a parent of the project must not shadow it"
+        );
+        assert!(position(&plan, "/h", MountKind::Tmpfs) < parent);
+        for (t, k) in [
+            ("/w/p/vendor", MountKind::Ro),
+            ("/data", MountKind::Rw),
+            ("/w/p/secret", MountKind::Tmpfs),
+        ] {
+            assert!(position(&plan, t, k.clone()) > claude_json, "{t}");
+        }
+        // Parents first, whatever order they were listed in: the file stays hidden.
+        let dir = position(&plan, "/w/p/secret", MountKind::Tmpfs);
+        let file = position(&plan, "/w/p/secret/key", MountKind::Ro);
+        assert!(dir < file);
+        assert_eq!(
+            plan.mounts[file].source.as_deref(),
+            Some(Path::new("/h/.claudebox/projects/0123456789abcdef/empty"))
+        );
+        assert_eq!(plan.mounts[file].origin, Origin::CommandLine);
+        assert_eq!(plan.mounts[project].origin, Origin::Default);
+    }
+
+    #[test]
+    fn network_none_unshares_the_network() {
+        assert!(!build(&inputs_with(Settings::default()))
+            .flags
+            .contains(&"--unshare-net"));
+        let plan = build(&inputs_with(Settings {
+            network: Network::None,
+            ..Settings::default()
+        }));
+        assert!(plan.flags.contains(&"--unshare-net"));
+        let argv = crate::render::argv(&plan);
+        let net = argv.iter().position(|a| a == "--unshare-net").unwrap();
+        let sep = argv.iter().position(|a| a == "--").unwrap();
+        assert!(net < sep);
+    }
+
+    #[test]
+    fn default_claude_args_come_before_the_users_and_env_after_claudeboxs() {
+        let plan = build(&inputs_with(Settings {
+            claude_args: vec![ClaudeArgs {
+                args: vec!["--model".into(), "opus".into()],
+                origin: Origin::CommandLine,
+            }],
+            env: vec![UserEnv {
+                name: "CLAUDEBOX_X".into(),
+                value: "v".into(),
+                origin: Origin::CommandLine,
+            }],
+            ..Settings::default()
+        }));
+        let tail: Vec<&OsStr> = plan.argv[3..].iter().map(|a| a.as_os_str()).collect();
+        assert_eq!(tail, ["--model", "opus", "mcp", "list"]);
+        let argv = crate::render::argv(&plan);
+        let user = argv.iter().position(|a| a == "CLAUDEBOX_X").unwrap();
+        let own = argv
+            .iter()
+            .position(|a| a == "CLAUDEBOX_INSTANCE_ID")
+            .unwrap();
+        assert!(own < user && argv[user - 1] == "--setenv");
     }
 }

@@ -43,6 +43,11 @@ pub fn argv(plan: &Plan) -> Vec<OsString> {
             }
         }
     }
+    for e in &plan.settings.env {
+        a.push("--setenv".into());
+        a.push(e.name.clone());
+        a.push(e.value.clone());
+    }
     a.push("--chdir".into());
     a.push(plan.cwd.clone().into_os_string());
     a.push("--".into());
@@ -75,7 +80,7 @@ fn is_plain(b: u8) -> bool {
 pub fn mount_table(plan: &Plan) -> Vec<u8> {
     let mut out = Vec::new();
     out.extend_from_slice(b"# mounts, in the order bwrap applies them (later wins)\n");
-    out.extend_from_slice(b"# kind\tsource\ttarget\twhy\n");
+    out.extend_from_slice(b"# kind\tsource\ttarget\twhy\tfrom\n");
     for m in &plan.mounts {
         out.extend_from_slice(m.kind.to_string().as_bytes());
         out.push(b'\t');
@@ -87,6 +92,8 @@ pub fn mount_table(plan: &Plan) -> Vec<u8> {
         out.extend_from_slice(&escape_bytes(m.target.as_os_str().as_bytes()));
         out.push(b'\t');
         out.extend_from_slice(m.why.as_bytes());
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(m.origin.to_string().as_bytes()));
         out.push(b'\n');
     }
     out
@@ -118,24 +125,60 @@ fn escape_bytes(bytes: &[u8]) -> Vec<u8> {
     out
 }
 
-/// The full `--dry-run` output: the mount table, the environment changes, the command.
+/// The user's settings that are not mounts: the config file, the network mode and the
+/// default claude arguments, each with where it came from.
+pub fn settings_table(plan: &Plan) -> Vec<u8> {
+    let s = &plan.settings;
+    let mut out = Vec::new();
+    out.extend_from_slice(b"# settings\n# name\tvalue\tfrom\n");
+    let mut row = |name: &str, value: &[u8], from: &str| {
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(value));
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(from.as_bytes()));
+        out.push(b'\n');
+    };
+    let state = if s.config_read { "read" } else { "not present" };
+    row("config-file", s.config_file.as_os_str().as_bytes(), state);
+    row(
+        "network",
+        s.network.to_string().as_bytes(),
+        &s.network_origin.to_string(),
+    );
+    for a in &s.claude_args {
+        row("claude-args", &shell_line(&a.args), &a.origin.to_string());
+    }
+    out
+}
+
+/// The full `--dry-run` output: the mount table, the settings, the environment changes,
+/// the command.
 pub fn dry_run(plan: &Plan) -> Vec<u8> {
     let mut out = mount_table(plan);
+    out.extend_from_slice(&settings_table(plan));
     out.extend_from_slice(b"# environment: the host's, plus\n");
+    let mut line = |op: &str, k: &[u8], v: Option<&[u8]>, from: &str| {
+        out.extend_from_slice(op.as_bytes());
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(k));
+        if let Some(v) = v {
+            out.push(b'=');
+            out.extend_from_slice(&escape_bytes(v));
+        }
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(from.as_bytes()));
+        out.push(b'\n');
+    };
     for e in &plan.env {
         match e {
-            EnvOp::Set(k, v) => {
-                out.extend_from_slice(b"set\t");
-                out.extend_from_slice(&escape_bytes(k.as_bytes()));
-                out.push(b'=');
-                out.extend_from_slice(&escape_bytes(v.as_bytes()));
-            }
-            EnvOp::Unset(k) => {
-                out.extend_from_slice(b"unset\t");
-                out.extend_from_slice(&escape_bytes(k.as_bytes()));
-            }
+            EnvOp::Set(k, v) => line("set", k.as_bytes(), Some(v.as_bytes()), "default"),
+            EnvOp::Unset(k) => line("unset", k.as_bytes(), None, "default"),
         }
-        out.push(b'\n');
+    }
+    for e in &plan.settings.env {
+        let from = e.origin.to_string();
+        line("set", e.name.as_bytes(), Some(e.value.as_bytes()), &from);
     }
     out.extend_from_slice(b"# command\n");
     out.extend_from_slice(&shell_line(&argv(plan)));

@@ -7,6 +7,7 @@
 //!         ├── project-root      the canonical project root, raw bytes, no newline
 //!         ├── claude-projects/  mounted at ~/.claude/projects inside the sandbox
 //!         ├── history.jsonl     mounted at ~/.claude/history.jsonl
+//!         ├── empty             an empty read-only file, mounted over hidden files
 //!         ├── lock              held (shared flock) by every running sandbox
 //!         └── sessions/         named sessions (`--session NAME`), see `sessions.rs`
 //! ```
@@ -27,6 +28,7 @@ pub const CONVERSATIONS_DIR: &str = "claude-projects";
 pub const HISTORY_FILE: &str = "history.jsonl";
 pub const LOCK_FILE: &str = "lock";
 pub const SESSIONS_DIR: &str = "sessions";
+pub const EMPTY_FILE: &str = "empty";
 
 /// The paths of one state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -77,6 +79,27 @@ impl ProjectState {
     pub fn sessions(&self) -> PathBuf {
         self.dir.join(SESSIONS_DIR)
     }
+    /// Mounted read-only over each hidden file (`hide`).
+    pub fn empty_file(&self) -> PathBuf {
+        self.dir.join(EMPTY_FILE)
+    }
+}
+
+/// Creates (or empties) the file mounted over hidden files.
+pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
+    let path = state.empty_file();
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o400)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.display()))?;
+    if f.metadata()?.len() != 0 {
+        f.set_len(0)
+            .with_context(|| format!("cannot empty {}", path.display()))?;
+    }
+    Ok(())
 }
 
 fn mkdir_private(path: &Path) -> Result<()> {

@@ -430,6 +430,7 @@ mod tests {
             host: Default::default(),
             bwrap: "/usr/bin/bwrap".into(),
             session,
+            settings: Default::default(),
         };
         let launch = Launch {
             name: "rev".into(),

@@ -183,8 +183,12 @@ pub fn dry_run(w: &World, cwd: &Path) -> String {
 
 pub fn env_in_dry_run(out: &str, name: &str) -> Option<String> {
     let prefix = format!("set\t{name}=");
+    // A row is `set\tNAME=VALUE\tFROM`; values are escaped, so the first tab ends them.
+    // The last row for a name is the one in force.
     out.lines()
-        .find_map(|l| l.strip_prefix(&prefix).map(str::to_string))
+        .rev()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map(|rest| rest.split('\t').next().unwrap_or(rest).to_string())
 }
 
 /// A fake agent that keeps conversations the way claude does: `--session-id U` creates

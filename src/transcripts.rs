@@ -39,7 +39,7 @@ pub fn dir_name(cwd: &Path) -> OsString {
         if c.is_ascii_alphanumeric() {
             out.push(c);
         } else {
-            out.extend(std::iter::repeat('-').take(c.len_utf16()));
+            out.extend(std::iter::repeat_n('-', c.len_utf16()));
         }
     }
     if out.len() > 200 {
@@ -104,10 +104,7 @@ pub fn find(conversations: &Path, uuid: &str, cwd: &Path) -> Result<Found> {
         }
         let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
         let name = entry.file_name();
-        if best
-            .as_ref()
-            .map_or(true, |(t, n)| (mtime, &name) > (*t, n))
-        {
+        if best.as_ref().is_none_or(|(t, n)| (mtime, &name) > (*t, n)) {
             best = Some((mtime, name));
         }
     }

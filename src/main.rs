@@ -1,10 +1,13 @@
 //! claudebox: run Claude Code inside a per-project bubblewrap sandbox.
 
 mod cli;
+mod confine;
 mod host;
+mod ipc;
 mod launch;
 mod plan;
 mod project;
+mod protect;
 mod render;
 mod state;
 
@@ -14,7 +17,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse_from(host::args_os());
+    let args = host::args_os();
+    if args.get(1).is_some_and(|a| a == confine::INIT_FLAG) {
+        return confine::main(&args[2..]);
+    }
+    let cli = cli::Cli::parse_from(args);
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {

@@ -9,8 +9,11 @@
 //! 2. `/dev`, a new `/proc`, a fresh `/tmp`;
 //! 3. an empty writable tmpfs over `$HOME`;
 //! 4. the project's work tree read-write at its real path, then its git dirs that lie
-//!    outside it;
-//! 5. the `claude` installation, read-only, and git's configuration, read-only;
+//!    outside it, then over them (parents first) the code-bearing paths made read-only
+//!    (`.git/hooks`, `.git/config`, ..., see `protect`) unless the user opted out;
+//! 5. the `claude` installation and claudebox itself (it runs first inside, to apply the
+//!    seccomp filter and the Landlock scope), read-only; git's configuration, read-only;
+//!    with `--ssh-agent`, the agent's socket;
 //! 6. the real `~/.claude`, read-write, then over it, in this order, the project's
 //!    conversations (`~/.claude/projects`), the project's history
 //!    (`~/.claude/history.jsonl`) and a private `~/.claude/sessions`;
@@ -26,6 +29,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::{ClaudeInstall, HostFacts, SystemEntry};
 use crate::project::Project;
+use crate::protect::{Guard, Protected};
 use crate::state::ProjectState;
 
 /// How a path appears inside the sandbox.
@@ -47,6 +51,8 @@ pub enum MountKind {
     Dev,
     /// A new `/proc` for the new pid namespace.
     Proc,
+    /// An empty read-only directory (a tmpfs remounted read-only).
+    EmptyRo,
 }
 
 impl fmt::Display for MountKind {
@@ -60,6 +66,7 @@ impl fmt::Display for MountKind {
             MountKind::Symlink => "symlink",
             MountKind::Dev => "dev",
             MountKind::Proc => "proc",
+            MountKind::EmptyRo => "empty-ro",
         })
     }
 }
@@ -90,7 +97,6 @@ impl Mount {
 /// An environment change inside the sandbox (the host environment passes through).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnvOp {
-    #[allow(dead_code)] // used by the hardening that strips host IPC variables
     Unset(OsString),
     Set(OsString, OsString),
 }
@@ -115,6 +121,32 @@ pub struct Inputs {
     pub instance_id: String,
     pub host: HostFacts,
     pub bwrap: PathBuf,
+    /// Lay read-only mounts over `protected` (off with `--writable-project-config`).
+    pub protect_project_metadata: bool,
+    /// The project's code-bearing paths (see `protect`).
+    pub protected: Vec<Protected>,
+    /// Code-bearing work-tree entries that do not exist, so are not protected.
+    pub unprotected_missing: Vec<PathBuf>,
+    /// Host IPC variables present in the environment, to unset inside.
+    pub ipc_vars: Vec<OsString>,
+    /// `--ssh-agent`: the host agent's socket, bound at [`SSH_AGENT_SOCK`].
+    pub ssh_agent: Option<PathBuf>,
+    /// claudebox's own executable, run inside as the first step.
+    pub own_exe: PathBuf,
+    /// The kernel's Landlock ABI version (6 and later can scope abstract unix sockets).
+    pub landlock_abi: u32,
+}
+
+/// Where `--ssh-agent` puts the host agent's socket inside.
+pub const SSH_AGENT_SOCK: &str = "/run/claudebox/ssh-agent.sock";
+
+/// What claudebox applies inside before the command (see `confine`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confine {
+    /// claudebox's own executable, bound read-only at this path.
+    pub exe: PathBuf,
+    /// Block `connect()` to the host's abstract unix sockets (Landlock ABI 6+).
+    pub scope_abstract_unix: bool,
 }
 
 /// The typed sandbox plan.
@@ -126,8 +158,12 @@ pub struct Plan {
     pub mounts: Vec<Mount>,
     pub env: Vec<EnvOp>,
     pub cwd: PathBuf,
+    /// The first step inside: seccomp filter and Landlock scope, then exec of `argv`.
+    pub confine: Option<Confine>,
     /// Program and arguments run inside.
     pub argv: Vec<OsString>,
+    /// Opt-ins and known gaps of this launch, each with its reason, for `--dry-run`.
+    pub notes: Vec<String>,
 }
 
 pub const NAMESPACE_FLAGS: &[&str] = &[
@@ -203,6 +239,9 @@ pub fn build(inp: &Inputs) -> Plan {
         ));
     }
 
+    let mut notes = Vec::new();
+    protect(inp, &mut m, &mut notes);
+
     if let Some(c) = &inp.claude {
         m.push(Mount::same(
             MountKind::Ro,
@@ -217,6 +256,32 @@ pub fn build(inp: &Inputs) -> Plan {
                 "claude as the host's PATH finds it",
             ));
         }
+    }
+    if !inp
+        .host
+        .system
+        .iter()
+        .any(|(p, _)| inp.own_exe.starts_with(p))
+    {
+        m.push(Mount::same(
+            MountKind::Ro,
+            &inp.own_exe,
+            "claudebox itself: inside, it applies the seccomp filter and the Landlock scope, \
+             then execs the command",
+        ));
+    }
+    if let Some(sock) = &inp.ssh_agent {
+        m.push(Mount::new(
+            MountKind::File,
+            Some(sock),
+            Path::new(SSH_AGENT_SOCK),
+            "--ssh-agent: the host's ssh agent (the agent can sign with your keys, not read them)",
+        ));
+        notes.push(format!(
+            "opt-in --ssh-agent: {} is bound at {SSH_AGENT_SOCK}; while it runs the agent can \
+             use every key the ssh agent holds (push, log in to hosts)",
+            sock.display()
+        ));
     }
     m.push(Mount::same(
         MountKind::RoTry,
@@ -259,12 +324,30 @@ pub fn build(inp: &Inputs) -> Plan {
         "user config shared with the host: MCP servers, onboarding",
     ));
 
-    let env = vec![
+    let mut env: Vec<EnvOp> = inp
+        .ipc_vars
+        .iter()
+        .filter(|v| !(inp.ssh_agent.is_some() && v.as_os_str() == "SSH_AUTH_SOCK"))
+        .map(|v| EnvOp::Unset(v.clone()))
+        .collect();
+    if inp.ssh_agent.is_some() {
+        env.push(set("SSH_AUTH_SOCK", OsStr::new(SSH_AGENT_SOCK)));
+    }
+    env.extend([
         set("CLAUDEBOX", OsStr::new("1")),
         set("CLAUDEBOX_PROJECT_ROOT", p.root.as_os_str()),
         set("CLAUDEBOX_PROJECT_ID", OsStr::new(&p.id())),
         set("CLAUDEBOX_INSTANCE_ID", OsStr::new(&inp.instance_id)),
-    ];
+    ]);
+
+    let scope_abstract_unix = inp.landlock_abi >= 6;
+    if !scope_abstract_unix {
+        notes.push(
+            "gap: this kernel has no Landlock scopes (Linux 6.12+), so abstract unix sockets \
+             of the host (X11 @/tmp/.X11-unix, some D-Bus buses) stay reachable"
+                .to_string(),
+        );
+    }
 
     let argv = match &inp.command {
         Command::Exec(cmd) => cmd.clone(),
@@ -286,7 +369,42 @@ pub fn build(inp: &Inputs) -> Plan {
         mounts: m,
         env,
         cwd: p.cwd.clone(),
+        confine: Some(Confine {
+            exe: inp.own_exe.clone(),
+            scope_abstract_unix,
+        }),
         argv,
+        notes,
+    }
+}
+
+/// Step 4's second half: read-only mounts over the project's code-bearing paths.
+fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
+    if !inp.protect_project_metadata {
+        notes.push(
+            "opt-in --writable-project-config: .git/hooks, .git/config, .envrc, .vscode, \
+             .idea are writable; tools on the host run code from them"
+                .to_string(),
+        );
+        return;
+    }
+    for p in &inp.protected {
+        let why = format!("protected: {}", p.why);
+        m.push(match p.guard {
+            Guard::ReadOnly => Mount::same(MountKind::Ro, &p.path, &why),
+            Guard::Pin => Mount::same(MountKind::Rw, &p.path, &why),
+            Guard::EmptyDir => Mount::new(MountKind::EmptyRo, None, &p.path, &why),
+            Guard::EmptyFile => {
+                Mount::new(MountKind::Ro, Some(Path::new("/dev/null")), &p.path, &why)
+            }
+        });
+    }
+    for p in &inp.unprotected_missing {
+        notes.push(format!(
+            "gap: {} does not exist, so it is not protected and can be created \
+             (a mount would leave an empty one in your project)",
+            p.display()
+        ));
     }
 }
 

@@ -238,6 +238,9 @@ enum Via {
     Keyring,
 }
 
+/// Host-side evidence that an attempt got out.
+type HostCheck = Box<dyn Fn(&Arena) -> bool>;
+
 struct Attempt {
     name: &'static str,
     /// Shell code run inside; it prints `ESCAPED` when it got out.
@@ -246,7 +249,7 @@ struct Attempt {
     linked: bool,
     via: Via,
     /// Host-side evidence of success, checked after the run.
-    host_check: Option<Box<dyn Fn(&Arena) -> bool>>,
+    host_check: Option<HostCheck>,
 }
 
 fn attempt(name: &'static str, script: impl Into<String>) -> Attempt {

@@ -428,3 +428,119 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
     );
     OsString::from_vec(s)
 }
+
+#[cfg(test)]
+mod hardening_tests {
+    use super::*;
+    use crate::render;
+
+    fn inputs() -> Inputs {
+        Inputs {
+            project: Project {
+                root: "/p/.git".into(),
+                work_tree: "/p".into(),
+                git_dir: Some("/p/.git".into()),
+                common_dir: Some("/p/.git".into()),
+                cwd: "/p".into(),
+            },
+            home: "/h".into(),
+            state: ProjectState {
+                dir: "/h/.claudebox/projects/x".into(),
+            },
+            claude: None,
+            command: Command::Exec(vec!["sh".into()]),
+            instance_id: "i".into(),
+            host: HostFacts::default(),
+            bwrap: "/usr/bin/bwrap".into(),
+            protect_project_metadata: true,
+            protected: vec![
+                Protected {
+                    path: "/p/.git".into(),
+                    guard: Guard::Pin,
+                    why: "pin",
+                },
+                Protected {
+                    path: "/p/.git/hooks".into(),
+                    guard: Guard::EmptyDir,
+                    why: "hooks",
+                },
+                Protected {
+                    path: "/p/.git/config".into(),
+                    guard: Guard::ReadOnly,
+                    why: "config",
+                },
+            ],
+            unprotected_missing: vec!["/p/.envrc".into()],
+            ipc_vars: vec!["SSH_AUTH_SOCK".into(), "DISPLAY".into()],
+            ssh_agent: None,
+            own_exe: "/opt/cb/claudebox".into(),
+            landlock_abi: 7,
+        }
+    }
+
+    fn pos(a: &[OsString], window: &[&str]) -> usize {
+        a.windows(window.len())
+            .position(|w| w.iter().zip(window).all(|(x, y)| x == y))
+            .unwrap_or_else(|| panic!("{window:?} not in {a:?}"))
+    }
+
+    #[test]
+    fn protections_come_after_the_project_and_parents_first() {
+        let a = render::argv(&build(&inputs()));
+        let project = pos(&a, &["--bind", "/p", "/p"]);
+        let pin = pos(&a, &["--bind", "/p/.git", "/p/.git"]);
+        let hooks = pos(
+            &a,
+            &["--tmpfs", "/p/.git/hooks", "--remount-ro", "/p/.git/hooks"],
+        );
+        let config = pos(&a, &["--ro-bind", "/p/.git/config", "/p/.git/config"]);
+        assert!(project < pin && pin < hooks && pin < config);
+    }
+
+    #[test]
+    fn init_step_wraps_the_command_and_ipc_vars_are_unset() {
+        let a = render::argv(&build(&inputs()));
+        let init = pos(
+            &a,
+            &[
+                "--",
+                "/opt/cb/claudebox",
+                "--sandbox-init",
+                "--scope-abstract-unix",
+                "--",
+                "sh",
+            ],
+        );
+        assert_eq!(init + 6, a.len());
+        pos(&a, &["--ro-bind", "/opt/cb/claudebox", "/opt/cb/claudebox"]);
+        pos(&a, &["--unsetenv", "SSH_AUTH_SOCK"]);
+        pos(&a, &["--unsetenv", "DISPLAY"]);
+    }
+
+    #[test]
+    fn without_landlock_scopes_the_gap_is_told() {
+        let mut i = inputs();
+        i.landlock_abi = 5;
+        let p = build(&i);
+        assert!(!p.confine.as_ref().unwrap().scope_abstract_unix);
+        assert!(p.notes.iter().any(|n| n.contains("abstract unix sockets")));
+    }
+
+    #[test]
+    fn opt_outs_show_in_the_notes() {
+        let mut i = inputs();
+        i.protect_project_metadata = false;
+        i.ssh_agent = Some("/tmp/ssh-x/agent.1".into());
+        let p = build(&i);
+        let a = render::argv(&p);
+        assert!(!a.iter().any(|x| x == "/p/.git/config"));
+        pos(&a, &["--bind", "/tmp/ssh-x/agent.1", SSH_AGENT_SOCK]);
+        pos(&a, &["--setenv", "SSH_AUTH_SOCK", SSH_AGENT_SOCK]);
+        assert!(!a
+            .windows(2)
+            .any(|w| w[0] == "--unsetenv" && w[1] == "SSH_AUTH_SOCK"));
+        let dry = String::from_utf8(render::dry_run(&p)).unwrap();
+        assert!(dry.contains("opt-in --writable-project-config"));
+        assert!(dry.contains("opt-in --ssh-agent"));
+    }
+}

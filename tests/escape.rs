@@ -423,7 +423,7 @@ print("ESCAPED attached" if r == 0 else "ptrace failed: errno %d" % ctypes.get_e
     v.push(attempt(
         "gain privileges through a setuid-root binary (su)",
         format!(
-            "python3 -c {} su -c true root | sed 's/ELEVATED/{MARK}/'",
+            "python3 -c {} su -c 'sleep 5' root | sed 's/ELEVATED/{MARK}/'",
             sq(include_str!("helpers/setuid_probe.py"))
         ),
     ));
@@ -726,7 +726,7 @@ fn controls_show_the_attempts_can_succeed() {
     // su elevates on the host.
     let o = Command::new("python3")
         .arg(helper("setuid_probe.py"))
-        .args(["su", "-c", "true", "root"])
+        .args(["su", "-c", "sleep 5", "root"])
         .output()
         .unwrap();
     assert!(

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Starts a setuid-root program that waits for input (su asking for a password) and
+"""Starts a setuid-root program that waits (su asking for a password, or running `sleep`) and
 prints ELEVATED when it runs with an effective uid of 0 while the caller is not root, or
 with any effective capability. usage: setuid_probe.py PROGRAM [ARGS...]"""
 import os, subprocess, sys, time
@@ -13,7 +13,7 @@ for _ in range(4000):  # wait until the child has exec'd the program (or exited)
         # /proc/PID/status stays readable for a setuid process (exe does not).
         st = open(f"/proc/{p.pid}/status").read()
         # Sleeping under the program's name: exec (and its credential change) is done
-        # and it waits for the password.
+        # and it waits (for the password or for its command).
         if st.startswith(f"Name:\t{want}\n") and "\nState:\tS" in st:
             status = st
             break

@@ -81,6 +81,17 @@ pub struct Cli {
     #[arg(long, conflicts_with = "network")]
     pub no_network: bool,
 
+    /// Forward the host's ssh agent ($SSH_AUTH_SOCK) into the sandbox: the agent can then
+    /// use (not read) your ssh keys, e.g. to push, for as long as it runs.
+    #[arg(long)]
+    pub ssh_agent: bool,
+
+    /// Leave the project's code-bearing config writable: .git/hooks, .git/config (and the
+    /// worktree and submodule equivalents), core.hooksPath, .envrc, .vscode, .idea. Tools on
+    /// the host run code from these.
+    #[arg(long)]
+    pub writable_project_config: bool,
+
     /// Arguments for claude (or, with --exec, the command and its arguments).
     #[arg(
         value_name = "CLAUDE_ARGS",

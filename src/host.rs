@@ -162,3 +162,26 @@ pub fn current_dir() -> Result<PathBuf> {
 pub fn args_os() -> Vec<OsString> {
     std::env::args_os().collect()
 }
+
+/// The Landlock ABI version the running kernel offers (0 without Landlock).
+pub fn landlock_abi() -> u32 {
+    const LANDLOCK_CREATE_RULESET_VERSION: nix::libc::c_uint = 1;
+    // SAFETY: landlock_create_ruleset with a null attribute, size 0 and the VERSION flag
+    // only returns the ABI version (or -1 with errno); it touches no memory.
+    let v = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<u8>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    u32::try_from(v).unwrap_or(0)
+}
+
+/// claudebox's own executable, symlinks resolved: it runs inside as the sandbox's first
+/// step (`--sandbox-init`).
+pub fn own_exe() -> Result<PathBuf> {
+    let exe = std::env::current_exe().context("cannot find claudebox's own executable")?;
+    fs::canonicalize(&exe).with_context(|| format!("cannot resolve {}", exe.display()))
+}

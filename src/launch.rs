@@ -20,6 +20,7 @@ use crate::render;
 use crate::sessions;
 use crate::settings;
 use crate::state::{self, ProjectState, StateHome};
+use crate::{ipc, protect};
 
 /// Everything found on the host, and the plan made from it.
 pub struct Prepared {
@@ -66,6 +67,20 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             yes: cli.yes,
         },
     )?;
+    let protect_project_metadata = !cli.writable_project_config;
+    let (protected, unprotected_missing) = if protect_project_metadata {
+        (
+            protect::probe(&project, &home)?,
+            protect::missing_work_tree_entries(&project),
+        )
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let ssh_agent = if cli.ssh_agent {
+        Some(ssh_agent_socket()?)
+    } else {
+        None
+    };
     let inputs = Inputs {
         project,
         home,
@@ -77,6 +92,13 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         bwrap,
         session,
         settings,
+        protect_project_metadata,
+        protected,
+        unprotected_missing,
+        ipc_vars: ipc::present(),
+        ssh_agent,
+        own_exe: host::own_exe()?,
+        landlock_abi: host::landlock_abi(),
     };
     let plan = plan::build(&inputs);
     Ok(Prepared {
@@ -84,6 +106,22 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         state_home,
         plan,
     })
+}
+
+/// `--ssh-agent`: the socket `$SSH_AUTH_SOCK` names, which must exist and be a socket.
+fn ssh_agent_socket() -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let Some(sock) = std::env::var_os("SSH_AUTH_SOCK").filter(|s| !s.is_empty()) else {
+        bail!("--ssh-agent: SSH_AUTH_SOCK is not set; start an ssh agent (eval $(ssh-agent)) or drop --ssh-agent");
+    };
+    let path = std::path::PathBuf::from(sock);
+    match fs::metadata(&path) {
+        Ok(m) if m.file_type().is_socket() => Ok(fs::canonicalize(&path)?),
+        _ => bail!(
+            "--ssh-agent: SSH_AUTH_SOCK is {} but that is not a socket; check your ssh agent or drop --ssh-agent",
+            path.display()
+        ),
+    }
 }
 
 /// Refuses a project that would bind `/`, the home directory or a parent of it read-write.

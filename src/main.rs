@@ -2,11 +2,14 @@
 
 mod cli;
 mod config;
+mod confine;
 mod guard;
 mod host;
+mod ipc;
 mod launch;
 mod plan;
 mod project;
+mod protect;
 mod render;
 mod sessions;
 mod settings;
@@ -21,6 +24,9 @@ use clap::Parser;
 
 fn main() -> ExitCode {
     let args = host::args_os();
+    if args.get(1).is_some_and(|a| a == confine::INIT_FLAG) {
+        return confine::main(&args[2..]);
+    }
     if let Some(code) = shell::dispatch(&args) {
         return code;
     }

@@ -9,8 +9,11 @@
 //! 2. `/dev`, a new `/proc`, a fresh `/tmp`;
 //! 3. an empty writable tmpfs over `$HOME`;
 //! 4. the project's work tree read-write at its real path, then its git dirs that lie
-//!    outside it;
-//! 5. the `claude` installation, read-only, and git's configuration, read-only;
+//!    outside it, then over them (parents first) the code-bearing paths made read-only
+//!    (`.git/hooks`, `.git/config`, ..., see `protect`) unless the user opted out;
+//! 5. the `claude` installation and claudebox itself (it runs first inside, to apply the
+//!    seccomp filter and the Landlock scope), read-only; git's configuration, read-only;
+//!    with `--ssh-agent`, the agent's socket;
 //! 6. the real `~/.claude`, read-write, then over it, in this order, the project's
 //!    conversations (`~/.claude/projects`), the project's history
 //!    (`~/.claude/history.jsonl`) and a private `~/.claude/sessions`;
@@ -36,6 +39,7 @@ use std::path::{Path, PathBuf};
 
 use crate::host::{ClaudeInstall, HostFacts, SystemEntry};
 use crate::project::Project;
+use crate::protect::{Guard, Protected};
 use crate::sessions;
 use crate::settings::{ExtraKind, ExtraMount, Network, Origin, Settings};
 use crate::state::ProjectState;
@@ -59,6 +63,8 @@ pub enum MountKind {
     Dev,
     /// A new `/proc` for the new pid namespace.
     Proc,
+    /// An empty read-only directory (a tmpfs remounted read-only).
+    EmptyRo,
 }
 
 impl fmt::Display for MountKind {
@@ -72,6 +78,7 @@ impl fmt::Display for MountKind {
             MountKind::Symlink => "symlink",
             MountKind::Dev => "dev",
             MountKind::Proc => "proc",
+            MountKind::EmptyRo => "empty-ro",
         })
     }
 }
@@ -133,6 +140,32 @@ pub struct Inputs {
     pub session: Option<sessions::Launch>,
     /// The user's extra mounts, environment, network mode and claude arguments.
     pub settings: Settings,
+    /// Lay read-only mounts over `protected` (off with `--writable-project-config`).
+    pub protect_project_metadata: bool,
+    /// The project's code-bearing paths (see `protect`).
+    pub protected: Vec<Protected>,
+    /// Code-bearing work-tree entries that do not exist, so are not protected.
+    pub unprotected_missing: Vec<PathBuf>,
+    /// Host IPC variables present in the environment, to unset inside.
+    pub ipc_vars: Vec<OsString>,
+    /// `--ssh-agent`: the host agent's socket, bound at [`SSH_AGENT_SOCK`].
+    pub ssh_agent: Option<PathBuf>,
+    /// claudebox's own executable, run inside as the first step.
+    pub own_exe: PathBuf,
+    /// The kernel's Landlock ABI version (6 and later can scope abstract unix sockets).
+    pub landlock_abi: u32,
+}
+
+/// Where `--ssh-agent` puts the host agent's socket inside.
+pub const SSH_AGENT_SOCK: &str = "/run/claudebox/ssh-agent.sock";
+
+/// What claudebox applies inside before the command (see `confine`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confine {
+    /// claudebox's own executable, bound read-only at this path.
+    pub exe: PathBuf,
+    /// Block `connect()` to the host's abstract unix sockets (Landlock ABI 6+).
+    pub scope_abstract_unix: bool,
 }
 
 /// The typed sandbox plan.
@@ -144,11 +177,15 @@ pub struct Plan {
     pub mounts: Vec<Mount>,
     pub env: Vec<EnvOp>,
     pub cwd: PathBuf,
+    /// The first step inside: seccomp filter and Landlock scope, then exec of `argv`.
+    pub confine: Option<Confine>,
     /// Program and arguments run inside.
     pub argv: Vec<OsString>,
     /// The user's settings. Their variables (`settings.env`) are set after `env`, so that
     /// an explicit `--env NAME` wins over claudebox's own changes.
     pub settings: Settings,
+    /// Opt-ins and known gaps of this launch, each with its reason, for `--dry-run`.
+    pub notes: Vec<String>,
 }
 
 pub const NAMESPACE_FLAGS: &[&str] = &[
@@ -227,6 +264,9 @@ pub fn build(inp: &Inputs) -> Plan {
         ));
     }
 
+    let mut notes = Vec::new();
+    protect(inp, &mut m, &mut notes);
+
     if let Some(c) = &inp.claude {
         m.push(Mount::same(
             MountKind::Ro,
@@ -241,6 +281,32 @@ pub fn build(inp: &Inputs) -> Plan {
                 "claude as the host's PATH finds it",
             ));
         }
+    }
+    if !inp
+        .host
+        .system
+        .iter()
+        .any(|(p, _)| inp.own_exe.starts_with(p))
+    {
+        m.push(Mount::same(
+            MountKind::Ro,
+            &inp.own_exe,
+            "claudebox itself: inside, it applies the seccomp filter and the Landlock scope, \
+             then execs the command",
+        ));
+    }
+    if let Some(sock) = &inp.ssh_agent {
+        m.push(Mount::new(
+            MountKind::File,
+            Some(sock),
+            Path::new(SSH_AGENT_SOCK),
+            "--ssh-agent: the host's ssh agent (the agent can sign with your keys, not read them)",
+        ));
+        notes.push(format!(
+            "opt-in --ssh-agent: {} is bound at {SSH_AGENT_SOCK}; while it runs the agent can \
+             use every key the ssh agent holds (push, log in to hosts)",
+            sock.display()
+        ));
     }
     m.push(Mount::same(
         MountKind::RoTry,
@@ -284,16 +350,34 @@ pub fn build(inp: &Inputs) -> Plan {
     ));
     m.extend(extra_after);
 
-    let mut env = vec![
+    let mut env: Vec<EnvOp> = inp
+        .ipc_vars
+        .iter()
+        .filter(|v| !(inp.ssh_agent.is_some() && v.as_os_str() == "SSH_AUTH_SOCK"))
+        .map(|v| EnvOp::Unset(v.clone()))
+        .collect();
+    if inp.ssh_agent.is_some() {
+        env.push(set("SSH_AUTH_SOCK", OsStr::new(SSH_AGENT_SOCK)));
+    }
+    env.extend([
         set("CLAUDEBOX", OsStr::new("1")),
         set("CLAUDEBOX_PROJECT_ROOT", p.root.as_os_str()),
         set("CLAUDEBOX_PROJECT_ID", OsStr::new(&p.id())),
         set("CLAUDEBOX_INSTANCE_ID", OsStr::new(&inp.instance_id)),
-    ];
+    ]);
     env.push(match &inp.session {
         Some(s) => set("CLAUDEBOX_SESSION", OsStr::new(&s.name)),
         None => EnvOp::Unset("CLAUDEBOX_SESSION".into()),
     });
+
+    let scope_abstract_unix = inp.landlock_abi >= 6;
+    if !scope_abstract_unix {
+        notes.push(
+            "gap: this kernel has no Landlock scopes (Linux 6.12+), so abstract unix sockets \
+             of the host (X11 @/tmp/.X11-unix, some D-Bus buses) stay reachable"
+                .to_string(),
+        );
+    }
 
     let argv = match &inp.command {
         Command::Exec(cmd) => cmd.clone(),
@@ -326,8 +410,43 @@ pub fn build(inp: &Inputs) -> Plan {
         mounts: m,
         env,
         cwd: p.cwd.clone(),
+        confine: Some(Confine {
+            exe: inp.own_exe.clone(),
+            scope_abstract_unix,
+        }),
         argv,
         settings: inp.settings.clone(),
+        notes,
+    }
+}
+
+/// Step 4's second half: read-only mounts over the project's code-bearing paths.
+fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
+    if !inp.protect_project_metadata {
+        notes.push(
+            "opt-in --writable-project-config: .git/hooks, .git/config, .envrc, .vscode, \
+             .idea are writable; tools on the host run code from them"
+                .to_string(),
+        );
+        return;
+    }
+    for p in &inp.protected {
+        let why = format!("protected: {}", p.why);
+        m.push(match p.guard {
+            Guard::ReadOnly => Mount::same(MountKind::Ro, &p.path, &why),
+            Guard::Pin => Mount::same(MountKind::Rw, &p.path, &why),
+            Guard::EmptyDir => Mount::new(MountKind::EmptyRo, None, &p.path, &why),
+            Guard::EmptyFile => {
+                Mount::new(MountKind::Ro, Some(Path::new("/dev/null")), &p.path, &why)
+            }
+        });
+    }
+    for p in &inp.unprotected_missing {
+        notes.push(format!(
+            "gap: {} does not exist, so it is not protected and can be created \
+             (a mount would leave an empty one in your project)",
+            p.display()
+        ));
     }
 }
 
@@ -417,6 +536,39 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
     OsString::from_vec(s)
 }
 
+/// A plan input with every field set to a neutral value, for unit tests: tests override
+/// what they look at with `Inputs { field, ..test_inputs() }`.
+#[cfg(test)]
+pub(crate) fn test_inputs() -> Inputs {
+    Inputs {
+        project: Project {
+            root: "/p/.git".into(),
+            work_tree: "/p".into(),
+            git_dir: Some("/p/.git".into()),
+            common_dir: Some("/p/.git".into()),
+            cwd: "/p".into(),
+        },
+        home: "/h".into(),
+        state: ProjectState {
+            dir: "/h/.claudebox/projects/0123456789abcdef".into(),
+        },
+        claude: None,
+        command: Command::Exec(vec!["sh".into()]),
+        instance_id: "0".repeat(32),
+        host: HostFacts::default(),
+        bwrap: "/usr/bin/bwrap".into(),
+        session: None,
+        settings: Settings::default(),
+        protect_project_metadata: false,
+        protected: Vec::new(),
+        unprotected_missing: Vec::new(),
+        ipc_vars: Vec::new(),
+        ssh_agent: None,
+        own_exe: "/opt/cb/claudebox".into(),
+        landlock_abi: 7,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -449,9 +601,7 @@ mod tests {
                 ],
                 resolv_conf_target: None,
             },
-            bwrap: "/usr/bin/bwrap".into(),
-            session: None,
-            settings: Settings::default(),
+            ..test_inputs()
         }
     }
 
@@ -533,7 +683,10 @@ mod tests {
                 "/home/u/.local/bin/claude",
             ],
         );
+        // bwrap runs claudebox's init step, which then execs claude
         let dd = pos(&a, &["--"]);
+        assert_eq!(&a[dd + 1..dd + 3], &["/opt/cb/claudebox", "--sandbox-init"]);
+        let dd = a.iter().rposition(|x| x == "--").unwrap();
         assert_eq!(a[dd + 1], "/home/u/.local/bin/claude");
         assert_eq!(a[dd + 2], "--append-system-prompt");
         assert_eq!(&a[dd + 4..], &["-p", "a b"]);
@@ -543,7 +696,7 @@ mod tests {
     #[test]
     fn exec_runs_the_command_without_the_note() {
         let a = render::argv(&build(&inputs(Command::Exec(vec!["bash".into()]))));
-        let dd = pos(&a, &["--"]);
+        let dd = a.iter().rposition(|x| x == "--").unwrap();
         assert_eq!(&a[dd + 1..], &["bash"]);
     }
 
@@ -577,9 +730,8 @@ mod tests {
             command: Command::Claude(vec!["mcp".into(), "list".into()]),
             instance_id: "0".repeat(32),
             host: HostFacts::default(),
-            bwrap: "/usr/bin/bwrap".into(),
             settings,
-            session: None,
+            ..test_inputs()
         }
     }
 
@@ -679,5 +831,120 @@ mod tests {
             .position(|a| a == "CLAUDEBOX_INSTANCE_ID")
             .unwrap();
         assert!(own < user && argv[user - 1] == "--setenv");
+    }
+}
+
+#[cfg(test)]
+mod hardening_tests {
+    use super::*;
+    use crate::render;
+
+    fn inputs() -> Inputs {
+        Inputs {
+            project: Project {
+                root: "/p/.git".into(),
+                work_tree: "/p".into(),
+                git_dir: Some("/p/.git".into()),
+                common_dir: Some("/p/.git".into()),
+                cwd: "/p".into(),
+            },
+            home: "/h".into(),
+            state: ProjectState {
+                dir: "/h/.claudebox/projects/x".into(),
+            },
+            claude: None,
+            command: Command::Exec(vec!["sh".into()]),
+            instance_id: "i".into(),
+            host: HostFacts::default(),
+            bwrap: "/usr/bin/bwrap".into(),
+            protect_project_metadata: true,
+            protected: vec![
+                Protected {
+                    path: "/p/.git".into(),
+                    guard: Guard::Pin,
+                    why: "pin",
+                },
+                Protected {
+                    path: "/p/.git/hooks".into(),
+                    guard: Guard::EmptyDir,
+                    why: "hooks",
+                },
+                Protected {
+                    path: "/p/.git/config".into(),
+                    guard: Guard::ReadOnly,
+                    why: "config",
+                },
+            ],
+            unprotected_missing: vec!["/p/.envrc".into()],
+            ipc_vars: vec!["SSH_AUTH_SOCK".into(), "DISPLAY".into()],
+            ssh_agent: None,
+            ..test_inputs()
+        }
+    }
+
+    fn pos(a: &[OsString], window: &[&str]) -> usize {
+        a.windows(window.len())
+            .position(|w| w.iter().zip(window).all(|(x, y)| x == y))
+            .unwrap_or_else(|| panic!("{window:?} not in {a:?}"))
+    }
+
+    #[test]
+    fn protections_come_after_the_project_and_parents_first() {
+        let a = render::argv(&build(&inputs()));
+        let project = pos(&a, &["--bind", "/p", "/p"]);
+        let pin = pos(&a, &["--bind", "/p/.git", "/p/.git"]);
+        let hooks = pos(
+            &a,
+            &["--tmpfs", "/p/.git/hooks", "--remount-ro", "/p/.git/hooks"],
+        );
+        let config = pos(&a, &["--ro-bind", "/p/.git/config", "/p/.git/config"]);
+        assert!(project < pin && pin < hooks && pin < config);
+    }
+
+    #[test]
+    fn init_step_wraps_the_command_and_ipc_vars_are_unset() {
+        let a = render::argv(&build(&inputs()));
+        let init = pos(
+            &a,
+            &[
+                "--",
+                "/opt/cb/claudebox",
+                "--sandbox-init",
+                "--scope-abstract-unix",
+                "--",
+                "sh",
+            ],
+        );
+        assert_eq!(init + 6, a.len());
+        pos(&a, &["--ro-bind", "/opt/cb/claudebox", "/opt/cb/claudebox"]);
+        pos(&a, &["--unsetenv", "SSH_AUTH_SOCK"]);
+        pos(&a, &["--unsetenv", "DISPLAY"]);
+    }
+
+    #[test]
+    fn without_landlock_scopes_the_gap_is_told() {
+        let mut i = inputs();
+        i.landlock_abi = 5;
+        let p = build(&i);
+        assert!(!p.confine.as_ref().unwrap().scope_abstract_unix);
+        assert!(p.notes.iter().any(|n| n.contains("abstract unix sockets")));
+    }
+
+    #[test]
+    fn opt_outs_show_in_the_notes() {
+        let mut i = inputs();
+        i.protect_project_metadata = false;
+        i.ssh_agent = Some("/tmp/ssh-x/agent.1".into());
+        let p = build(&i);
+        let a = render::argv(&p);
+        assert!(!a.iter().any(|x| x == "/p/.git/config"));
+        pos(&a, &["--bind", "/tmp/ssh-x/agent.1", SSH_AGENT_SOCK]);
+        pos(&a, &["--setenv", "SSH_AUTH_SOCK", SSH_AGENT_SOCK]);
+        assert!(!a
+            .windows(2)
+            .any(|w| w[0] == "--unsetenv" && w[1] == "SSH_AUTH_SOCK"));
+        let dry = String::from_utf8(render::dry_run(&p)).unwrap();
+        assert!(dry.contains("opt-in --writable-project-config"));
+        assert!(dry.contains("opt-in --ssh-agent"));
     }
 }

@@ -6,6 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use shell_quote::Sh;
 
+use crate::confine;
 use crate::plan::{EnvOp, MountKind, Plan};
 
 /// bwrap's full argv, program first.
@@ -15,6 +16,13 @@ pub fn argv(plan: &Plan) -> Vec<OsString> {
         a.push(f.into());
     }
     for m in &plan.mounts {
+        if m.kind == MountKind::EmptyRo {
+            a.push("--tmpfs".into());
+            a.push(m.target.clone().into_os_string());
+            a.push("--remount-ro".into());
+            a.push(m.target.clone().into_os_string());
+            continue;
+        }
         let flag = match m.kind {
             MountKind::Ro => "--ro-bind",
             MountKind::RoTry => "--ro-bind-try",
@@ -23,6 +31,7 @@ pub fn argv(plan: &Plan) -> Vec<OsString> {
             MountKind::Symlink => "--symlink",
             MountKind::Dev => "--dev",
             MountKind::Proc => "--proc",
+            MountKind::EmptyRo => unreachable!("handled above"),
         };
         a.push(flag.into());
         if let Some(src) = &m.source {
@@ -51,6 +60,14 @@ pub fn argv(plan: &Plan) -> Vec<OsString> {
     a.push("--chdir".into());
     a.push(plan.cwd.clone().into_os_string());
     a.push("--".into());
+    if let Some(c) = &plan.confine {
+        a.push(c.exe.clone().into_os_string());
+        a.push(confine::INIT_FLAG.into());
+        if c.scope_abstract_unix {
+            a.push(confine::SCOPE_FLAG.into());
+        }
+        a.push("--".into());
+    }
     a.extend(plan.argv.iter().cloned());
     a
 }
@@ -157,7 +174,9 @@ pub fn settings_table(plan: &Plan) -> Vec<u8> {
 pub fn dry_run(plan: &Plan) -> Vec<u8> {
     let mut out = mount_table(plan);
     out.extend_from_slice(&settings_table(plan));
-    out.extend_from_slice(b"# environment: the host's, plus\n");
+    out.extend_from_slice(
+        b"# environment: the host's, plus (unset: variables naming host sockets and buses)\n",
+    );
     let mut line = |op: &str, k: &[u8], v: Option<&[u8]>, from: &str| {
         out.extend_from_slice(op.as_bytes());
         out.push(b'\t');
@@ -179,6 +198,27 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
     for e in &plan.settings.env {
         let from = e.origin.to_string();
         line("set", e.name.as_bytes(), Some(e.value.as_bytes()), &from);
+    }
+    if let Some(c) = &plan.confine {
+        out.extend_from_slice(b"# inside, before the command (claudebox --sandbox-init)\n");
+        out.extend_from_slice(
+            b"seccomp\tioctl TIOCSTI, TIOCLINUX -> EPERM: no typing into your terminal\n",
+        );
+        out.extend_from_slice(
+            b"seccomp\tadd_key, keyctl, request_key -> EPERM: the host session's kernel keyring\n",
+        );
+        if c.scope_abstract_unix {
+            out.extend_from_slice(
+                b"landlock\tno connect() to the host's abstract unix sockets (X11, D-Bus)\n",
+            );
+        }
+    }
+    if !plan.notes.is_empty() {
+        out.extend_from_slice(b"# opt-ins and gaps\n");
+        for n in &plan.notes {
+            out.extend_from_slice(&escape_bytes(n.as_bytes()));
+            out.push(b'\n');
+        }
     }
     out.extend_from_slice(b"# command\n");
     out.extend_from_slice(&shell_line(&argv(plan)));

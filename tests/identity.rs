@@ -133,7 +133,18 @@ fn paths_through_symlinks_resolve() {
     fs::create_dir_all(dotgit_target.parent().unwrap()).unwrap();
     fs::rename(repo2.join(".git"), &dotgit_target).unwrap();
     symlink(&dotgit_target, repo2.join(".git")).unwrap();
-    assert_agrees_with_git(&w, &repo2);
+    let expected = git_root(&repo2);
+    // a symlinked .git cannot be write-protected by a mount: the launch refuses it unless
+    // the user opts out of the protection, and then the root still agrees with git
+    let refused = w.cmd(&repo2).arg("--dry-run").output().unwrap();
+    assert!(!refused.status.success() && stderr(&refused).contains("symlink"));
+    let out = ok(&w
+        .cmd(&repo2)
+        .args(["--writable-project-config", "--dry-run"])
+        .output()
+        .unwrap());
+    let root = env_in_dry_run(&out, "CLAUDEBOX_PROJECT_ROOT").unwrap();
+    assert_eq!(Path::new(&root), expected);
 }
 
 #[test]

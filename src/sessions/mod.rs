@@ -428,9 +428,8 @@ mod tests {
             command: Command::Claude(vec!["-p".into(), "hi".into()]),
             instance_id: "i".into(),
             host: Default::default(),
-            bwrap: "/usr/bin/bwrap".into(),
             session,
-            settings: Default::default(),
+            ..crate::plan::test_inputs()
         };
         let launch = Launch {
             name: "rev".into(),

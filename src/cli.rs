@@ -29,6 +29,24 @@ pub struct Cli {
     #[arg(long)]
     pub yes: bool,
 
+    /// Check whether this machine can run claudebox (bwrap, user namespaces, a nested
+    /// sandbox, claude, credentials, state); exit non-zero when a check fails.
+    #[arg(long, conflicts_with_all = ["gc", "list", "exec", "dry_run", "args"])]
+    pub check: bool,
+
+    /// Remove the state of projects whose root no longer exists (with --dry-run: only say
+    /// what would be removed).
+    #[arg(long, conflicts_with_all = ["list", "exec", "args"])]
+    pub gc: bool,
+
+    /// List the state of every project: root, size, last use, running sandboxes.
+    #[arg(long, conflicts_with_all = ["exec", "dry_run", "args"])]
+    pub list: bool,
+
+    /// With --list: print JSON for scripts.
+    #[arg(long, requires = "list")]
+    pub json: bool,
+
     /// Arguments for claude (or, with --exec, the command and its arguments).
     #[arg(
         value_name = "CLAUDE_ARGS",

@@ -3,20 +3,19 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 
 use crate::cli::Cli;
 use crate::host::{self, HostFacts};
+use crate::inuse;
 use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
-use crate::state::{self, ProjectState, StateHome};
+use crate::state::{self, StateHome};
 
 /// Everything found on the host, and the plan made from it.
 pub struct Prepared {
@@ -89,12 +88,19 @@ fn refuse_dangerous_root(work_tree: &Path, home: &Path, yes: bool) -> Result<()>
 pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
     state::check_writable(&p.state_home)?;
-    state::ensure_project_dir(&p.state_home, &inp.state, &inp.project.root)?;
     ensure_claude_mount_points(&inp.home)?;
-    let lock = hold_in_use(&inp.state)?;
-    let argv = render::argv(&p.plan);
+    // Creates the project's state and registers this sandbox as running on it.
+    let in_use = inuse::mark(
+        &p.state_home,
+        &inp.state,
+        &inp.project.root,
+        &inp.instance_id,
+    )?;
+    let mut plan = p.plan.clone();
+    plan.sync_fd = Some(in_use.fd());
+    let argv = render::argv(&plan);
     let err = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
-    drop(lock);
+    drop(in_use);
     Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
 }
 
@@ -133,21 +139,4 @@ fn create_if_missing(path: &Path, content: &[u8]) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
     }
-}
-
-/// Opens the project's lock file with a shared flock that bwrap (and so the sandbox)
-/// inherits through exec: the project counts as in use until the last process of the
-/// sandbox exits.
-fn hold_in_use(state: &ProjectState) -> Result<Flock<fs::File>> {
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(state.lock())
-        .with_context(|| format!("cannot open {}", state.lock().display()))?;
-    // std opens files with O_CLOEXEC; clear it so the lock lives as long as the sandbox.
-    fcntl(f.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
-    // Blocks only while `--gc` is deciding about this very directory.
-    Flock::lock(f, FlockArg::LockShared)
-        .map_err(|(_, e)| e)
-        .with_context(|| format!("cannot lock {}", state.lock().display()))
 }

@@ -1,8 +1,14 @@
 //! claudebox: run Claude Code inside a per-project bubblewrap sandbox.
 
+mod check;
 mod cli;
+mod diagnose;
+mod gc;
 mod host;
+mod inuse;
+mod inventory;
 mod launch;
+mod list;
 mod plan;
 mod project;
 mod render;
@@ -25,6 +31,15 @@ fn main() -> ExitCode {
 }
 
 fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
+    if cli.check {
+        return check::run();
+    }
+    if cli.gc {
+        return gc::run(cli.dry_run);
+    }
+    if cli.list {
+        return list::run(cli.json);
+    }
     let prepared = launch::prepare(cli)?;
     if cli.dry_run {
         let mut out = std::io::stdout().lock();

@@ -128,6 +128,10 @@ pub struct Plan {
     pub cwd: PathBuf,
     /// Program and arguments run inside.
     pub argv: Vec<OsString>,
+    /// A descriptor bwrap keeps open in the sandbox's pid 1 for the sandbox's whole life
+    /// (`--sync-fd`): the launch's in-use lock (src/inuse.rs). Set by the launch just
+    /// before exec, so `--dry-run` never shows it.
+    pub sync_fd: Option<i32>,
 }
 
 pub const NAMESPACE_FLAGS: &[&str] = &[
@@ -287,6 +291,7 @@ pub fn build(inp: &Inputs) -> Plan {
         env,
         cwd: p.cwd.clone(),
         argv,
+        sync_fd: None,
     }
 }
 

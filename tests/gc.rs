@@ -94,6 +94,7 @@ fn never_follows_symlinks_and_keeps_what_it_cannot_vouch_for() {
         .args(["--exec", "sh", "-c", &script])
         .output()
         .unwrap());
+    settle(&w.state());
     let planted_id = id_of(&w, &planted);
     let planted_state = projects(&w).join(&planted_id);
     assert!(
@@ -284,6 +285,7 @@ fn works_through_a_symlinked_state_home() {
         .args(["--exec", "true"])
         .output()
         .unwrap());
+    settle(&link);
     fs::remove_dir(&gone).unwrap();
     let before = snapshot(&w.root());
     let out = w
@@ -415,40 +417,87 @@ fn keeps_state_in_use_by_a_running_sandbox() {
     assert!(!projects(&w).join(&id).exists());
 }
 
-#[test]
-fn a_launch_racing_gc_keeps_its_state() {
-    // The root comes back (a re-clone) while --gc removes its old state: the launch must
-    // end up with a complete state directory that its sandbox really wrote to.
-    let w = World::new();
-    let dir = w.work().join("again");
-    fs::create_dir_all(&dir).unwrap();
-    let id = id_of(&w, &dir);
-    for i in 0..20 {
-        launch(&w, &dir);
-        fs::remove_dir(&dir).unwrap();
-        let gc = w
-            .cmd(&w.root())
-            .arg("--gc")
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        fs::create_dir(&dir).unwrap();
-        let marker = format!("echo {i} > ~/.claude/projects/marker");
-        let out = w
-            .cmd(&dir)
-            .args(["--exec", "sh", "-c", &marker])
-            .output()
-            .unwrap();
-        let gc_out = gc.wait_with_output().unwrap();
-        ok(&out);
-        assert!(gc_out.status.success(), "{}", stderr(&gc_out));
-        let state = projects(&w).join(&id);
-        assert_eq!(
-            fs::read_to_string(state.join("claude-projects/marker")).unwrap_or_default(),
-            format!("{i}\n"),
-            "round {i}: the sandbox wrote into a directory --gc removed"
-        );
-        assert!(state.join("project-root").is_file());
-        assert!(state.join("lock").is_file());
+/// Takes `lock` the way `--gc` (or a registering launch) does.
+fn hold_lock(state: &Path) -> nix::fcntl::Flock<fs::File> {
+    let f = fs::File::open(state.join("lock")).unwrap();
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .unwrap()
+}
+
+/// Waits until some process is blocked on a flock of the file with inode `ino`
+/// (/proc/locks shows waiters as `->` lines).
+fn wait_for_lock_waiter(ino: u64) {
+    for _ in 0..4000 {
+        let locks = fs::read_to_string("/proc/locks").unwrap();
+        if locks
+            .lines()
+            .any(|l| l.contains("->") && l.contains(&format!(":{ino} ")))
+        {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
     }
+    panic!("no launch ever waited on the lock");
+}
+
+#[test]
+fn a_launch_waiting_while_gc_removes_its_state_starts_over() {
+    // --gc's side of the protocol, played by the test: hold `lock`, let a launch block on
+    // it, move the directory away and delete it, release. The launch must notice and make
+    // a fresh state directory that its sandbox really writes to.
+    let w = World::new();
+    let dir = w.dir("p");
+    launch(&w, &dir);
+    let state = projects(&w).join(id_of(&w, &dir));
+    let lock = hold_lock(&state);
+    let ino = std::os::unix::fs::MetadataExt::ino(&fs::metadata(state.join("lock")).unwrap());
+    let child = w
+        .cmd(&dir)
+        .args(["--exec", "sh", "-c", "echo hi > ~/.claude/projects/marker"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_lock_waiter(ino);
+    let trash = projects(&w).join(".gc-test");
+    fs::rename(&state, &trash).unwrap();
+    fs::remove_dir_all(&trash).unwrap();
+    drop(lock);
+    let out = child.wait_with_output().unwrap();
+    ok(&out);
+    settle(&w.state());
+    assert_eq!(
+        fs::read_to_string(state.join("claude-projects/marker")).unwrap(),
+        "hi\n",
+        "the sandbox wrote into the removed directory"
+    );
+    assert!(state.join("project-root").is_file());
+    assert!(!trash.exists());
+}
+
+#[test]
+fn gc_skips_a_project_whose_lock_is_held() {
+    // A launch registering holds `lock`: --gc must not wait for it, nor remove.
+    let w = World::new();
+    let dir = w.dir("p");
+    launch(&w, &dir);
+    let state = projects(&w).join(id_of(&w, &dir));
+    fs::remove_dir(&dir).unwrap();
+    let lock = hold_lock(&state);
+    let out = run(&w, &["--gc"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "kept {}: a sandbox is starting on it",
+            state.display()
+        )),
+        "{err}"
+    );
+    assert!(state.join("project-root").is_file());
+    drop(lock);
+    let out = run(&w, &["--gc"]);
+    assert!(stderr(&out).contains("1 of 1 project directories removed"));
+    assert!(!state.exists());
 }

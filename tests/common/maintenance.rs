@@ -11,8 +11,42 @@ use std::process::Output;
 use super::{ok, World};
 
 /// A real launch of `true` in `cwd`: creates (or re-registers) the project's state.
+/// Returns once the sandbox has released its registration.
 pub fn launch(w: &World, cwd: &Path) {
     ok(&w.cmd(cwd).args(["--exec", "true"]).output().unwrap());
+    settle(&w.state());
+}
+
+/// Waits until no sandbox holds a registration under `state_home` (bwrap's pid 1, which
+/// holds it, exits a moment after the bwrap process the launch exec'd).
+pub fn settle(state_home: &Path) {
+    for _ in 0..4000 {
+        if !any_registration_held(state_home) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+    panic!("a sandbox under {} never ended", state_home.display());
+}
+
+fn any_registration_held(state_home: &Path) -> bool {
+    let Ok(projects) = fs::read_dir(state_home.join("projects")) else {
+        return false;
+    };
+    for p in projects.flatten() {
+        let Ok(running) = fs::read_dir(p.path().join("running")) else {
+            continue;
+        };
+        for r in running.flatten() {
+            let Ok(f) = fs::File::open(r.path()) else {
+                continue;
+            };
+            if nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock).is_err() {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 /// The project id claudebox uses for `cwd`.

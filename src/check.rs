@@ -9,7 +9,7 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
@@ -93,9 +93,7 @@ pub fn run() -> Result<ExitCode> {
         count(Status::Ok),
         count(Status::Warn)
     ));
-    let mut stdout = std::io::stdout().lock();
-    stdout.write_all(out.as_bytes())?;
-    stdout.flush()?;
+    crate::list::write_stdout(out.as_bytes())?;
     Ok(if failed == 0 {
         ExitCode::SUCCESS
     } else {

@@ -162,7 +162,7 @@ fn prune_stale(state: &ProjectState) {
 
 /// Whether a file is locked by someone else (a running sandbox). Errors other than "it is
 /// locked" count as locked: when in doubt, in use.
-fn is_locked(path: &Path) -> bool {
+pub fn is_locked(path: &Path) -> bool {
     let f = match open_for_lock(path, false) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return false,

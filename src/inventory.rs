@@ -97,6 +97,7 @@ pub fn scan(home: &StateHome, detail: Detail) -> Result<Inventory> {
         return Ok(inv);
     };
     let rd = fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let mut found = Vec::new();
     for entry in rd {
         let entry = entry.with_context(|| format!("cannot read {}", dir.display()))?;
         let name = entry.file_name();
@@ -120,8 +121,9 @@ pub fn scan(home: &StateHome, detail: Detail) -> Result<Inventory> {
             });
             continue;
         }
-        inv.entries.push(read_entry(id, path, detail));
+        found.push((id, path));
     }
+    inv.entries = read_entries(found, detail);
     inv.entries.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(inv)
 }
@@ -131,6 +133,38 @@ fn project_name(name: &OsStr) -> Option<String> {
     let b = name.as_bytes();
     (b.len() == 16 && b.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')))
         .then(|| String::from_utf8_lossy(b).into_owned())
+}
+
+/// Reads the entries on a few threads: the work is independent syscalls per directory.
+fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<Entry> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if threads < 2 || found.len() < 64 {
+        return found
+            .into_iter()
+            .map(|(id, p)| read_entry(id, p, detail))
+            .collect();
+    }
+    let chunk = found.len().div_ceil(threads);
+    let mut out = Vec::with_capacity(found.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = found
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .map(|(id, p)| read_entry(id.clone(), p.clone(), detail))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            match h.join() {
+                Ok(part) => out.extend(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    out
 }
 
 pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
@@ -144,14 +178,14 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
         sessions: Vec::new(),
         dir,
     };
-    if detail.size {
-        let (size, lock_mtime) = disk_usage(&e.dir);
-        e.size = Some(size);
-        e.last_used =
-            lock_mtime.or_else(|| fs::symlink_metadata(&e.dir).and_then(|m| m.modified()).ok());
-    }
-    if detail.running {
-        e.running = Some(inuse::count_running(&e.dir));
+    if detail.size || detail.running {
+        // One walk for all three: --list over 10,000 projects is syscall-bound.
+        let u = walk(&e.dir, detail.running);
+        e.size = Some(u.size);
+        e.last_used = u
+            .lock_mtime
+            .or_else(|| fs::symlink_metadata(&e.dir).and_then(|m| m.modified()).ok());
+        e.running = detail.running.then_some(u.running);
     }
     e.sessions = sessions(&e.dir);
     e
@@ -217,34 +251,79 @@ fn read_small(path: &Path) -> std::io::Result<Vec<u8>> {
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
         .open(path)?;
-    let mut buf = Vec::with_capacity(256);
-    f.take(MAX_ROOT_LEN as u64 + 1).read_to_end(&mut buf)?;
+    // One read() normally returns the whole file; read on only if it filled the buffer.
+    let mut buf = vec![0u8; 1024];
+    let mut len = 0;
+    loop {
+        let n = match (&f).read(&mut buf[len..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        len += n;
+        if n == 0 || len < buf.len() || len > MAX_ROOT_LEN {
+            break;
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+    buf.truncate(len);
     Ok(buf)
 }
 
-/// Disk usage of a tree (du's count: st_blocks, symlinks not followed, hard links once),
-/// and the mtime of the top-level `lock` seen on the way.
-fn disk_usage(dir: &Path) -> (u64, Option<SystemTime>) {
+struct Usage {
+    size: u64,
+    lock_mtime: Option<SystemTime>,
+    running: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Top,
+    Running,
+    Below,
+}
+
+/// Walks a project directory once: its disk usage (du's count: st_blocks, symlinks not
+/// followed, hard links once), the mtime of its `lock`, and (with `running`) how many of
+/// its `running/` registrations are held.
+fn walk(dir: &Path, running: bool) -> Usage {
+    let mut u = Usage {
+        size: fs::symlink_metadata(dir).map_or(0, |m| m.blocks() * 512),
+        lock_mtime: None,
+        running: 0,
+    };
     let mut seen: HashSet<(u64, u64)> = HashSet::new();
-    let mut total = fs::symlink_metadata(dir).map_or(0, |m| m.blocks() * 512);
-    let mut lock_mtime = None;
-    let mut stack = vec![(dir.to_path_buf(), true)];
-    while let Some((d, top)) = stack.pop() {
+    let mut stack = vec![(dir.to_path_buf(), Level::Top)];
+    while let Some((d, level)) = stack.pop() {
         let Ok(rd) = fs::read_dir(&d) else { continue };
         for entry in rd.flatten() {
             let Ok(m) = entry.metadata() else { continue };
-            if top && entry.file_name() == state::LOCK_FILE {
-                lock_mtime = m.modified().ok();
-            }
             if m.is_dir() {
-                stack.push((entry.path(), false));
-            } else if m.nlink() > 1 && !seen.insert((m.dev(), m.ino())) {
-                continue;
+                let next = if level == Level::Top && entry.file_name() == inuse::RUNNING_DIR {
+                    Level::Running
+                } else {
+                    Level::Below
+                };
+                stack.push((entry.path(), next));
+            } else {
+                if level == Level::Top && entry.file_name() == state::LOCK_FILE {
+                    u.lock_mtime = m.modified().ok();
+                }
+                if running
+                    && level == Level::Running
+                    && m.is_file()
+                    && inuse::is_locked(&entry.path())
+                {
+                    u.running += 1;
+                }
+                if m.nlink() > 1 && !seen.insert((m.dev(), m.ino())) {
+                    continue;
+                }
             }
-            total += m.blocks() * 512;
+            u.size += m.blocks() * 512;
         }
     }
-    (total, lock_mtime)
+    u
 }
 
 #[cfg(test)]

@@ -46,21 +46,29 @@ pub fn run(json: bool) -> Result<ExitCode> {
     // Most recently used first.
     inv.entries
         .sort_by(|a, b| b.last_used.cmp(&a.last_used).then(a.id.cmp(&b.id)));
-    let mut out = std::io::stdout().lock();
-    if json {
+    let text = if json {
         let rows: Vec<Row> = inv.entries.iter().map(row).collect();
-        serde_json::to_writer_pretty(&mut out, &rows)?;
-        out.write_all(b"\n")?;
+        serde_json::to_string_pretty(&rows)? + "\n"
     } else if inv.entries.is_empty() {
         eprintln!(
             "claudebox: list: no project state in {}",
             show(&home.projects())
         );
+        String::new()
     } else {
-        out.write_all(table(&inv.entries).as_bytes())?;
-    }
-    out.flush()?;
+        table(&inv.entries)
+    };
+    write_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Writes a report to stdout; a reader that went away (`| head`) is not an error.
+pub fn write_stdout(bytes: &[u8]) -> Result<()> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(()),
+    }
 }
 
 fn row(e: &Entry) -> Row<'_> {

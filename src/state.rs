@@ -96,17 +96,14 @@ pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -
     // The state home itself may be a symlink the user made (`~/.claudebox -> /data/cb`);
     // nothing below it may be.
     let home_is_dir = existed && fs::metadata(&home.dir).is_ok_and(|m| m.is_dir());
-    (if home_is_dir {
-        Ok(())
-    } else {
-        mkdir_private(&home.dir)
-    })
-    .with_context(|| {
-        format!(
-            "the state directory {} cannot be created; set CLAUDEBOX_HOME to a writable directory",
-            home.dir.display()
-        )
-    })?;
+    if !home_is_dir {
+        mkdir_private(&home.dir).with_context(|| {
+            format!(
+                "the state directory {} cannot be created; set CLAUDEBOX_HOME to a writable directory",
+                home.dir.display()
+            )
+        })?;
+    }
     if !existed {
         fs::set_permissions(&home.dir, fs::Permissions::from_mode(0o700))?;
     }

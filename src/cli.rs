@@ -45,10 +45,6 @@ pub struct Cli {
     #[arg(long, value_name = "NAME", conflicts_with_all = ["session", "exec", "args"], value_parser = clap::value_parser!(OsString))]
     pub forget: Option<OsString>,
 
-    /// List every project's named sessions and whether each is running.
-    #[arg(long, conflicts_with_all = ["session", "forget", "exec", "args"])]
-    pub list: bool,
-
     /// Skip confirmations (allow the home directory or / as the project).
     #[arg(long)]
     pub yes: bool,
@@ -91,6 +87,24 @@ pub struct Cli {
     /// the host run code from these.
     #[arg(long)]
     pub writable_project_config: bool,
+
+    /// Check whether this machine can run claudebox (bwrap, user namespaces, a nested
+    /// sandbox, claude, credentials, state); exit non-zero when a check fails.
+    #[arg(long, conflicts_with_all = ["gc", "list", "exec", "dry_run", "args"])]
+    pub check: bool,
+
+    /// Remove the state of projects whose root no longer exists (with --dry-run: only say
+    /// what would be removed).
+    #[arg(long, conflicts_with_all = ["list", "exec", "args"])]
+    pub gc: bool,
+
+    /// List the state of every project: root, size, last use, running sandboxes.
+    #[arg(long, conflicts_with_all = ["exec", "dry_run", "args", "session", "forget"])]
+    pub list: bool,
+
+    /// With --list: print JSON for scripts.
+    #[arg(long, requires = "list")]
+    pub json: bool,
 
     /// Arguments for claude (or, with --exec, the command and its arguments).
     #[arg(

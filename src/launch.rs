@@ -3,23 +3,22 @@
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
-use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 
 use crate::cli::Cli;
 use crate::config;
 use crate::host::{self, HostFacts};
+use crate::inuse;
 use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
 use crate::sessions;
 use crate::settings;
-use crate::state::{self, ProjectState, StateHome};
+use crate::state::{self, StateHome};
 use crate::{ipc, protect};
 
 /// Everything found on the host, and the plan made from it.
@@ -150,31 +149,36 @@ fn refuse_dangerous_root(work_tree: &Path, home: &Path, yes: bool) -> Result<()>
 pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
     state::check_writable(&p.state_home)?;
-    state::ensure_project_dir(&p.state_home, &inp.state, &inp.project.root)?;
+    ensure_claude_mount_points(&inp.home)?;
+    // Creates the project's state and registers this sandbox as running on it.
+    let in_use = inuse::mark(
+        &p.state_home,
+        &inp.state,
+        &inp.project.root,
+        &inp.instance_id,
+    )?;
     if inp.settings.hides_a_file() {
         state::ensure_empty_file(&inp.state)?;
     }
-    ensure_claude_mount_points(&inp.home)?;
-    let lock = hold_in_use(&inp.state)?;
     // A named session is decided again under its own lock; replan if that changed it.
-    let mut plan = std::borrow::Cow::Borrowed(&p.plan);
+    let mut plan = p.plan.clone();
     let session = match &inp.session {
         Some(s) => {
             let claimed = sessions::claim(&inp.state, s, &inp.project.cwd, &inp.instance_id)?;
             if claimed.launch != *s {
-                let session = Some(claimed.launch.clone());
-                plan = std::borrow::Cow::Owned(plan::build(&Inputs {
-                    session,
+                plan = plan::build(&Inputs {
+                    session: Some(claimed.launch.clone()),
                     ..inp.clone()
-                }));
+                });
             }
             Some(claimed.lock)
         }
         None => None,
     };
+    plan.sync_fd = Some(in_use.fd());
     let argv = render::argv(&plan);
     let err = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
-    drop((lock, session));
+    drop((in_use, session));
     Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
 }
 
@@ -213,21 +217,4 @@ fn create_if_missing(path: &Path, content: &[u8]) -> Result<()> {
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
         Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
     }
-}
-
-/// Opens the project's lock file with a shared flock that bwrap (and so the sandbox)
-/// inherits through exec: the project counts as in use until the last process of the
-/// sandbox exits.
-fn hold_in_use(state: &ProjectState) -> Result<Flock<fs::File>> {
-    let f = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(state.lock())
-        .with_context(|| format!("cannot open {}", state.lock().display()))?;
-    // std opens files with O_CLOEXEC; clear it so the lock lives as long as the sandbox.
-    fcntl(f.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
-    // Blocks only while `--gc` is deciding about this very directory.
-    Flock::lock(f, FlockArg::LockShared)
-        .map_err(|(_, e)| e)
-        .with_context(|| format!("cannot lock {}", state.lock().display()))
 }

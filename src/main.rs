@@ -1,12 +1,18 @@
 //! claudebox: run Claude Code inside a per-project bubblewrap sandbox.
 
+mod check;
 mod cli;
 mod config;
 mod confine;
+mod diagnose;
+mod gc;
 mod guard;
 mod host;
+mod inuse;
+mod inventory;
 mod ipc;
 mod launch;
+mod list;
 mod plan;
 mod project;
 mod protect;
@@ -45,7 +51,16 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
         println!("claudebox {}", env!("CARGO_PKG_VERSION"));
         return Ok(ExitCode::SUCCESS);
     }
-    if cli.list || cli.forget.is_some() {
+    if cli.check {
+        return check::run();
+    }
+    if cli.gc {
+        return gc::run(cli.dry_run);
+    }
+    if cli.list {
+        return list::run(cli.json);
+    }
+    if cli.forget.is_some() {
         return session_command(cli);
     }
     let prepared = launch::prepare(cli)?;
@@ -62,15 +77,11 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
     match launch::exec(&prepared)? {}
 }
 
-/// `--list` and `--forget NAME`: run and exit without a sandbox.
+/// `--forget NAME`: run and exit without a sandbox.
 fn session_command(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
     let home = host::home_dir()?;
     let state_home = state::StateHome::from_env(&home);
-    if cli.list {
-        let mut out = std::io::stdout().lock();
-        out.write_all(&sessions::list::list_all(&state_home)?)?;
-        out.flush()?;
-    } else if let Some(name) = &cli.forget {
+    if let Some(name) = &cli.forget {
         let project = project::discover(&host::current_dir()?)?;
         let state = state_home.project(&project.id());
         eprintln!(

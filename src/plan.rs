@@ -186,6 +186,10 @@ pub struct Plan {
     pub settings: Settings,
     /// Opt-ins and known gaps of this launch, each with its reason, for `--dry-run`.
     pub notes: Vec<String>,
+    /// A descriptor bwrap keeps open in the sandbox's pid 1 for the sandbox's whole life
+    /// (`--sync-fd`): the launch's in-use lock (src/inuse.rs). Set by the launch just
+    /// before exec, so `--dry-run` never shows it.
+    pub sync_fd: Option<i32>,
 }
 
 pub const NAMESPACE_FLAGS: &[&str] = &[
@@ -417,6 +421,7 @@ pub fn build(inp: &Inputs) -> Plan {
         argv,
         settings: inp.settings.clone(),
         notes,
+        sync_fd: None,
     }
 }
 

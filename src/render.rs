@@ -15,6 +15,10 @@ pub fn argv(plan: &Plan) -> Vec<OsString> {
     for f in &plan.flags {
         a.push(f.into());
     }
+    if let Some(fd) = plan.sync_fd {
+        a.push("--sync-fd".into());
+        a.push(fd.to_string().into());
+    }
     for m in &plan.mounts {
         if m.kind == MountKind::EmptyRo {
             a.push("--tmpfs".into());
@@ -118,7 +122,7 @@ pub fn mount_table(plan: &Plan) -> Vec<u8> {
 
 /// One table cell: tabs, newlines and non-UTF-8 bytes shown as escapes so a row stays
 /// one line.
-fn escape_bytes(bytes: &[u8]) -> Vec<u8> {
+pub fn escape_bytes(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     for chunk in bytes.utf8_chunks() {
         for c in chunk.valid().chars() {

@@ -8,8 +8,10 @@
 //!         ├── claude-projects/  mounted at ~/.claude/projects inside the sandbox
 //!         ├── history.jsonl     mounted at ~/.claude/history.jsonl
 //!         ├── empty             an empty read-only file, mounted over hidden files
-//!         ├── lock              held (shared flock) by every running sandbox
-//!         └── sessions/         named sessions (`--session NAME`), see `sessions.rs`
+//!         ├── lock              mutex between a launch registering and --gc; its mtime
+//!         │                     is the project's last use
+//!         ├── running/<instance-id>  one per running sandbox, flock held by its pid 1
+//!         └── sessions/         named sessions (`--session NAME`), see `sessions/`
 //! ```
 //!
 //! Path computation is pure; creating things is done by [`ensure_project_dir`], on the
@@ -119,12 +121,17 @@ fn mkdir_private(path: &Path) -> Result<()> {
 /// Creates the state home and one project's directory, files and lock file. Idempotent.
 pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -> Result<()> {
     let existed = home.dir.exists();
-    mkdir_private(&home.dir).with_context(|| {
-        format!(
-            "the state directory {} cannot be created; set CLAUDEBOX_HOME to a writable directory",
-            home.dir.display()
-        )
-    })?;
+    // The state home itself may be a symlink the user made (`~/.claudebox -> /data/cb`);
+    // nothing below it may be.
+    let home_is_dir = existed && fs::metadata(&home.dir).is_ok_and(|m| m.is_dir());
+    if !home_is_dir {
+        mkdir_private(&home.dir).with_context(|| {
+            format!(
+                "the state directory {} cannot be created; set CLAUDEBOX_HOME to a writable directory",
+                home.dir.display()
+            )
+        })?;
+    }
     if !existed {
         fs::set_permissions(&home.dir, fs::Permissions::from_mode(0o700))?;
     }

@@ -218,7 +218,7 @@ fn the_same_name_twice_at_once_refuses_and_names_the_running_one() {
     let list = ok(&w.cmd(&r).arg("--list").output().unwrap());
     assert!(
         list.lines()
-            .any(|l| l.contains("\trev\t") && l.contains("\trunning\t")),
+            .any(|l| l.contains("session\trev\t") && l.contains("\trunning\t")),
         "{list}"
     );
     let forget = w.cmd(&r).args(["--forget", "rev"]).output().unwrap();
@@ -352,7 +352,7 @@ fn a_corrupted_record_is_an_error_and_is_left_alone() {
     // Other names still work; --list shows the problem; --forget is the way out.
     ok(&launch(&w, &r, "other", ""));
     let list = ok(&w.cmd(&r).arg("--list").output().unwrap());
-    assert!(list.contains("\trev\t-\tstopped\tunreadable"), "{list}");
+    assert!(list.contains("session\trev\t-\tunreadable: "), "{list}");
     ok(&w.cmd(&r).args(["--forget", "rev"]).output().unwrap());
     assert_eq!(
         conversation(&ok(&launch(&w, &r, "rev", ""))).0,

@@ -226,3 +226,5 @@ if [ -n "${FAKE_CLAUDE_SCRIPT:-}" ]; then
   eval "$FAKE_CLAUDE_SCRIPT"
 fi
 "#;
+
+pub mod maintenance;

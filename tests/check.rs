@@ -1,0 +1,241 @@
+//! `--check`: real sandboxes on this machine, and the failure paths we can make real: no
+//! bwrap, a bwrap that fails like Ubuntu's AppArmor makes it fail, no claude, a state
+//! directory that cannot be written.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::process::Output;
+
+use common::maintenance::*;
+use common::{stdout, World};
+
+fn check(w: &World, f: impl FnOnce(&mut std::process::Command)) -> Output {
+    let mut c = w.cmd(&w.root());
+    c.arg("--check");
+    // The probe's temporary directory lives in the world, so leftovers would show.
+    let tmp = w.root().join("tmp");
+    fs::create_dir_all(&tmp).unwrap();
+    c.env("TMPDIR", &tmp);
+    f(&mut c);
+    c.output().unwrap()
+}
+
+/// The row named `name`: (status, detail, fix lines).
+fn row_of(out: &str, name: &str) -> (String, String, String) {
+    let lines: Vec<&str> = out.lines().collect();
+    let i = lines
+        .iter()
+        .position(|l| l.len() > 24 && !l.starts_with(' ') && l[6..23].trim_end() == name)
+        .unwrap_or_else(|| panic!("no row {name} in\n{out}"));
+    let status = lines[i][..5].trim().to_string();
+    let detail = lines[i][24..].to_string();
+    let fix = lines[i + 1..]
+        .iter()
+        .take_while(|l| l.starts_with("      "))
+        .map(|l| l.trim())
+        .collect::<Vec<_>>()
+        .join("\n");
+    (status, detail, fix)
+}
+
+fn path_without_bwrap(w: &World) -> std::ffi::OsString {
+    // Only the world's bin (fake claude) and a dir with what the fake claude needs.
+    let tools = w.root().join("tools");
+    fs::create_dir_all(&tools).unwrap();
+    for t in ["sh", "true"] {
+        let src = which::which(t).unwrap();
+        let _ = symlink(src, tools.join(t));
+    }
+    let mut p = w.bin().into_os_string();
+    p.push(":");
+    p.push(&tools);
+    p
+}
+
+#[test]
+fn passes_on_this_machine_and_leaves_nothing_behind() {
+    let w = World::new();
+    fs::write(w.home().join(".claude.json"), "{}\n").unwrap();
+    let before = snapshot(&w.root());
+    let out = check(&w, |_| {});
+    let text = stdout(&out);
+    assert!(out.status.success(), "{text}\n{}", common::stderr(&out));
+    for name in [
+        "bwrap",
+        "sandbox",
+        "claude",
+        "claude in sandbox",
+        "state dir",
+    ] {
+        assert_eq!(row_of(&text, name).0, "ok", "{name}:\n{text}");
+    }
+    let (st, detail, fix) = row_of(&text, "nested sandbox");
+    if is_root() {
+        // Measured here: as root the sandbox drops CAP_SETFCAP, so bwrap cannot nest.
+        assert_eq!(st, "warn", "{text}");
+        assert!(detail.contains("runs as root"), "{detail}");
+        assert!(fix.contains("ordinary user"), "{fix}");
+    } else {
+        assert_eq!(st, "ok", "{text}");
+    }
+    assert!(row_of(&text, "claude")
+        .1
+        .contains(w.bin().join("claude").to_str().unwrap()));
+    assert!(row_of(&text, "bwrap").1.contains("bubblewrap"), "{text}");
+    assert!(text.trim_end().ends_with("0 fail"), "{text}");
+    // Nothing created: no state directory, no leftover probe directory.
+    let mut after = snapshot(&w.root());
+    after.remove(&w.root().join("tmp"));
+    assert_same(&before, &after);
+}
+
+#[test]
+fn no_bwrap_fails_with_the_install_hint() {
+    let w = World::new();
+    let path = path_without_bwrap(&w);
+    let out = check(&w, |c| {
+        c.env("PATH", &path);
+    });
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (st, _, fix) = row_of(&text, "bwrap");
+    assert_eq!(st, "fail");
+    assert!(fix.contains("apt install bubblewrap"), "{fix}");
+    assert_eq!(row_of(&text, "sandbox").0, "fail");
+    assert_eq!(row_of(&text, "claude").0, "ok", "{text}");
+}
+
+#[test]
+fn an_apparmor_style_failure_is_recognised_end_to_end() {
+    let w = World::new();
+    let fake = w.root().join("fakebwrap");
+    fs::create_dir_all(&fake).unwrap();
+    let bwrap = fake.join("bwrap");
+    fs::write(
+        &bwrap,
+        "#!/bin/sh\n\
+         if [ \"$1\" = --version ]; then echo 'bubblewrap 0.9.0'; exit 0; fi\n\
+         echo 'bwrap: setting up uid map: Permission denied' >&2\n\
+         exit 1\n",
+    )
+    .unwrap();
+    fs::set_permissions(&bwrap, fs::Permissions::from_mode(0o755)).unwrap();
+    let mut path = fake.clone().into_os_string();
+    path.push(":");
+    path.push(w.path_var());
+    let out = check(&w, |c| {
+        c.env("PATH", &path);
+    });
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(
+        row_of(&text, "bwrap").1.contains("bubblewrap 0.9.0"),
+        "{text}"
+    );
+    let (st, detail, fix) = row_of(&text, "sandbox");
+    assert_eq!(st, "fail");
+    assert!(detail.contains("AppArmor"), "{detail}");
+    assert!(
+        fix.contains(&format!(
+            "profile bwrap {} flags=(unconfined)",
+            bwrap.display()
+        )),
+        "{fix}"
+    );
+    assert!(fix.contains("userns,"), "{fix}");
+    assert!(
+        fix.contains("sudo apparmor_parser -r /etc/apparmor.d/bwrap"),
+        "{fix}"
+    );
+    assert!(
+        !fix.contains("apparmor_restrict_unprivileged_userns=0"),
+        "{fix}"
+    );
+    assert_eq!(row_of(&text, "nested sandbox").0, "fail");
+}
+
+#[test]
+fn no_claude_fails() {
+    let w = World::new();
+    fs::remove_file(w.bin().join("claude")).unwrap();
+    let out = check(&w, |_| {});
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (st, detail, fix) = row_of(&text, "claude");
+    assert_eq!(st, "fail");
+    assert!(detail.contains("no `claude` on PATH"), "{detail}");
+    assert!(
+        fix.contains("npm install -g @anthropic-ai/claude-code"),
+        "{fix}"
+    );
+    assert_eq!(row_of(&text, "sandbox").0, "ok", "{text}");
+}
+
+#[test]
+fn a_state_dir_that_cannot_be_made_fails() {
+    let w = World::new();
+    // Under a regular file: not creatable, even for root.
+    let file = w.root().join("afile");
+    fs::write(&file, "").unwrap();
+    let out = check(&w, |c| {
+        c.env("CLAUDEBOX_HOME", file.join("state"));
+    });
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (st, detail, fix) = row_of(&text, "state dir");
+    assert_eq!(st, "fail");
+    assert!(detail.contains("is not writable"), "{detail}");
+    assert!(fix.contains("CLAUDEBOX_HOME"), "{fix}");
+}
+
+#[test]
+fn an_unwritable_state_dir_fails_for_a_user() {
+    if is_root() {
+        eprintln!("skipped as root: chmod does not stop root (covered by the non-root run)");
+        return;
+    }
+    let w = World::new();
+    let ro = w.dir("ro");
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
+    let out = check(&w, |c| {
+        c.env("CLAUDEBOX_HOME", ro.join("state"));
+    });
+    fs::set_permissions(&ro, fs::Permissions::from_mode(0o755)).unwrap();
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(row_of(&text, "state dir").0, "fail", "{text}");
+}
+
+#[test]
+fn credentials_are_found_but_never_printed() {
+    let w = World::new();
+    let secret = "sk-ant-test-SECRET-0123456789";
+    let out = check(&w, |c| {
+        c.env("ANTHROPIC_API_KEY", secret);
+    });
+    let text = stdout(&out);
+    let (st, detail, _) = row_of(&text, "credentials");
+    assert_eq!(st, "ok", "{text}");
+    assert!(detail.contains("ANTHROPIC_API_KEY"), "{detail}");
+    assert!(!text.contains(secret));
+
+    fs::write(
+        w.home().join(".claude/.credentials.json"),
+        format!("{{\"claudeAiOauth\":{{\"accessToken\":\"{secret}\"}}}}"),
+    )
+    .unwrap();
+    let text = stdout(&check(&w, |_| {}));
+    assert_eq!(row_of(&text, "credentials").0, "ok", "{text}");
+    assert!(!text.contains(secret));
+
+    fs::remove_file(w.home().join(".claude/.credentials.json")).unwrap();
+    let out = check(&w, |_| {});
+    let text = stdout(&out);
+    let (st, _, fix) = row_of(&text, "credentials");
+    assert_eq!(st, "warn", "{text}");
+    assert!(fix.contains("log in"), "{fix}");
+    // A warning alone does not fail the check.
+    assert!(out.status.success(), "{text}");
+}

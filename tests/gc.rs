@@ -1,0 +1,503 @@
+//! `--gc`: removes the state of projects whose root is gone, and nothing else: every trap
+//! below is planted for real and the whole test tree is compared before and after.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use common::maintenance::*;
+use common::{ok, stderr, World};
+
+/// A project directory under `work/` that has been launched in once.
+fn project(w: &World, name: &OsStr) -> (PathBuf, String) {
+    let dir = w.work().join(name);
+    fs::create_dir_all(&dir).unwrap();
+    launch(w, &dir);
+    let id = id_of(w, &dir);
+    assert!(projects(w).join(&id).join("project-root").is_file());
+    (dir, id)
+}
+
+#[test]
+fn removes_only_state_whose_root_is_gone_and_dry_run_removes_nothing() {
+    let w = World::new();
+    let (live, live_id) = project(&w, OsStr::new("live"));
+    let (gone, gone_id) = project(&w, OsStr::new("gone"));
+    fs::remove_dir(&gone).unwrap();
+
+    let before = snapshot(&w.root());
+    let dry = run(&w, &["--gc", "--dry-run"]);
+    let err = stderr(&dry);
+    assert!(dry.status.success(), "{err}");
+    assert!(dry.stdout.is_empty(), "--gc prints on stderr only");
+    let state_dir = projects(&w).join(&gone_id);
+    assert!(
+        err.contains(&format!(
+            "would remove {} (project {} no longer exists)",
+            state_dir.display(),
+            gone.display()
+        )),
+        "{err}"
+    );
+    assert_same(&before, &snapshot(&w.root()));
+
+    let real = run(&w, &["--gc"]);
+    let err = stderr(&real);
+    assert!(real.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "removed {} (project {} no longer exists)",
+            state_dir.display(),
+            gone.display()
+        )),
+        "{err}"
+    );
+    assert!(!state_dir.exists());
+    assert!(projects(&w).join(&live_id).is_dir());
+    assert!(live.is_dir());
+    // Nothing else changed: only the removed project's directory is missing.
+    assert_same(
+        &without(&before, &[&state_dir]),
+        &without(&snapshot(&w.root()), &[&state_dir]),
+    );
+    // A second run finds nothing to do.
+    let again = run(&w, &["--gc"]);
+    assert!(stderr(&again).contains("0 of 1 project directories removed"));
+}
+
+#[test]
+fn never_follows_symlinks_and_keeps_what_it_cannot_vouch_for() {
+    let w = World::new();
+    // Things outside the state that a careless gc could destroy.
+    let outside = w.dir("outside");
+    fs::write(outside.join("precious"), "keep me\n").unwrap();
+    fs::create_dir_all(outside.join("sub")).unwrap();
+    fs::write(outside.join("sub/also"), "keep me too\n").unwrap();
+
+    // 1. A gone project whose agent planted symlinks to the outside in its conversations
+    //    directory, from inside the sandbox (as a hostile agent can).
+    let planted = w.dir("planted");
+    let script = format!(
+        "ln -s {o} ~/.claude/projects/dir-link && ln -s {o}/precious ~/.claude/projects/file-link \
+         && mkdir -p ~/.claude/projects/deep/er && ln -s {o}/sub ~/.claude/projects/deep/er/link \
+         && ln {o}/precious ~/.claude/projects/hardlink 2>/dev/null; true",
+        o = outside.display()
+    );
+    ok(&w
+        .cmd(&planted)
+        .args(["--exec", "sh", "-c", &script])
+        .output()
+        .unwrap());
+    settle(&w.state());
+    let planted_id = id_of(&w, &planted);
+    let planted_state = projects(&w).join(&planted_id);
+    assert!(
+        fs::symlink_metadata(planted_state.join("claude-projects/dir-link"))
+            .unwrap()
+            .file_type()
+            .is_symlink()
+    );
+    fs::remove_dir(&planted).unwrap();
+
+    // 2. projects/<id> is a symlink to a directory outside (id of a gone project).
+    let ghost = w.work().join("ghost");
+    let ghost_id = {
+        fs::create_dir_all(&ghost).unwrap();
+        let id = id_of(&w, &ghost);
+        fs::remove_dir(&ghost).unwrap();
+        id
+    };
+    fs::create_dir_all(projects(&w)).unwrap();
+    fs::write(outside.join("project-root"), ghost.as_os_str().as_bytes()).unwrap();
+    symlink(&outside, projects(&w).join(&ghost_id)).unwrap();
+
+    // 3. project-root missing, 4. a directory, 5. a symlink to a valid-looking file,
+    // 6. naming another project, 7. not an absolute path: all for gone projects.
+    let mut kept = Vec::new();
+    for (name, how) in [
+        ("no-root-file", "missing"),
+        ("root-is-dir", "dir"),
+        ("root-is-symlink", "symlink"),
+        ("root-mismatch", "mismatch"),
+        ("root-relative", "relative"),
+    ] {
+        let (dir, id) = project(&w, OsStr::new(name));
+        fs::remove_dir(&dir).unwrap();
+        let rf = projects(&w).join(&id).join("project-root");
+        fs::remove_file(&rf).unwrap();
+        match how {
+            "missing" => {}
+            "dir" => fs::create_dir(&rf).unwrap(),
+            "symlink" => {
+                let decoy = outside.join(format!("decoy-{name}"));
+                fs::write(&decoy, dir.as_os_str().as_bytes()).unwrap();
+                symlink(&decoy, &rf).unwrap();
+            }
+            "mismatch" => {
+                fs::write(&rf, w.work().join("elsewhere").as_os_str().as_bytes()).unwrap()
+            }
+            "relative" => fs::write(&rf, b"work/x").unwrap(),
+            _ => unreachable!(),
+        }
+        kept.push(projects(&w).join(&id));
+    }
+
+    // 8. A root that still exists, 9. junk that is not a project directory.
+    let (_live, live_id) = project(&w, OsStr::new("live"));
+    kept.push(projects(&w).join(&live_id));
+    fs::create_dir(projects(&w).join("notes")).unwrap();
+    fs::write(projects(&w).join("notes/todo"), "x").unwrap();
+    fs::write(projects(&w).join("0123456789abcdef"), "a file").unwrap();
+
+    // 10. Non-UTF-8 and newline-containing roots, gone.
+    let (odd, odd_id) = project(&w, OsStr::from_bytes(b"caf\xe9 \"q\" $x"));
+    let (nl, nl_id) = project(&w, OsStr::new("two\nlines"));
+    fs::remove_dir(&odd).unwrap();
+    fs::remove_dir(&nl).unwrap();
+
+    let before = snapshot(&w.root());
+    let out = run(&w, &["--gc"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+
+    let removed = [
+        planted_state.clone(),
+        projects(&w).join(&odd_id),
+        projects(&w).join(&nl_id),
+    ];
+    for r in &removed {
+        assert!(!r.exists(), "{} should be gone\n{err}", r.display());
+    }
+    for k in &kept {
+        assert!(k.is_dir(), "{} should be kept\n{err}", k.display());
+    }
+    // Every kept-for-safety directory is reported; the live one is not.
+    for k in &kept[..5] {
+        assert!(
+            err.contains(&format!("kept {}:", k.display())),
+            "{} not reported\n{err}",
+            k.display()
+        );
+    }
+    assert!(
+        !err.contains(&format!("kept {}", kept[5].display())),
+        "{err}"
+    );
+    assert!(err.contains("project-root is missing"), "{err}");
+    assert!(err.contains("project-root is unreadable"), "{err}");
+    assert!(err.contains("names a project whose id is"), "{err}");
+    assert!(err.contains("does not hold an absolute path"), "{err}");
+    assert!(err.contains(&format!(
+        "left alone {}",
+        projects(&w).join(&ghost_id).display()
+    )));
+    assert!(
+        err.contains("notes: not a claudebox project directory name"),
+        "{err}"
+    );
+    assert!(err.contains("0123456789abcdef: not a directory"), "{err}");
+    // Odd roots are printed escaped, one line each.
+    for shown in ["caf\\xe9 \"q\" $x", "two\\nlines"] {
+        let line = format!("(project {}/{shown} no longer exists)", w.work().display());
+        assert!(err.contains(&line), "{line} not in\n{err}");
+    }
+    assert_eq!(
+        err.lines().filter(|l| l.contains("removed ")).count(),
+        3,
+        "{err}"
+    );
+
+    // The symlink, everything it and the planted links point at, and all else outside the
+    // removed directories are untouched.
+    assert_same(
+        &without(
+            &before,
+            &removed.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+        ),
+        &without(
+            &snapshot(&w.root()),
+            &removed.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+        ),
+    );
+    assert_eq!(
+        fs::read_to_string(outside.join("precious")).unwrap(),
+        "keep me\n"
+    );
+    assert!(fs::symlink_metadata(projects(&w).join(&ghost_id))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+#[test]
+fn unreadable_project_root_is_kept() {
+    if is_root() {
+        eprintln!("skipped as root: chmod 000 does not stop root (covered by the non-root run)");
+        return;
+    }
+    let w = World::new();
+    let (dir, id) = project(&w, OsStr::new("p"));
+    fs::remove_dir(&dir).unwrap();
+    let rf = projects(&w).join(&id).join("project-root");
+    fs::set_permissions(&rf, fs::Permissions::from_mode(0o000)).unwrap();
+    let out = run(&w, &["--gc"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("project-root is unreadable"), "{err}");
+    assert!(projects(&w).join(&id).is_dir());
+}
+
+#[test]
+fn a_root_whose_existence_cannot_be_checked_is_kept() {
+    if is_root() {
+        eprintln!("skipped as root: permissions do not stop root's lstat");
+        return;
+    }
+    let w = World::new();
+    let locked = w.dir("locked");
+    let (dir, id) = project(&w, OsStr::new("locked/p"));
+    assert!(dir.is_dir());
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
+    let out = run(&w, &["--gc"]);
+    fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).unwrap();
+    let err = stderr(&out);
+    assert!(err.contains("cannot tell whether"), "{err}");
+    assert!(projects(&w).join(&id).is_dir());
+}
+
+#[test]
+fn works_through_a_symlinked_state_home() {
+    let w = World::new();
+    let real = w.dir("real-state");
+    fs::write(real.join("mine"), "not claudebox's\n").unwrap();
+    let link = w.root().join("state-link");
+    symlink(&real, &link).unwrap();
+    let gone = w.dir("gone");
+    ok(&w
+        .cmd(&gone)
+        .env("CLAUDEBOX_HOME", &link)
+        .args(["--exec", "true"])
+        .output()
+        .unwrap());
+    settle(&link);
+    fs::remove_dir(&gone).unwrap();
+    let before = snapshot(&w.root());
+    let out = w
+        .cmd(&w.root())
+        .env("CLAUDEBOX_HOME", &link)
+        .arg("--gc")
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("1 of 1 project directories removed"), "{err}");
+    let after = snapshot(&w.root());
+    let removed: Vec<&Path> = before
+        .keys()
+        .filter(|p| !after.contains_key(*p))
+        .map(PathBuf::as_path)
+        .collect();
+    assert!(!removed.is_empty());
+    for p in &removed {
+        assert!(
+            p.starts_with(real.join("projects")),
+            "{} removed",
+            p.display()
+        );
+        assert_ne!(*p, real.join("projects").as_path());
+    }
+    assert!(fs::symlink_metadata(&link)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    assert_eq!(
+        fs::read_to_string(real.join("mine")).unwrap(),
+        "not claudebox's\n"
+    );
+}
+
+#[test]
+fn a_projects_dir_that_is_a_symlink_is_refused() {
+    let w = World::new();
+    let elsewhere = w.dir("elsewhere");
+    let (gone, id) = project(&w, OsStr::new("gone"));
+    fs::remove_dir(&gone).unwrap();
+    fs::rename(projects(&w), elsewhere.join("projects")).unwrap();
+    symlink(elsewhere.join("projects"), projects(&w)).unwrap();
+    let before = snapshot(&w.root());
+    let out = run(&w, &["--gc"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.contains("is not a directory"), "{err}");
+    assert!(elsewhere.join("projects").join(id).is_dir());
+    assert_same(&before, &snapshot(&w.root()));
+}
+
+/// A sandbox that stays up until its stdin closes, and says when it is up.
+struct Running {
+    child: std::process::Child,
+}
+
+impl Running {
+    fn start(w: &World, cwd: &Path) -> Running {
+        let mut child = w
+            .cmd(cwd)
+            .args(["--exec", "sh", "-c", "echo ready; read line"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert_eq!(first, "ready\n");
+        Running { child }
+    }
+
+    fn stop(mut self) {
+        self.child.stdin.take().unwrap().write_all(b"\n").unwrap();
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+/// Waits until `--list` reports no sandbox on `id` (bwrap's pid 1 drops the lock a moment
+/// after the command exits).
+fn wait_until_idle(w: &World, id: &str) {
+    for _ in 0..2000 {
+        if row(&list_json(w), id).is_some_and(|r| r["running"] == 0) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    panic!("the sandbox on {id} never ended");
+}
+
+#[test]
+fn keeps_state_in_use_by_a_running_sandbox() {
+    let w = World::new();
+    let dir = w.dir("busy");
+    let id = id_of(&w, &dir);
+    let sandbox = Running::start(&w, &dir);
+    // The project root disappears while the agent works in it.
+    fs::remove_dir(&dir).unwrap();
+
+    for args in [&["--gc", "--dry-run"][..], &["--gc"][..]] {
+        let out = run(&w, args);
+        let err = stderr(&out);
+        assert!(out.status.success(), "{err}");
+        assert!(
+            err.contains(&format!(
+                "kept {}: in use by 1 running sandbox",
+                projects(&w).join(&id).display()
+            )),
+            "{err}"
+        );
+        assert!(projects(&w).join(&id).join("claude-projects").is_dir());
+    }
+    let r = list_json(&w);
+    assert_eq!(row(&r, &id).unwrap()["running"], 1);
+    assert_eq!(row(&r, &id).unwrap()["root_exists"], false);
+
+    sandbox.stop();
+    wait_until_idle(&w, &id);
+    let out = run(&w, &["--gc"]);
+    assert!(
+        stderr(&out).contains("1 of 1 project directories removed"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(!projects(&w).join(&id).exists());
+}
+
+/// Takes `lock` the way `--gc` (or a registering launch) does.
+fn hold_lock(state: &Path) -> nix::fcntl::Flock<fs::File> {
+    let f = fs::File::open(state.join("lock")).unwrap();
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .unwrap()
+}
+
+/// Waits until some process is blocked on a flock of the file with inode `ino`
+/// (/proc/locks shows waiters as `->` lines).
+fn wait_for_lock_waiter(ino: u64) {
+    for _ in 0..4000 {
+        let locks = fs::read_to_string("/proc/locks").unwrap();
+        if locks
+            .lines()
+            .any(|l| l.contains("->") && l.contains(&format!(":{ino} ")))
+        {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    panic!("no launch ever waited on the lock");
+}
+
+#[test]
+fn a_launch_waiting_while_gc_removes_its_state_starts_over() {
+    // --gc's side of the protocol, played by the test: hold `lock`, let a launch block on
+    // it, move the directory away and delete it, release. The launch must notice and make
+    // a fresh state directory that its sandbox really writes to.
+    let w = World::new();
+    let dir = w.dir("p");
+    launch(&w, &dir);
+    let state = projects(&w).join(id_of(&w, &dir));
+    let lock = hold_lock(&state);
+    let ino = std::os::unix::fs::MetadataExt::ino(&fs::metadata(state.join("lock")).unwrap());
+    let child = w
+        .cmd(&dir)
+        .args(["--exec", "sh", "-c", "echo hi > ~/.claude/projects/marker"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for_lock_waiter(ino);
+    let trash = projects(&w).join(".gc-test");
+    fs::rename(&state, &trash).unwrap();
+    fs::remove_dir_all(&trash).unwrap();
+    drop(lock);
+    let out = child.wait_with_output().unwrap();
+    ok(&out);
+    settle(&w.state());
+    assert_eq!(
+        fs::read_to_string(state.join("claude-projects/marker")).unwrap(),
+        "hi\n",
+        "the sandbox wrote into the removed directory"
+    );
+    assert!(state.join("project-root").is_file());
+    assert!(!trash.exists());
+}
+
+#[test]
+fn gc_skips_a_project_whose_lock_is_held() {
+    // A launch registering holds `lock`: --gc must not wait for it, nor remove.
+    let w = World::new();
+    let dir = w.dir("p");
+    launch(&w, &dir);
+    let state = projects(&w).join(id_of(&w, &dir));
+    fs::remove_dir(&dir).unwrap();
+    let lock = hold_lock(&state);
+    let out = run(&w, &["--gc"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "kept {}: a sandbox is starting on it",
+            state.display()
+        )),
+        "{err}"
+    );
+    assert!(state.join("project-root").is_file());
+    drop(lock);
+    let out = run(&w, &["--gc"]);
+    assert!(stderr(&out).contains("1 of 1 project directories removed"));
+    assert!(!state.exists());
+}

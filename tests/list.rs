@@ -1,0 +1,246 @@
+//! `--list`: one row per project directory, checked against the real state on disk (du,
+//! stat) and against real running sandboxes.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::fs;
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use common::maintenance::*;
+use common::{git, init_repo, ok, stderr, stdout, World};
+
+/// `du -s -B1`: bytes used on disk, hard links once, symlinks not followed.
+fn du(path: &Path) -> u64 {
+    let o = Command::new("du")
+        .args(["-s", "-B1"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    String::from_utf8_lossy(&o.stdout)
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+#[test]
+fn one_row_per_project_with_root_existence_size_and_last_use() {
+    let w = World::new();
+    let repo = w.work().join("repo");
+    init_repo(&repo);
+    let wt = w.work().join("repo-wt");
+    git(&repo, &["worktree", "add", "-q", wt.to_str().unwrap()]);
+    let plain = w.dir("plain");
+    let gone = w.dir("gone");
+    for d in [&repo, &wt, &plain, &gone] {
+        launch(&w, d);
+    }
+    // The agent writes a conversation, so sizes differ.
+    ok(&w
+        .cmd(&plain)
+        .args([
+            "--exec",
+            "sh",
+            "-c",
+            "mkdir -p ~/.claude/projects/x && head -c 100000 /dev/zero > ~/.claude/projects/x/s.jsonl",
+        ])
+        .output()
+        .unwrap());
+    let ids = [id_of(&w, &repo), id_of(&w, &plain), id_of(&w, &gone)];
+    assert_eq!(
+        id_of(&w, &wt),
+        ids[0],
+        "a worktree is its repository's project"
+    );
+    fs::remove_dir(&gone).unwrap();
+
+    let rows = list_json(&w);
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    let roots = [
+        fs::canonicalize(repo.join(".git")).unwrap(),
+        plain.clone(),
+        gone.clone(),
+    ];
+    for (id, root) in ids.iter().zip(&roots) {
+        let r = row(&rows, id).unwrap_or_else(|| panic!("no row for {id}"));
+        let dir = projects(&w).join(id);
+        assert_eq!(r["root"], root.to_str().unwrap());
+        assert_eq!(r["root_exists"], root.exists());
+        assert_eq!(r["state_dir"], dir.to_str().unwrap());
+        assert_eq!(r["size_bytes"], du(&dir), "{id}");
+        let lock_mtime = fs::metadata(dir.join("lock")).unwrap().mtime();
+        assert_eq!(r["last_used_unix"], lock_mtime, "{id}");
+        assert_eq!(r["running"], 0);
+        assert_eq!(r["sessions"], serde_json::json!([]));
+        assert!(r.get("root_bytes_hex").is_none());
+    }
+    assert!(row(&rows, &ids[1]).unwrap()["size_bytes"].as_u64().unwrap() > 100_000);
+
+    // The table: a header and one line per project, ids and roots in it.
+    let table = ok(&run(&w, &["--list"]));
+    let lines: Vec<&str> = table.lines().collect();
+    assert_eq!(lines.len(), 4, "{table}");
+    assert!(lines[0].starts_with("ID"), "{table}");
+    for (id, root) in ids.iter().zip(&roots) {
+        let line = lines.iter().find(|l| l.starts_with(id.as_str())).unwrap();
+        assert!(line.ends_with(root.to_str().unwrap()), "{line}");
+        let exists = if root.exists() { " yes " } else { " no " };
+        assert!(line.contains(exists), "{line}");
+    }
+}
+
+#[test]
+fn a_launch_updates_last_used() {
+    let w = World::new();
+    let p = w.dir("p");
+    launch(&w, &p);
+    let id = id_of(&w, &p);
+    let lock = projects(&w).join(&id).join("lock");
+    let o = Command::new("touch")
+        .args(["-d", "2001-02-03 04:05:06 UTC"])
+        .arg(&lock)
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let r = list_json(&w);
+    assert_eq!(row(&r, &id).unwrap()["last_used"], "2001-02-03T04:05:06Z");
+    assert_eq!(row(&r, &id).unwrap()["last_used_unix"], 981_173_106);
+    launch(&w, &p);
+    let r = list_json(&w);
+    assert!(row(&r, &id).unwrap()["last_used_unix"].as_u64().unwrap() > 981_173_106);
+}
+
+#[test]
+fn odd_roots_are_exact_in_json_and_one_line_in_the_table() {
+    let w = World::new();
+    let odd = w.work().join(OsStr::from_bytes(b"caf\xe9\tx"));
+    let nl = w.work().join("two\nlines");
+    for d in [&odd, &nl] {
+        fs::create_dir_all(d).unwrap();
+        launch(&w, d);
+    }
+    let rows = list_json(&w);
+    let odd_row = row(&rows, &id_of(&w, &odd)).unwrap();
+    assert_eq!(odd_row["root_bytes_hex"], hex::encode(bytes(&odd)));
+    assert_eq!(odd_row["root"], odd.to_string_lossy().as_ref());
+    let nl_row = row(&rows, &id_of(&w, &nl)).unwrap();
+    assert_eq!(nl_row["root"], nl.to_str().unwrap());
+    assert!(nl_row.get("root_bytes_hex").is_none());
+
+    let table = ok(&run(&w, &["--list"]));
+    assert_eq!(table.lines().count(), 3, "{table}");
+    assert!(table.contains("caf\\xe9\\tx\n"), "{table}");
+    assert!(table.contains("two\\nlines\n"), "{table}");
+}
+
+#[test]
+fn counts_running_sandboxes_and_ignores_stale_registrations() {
+    let w = World::new();
+    let p = w.dir("p");
+    let id = id_of(&w, &p);
+    let mut sandboxes = Vec::new();
+    for _ in 0..2 {
+        let mut child = w
+            .cmd(&p)
+            .args(["--exec", "sh", "-c", "echo ready; read line"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert_eq!(first, "ready\n");
+        sandboxes.push(child);
+    }
+    // A registration left by a sandbox that is gone: its file exists, nobody holds it.
+    let running = projects(&w).join(&id).join("running");
+    fs::write(running.join("00000000000000000000000000000000"), "").unwrap();
+    assert_eq!(fs::read_dir(&running).unwrap().count(), 3);
+
+    assert_eq!(row(&list_json(&w), &id).unwrap()["running"], 2);
+    let table = ok(&run(&w, &["--list"]));
+    let line = table.lines().find(|l| l.starts_with(&id)).unwrap();
+    assert_eq!(line.split_whitespace().nth(1), Some("2"), "{line}");
+    // --list changes nothing.
+    assert_eq!(fs::read_dir(&running).unwrap().count(), 3);
+
+    // The agent inside cannot see or drop the lock: no descriptor of it reaches it.
+    let fds = ok(&w
+        .cmd(&p)
+        .args([
+            "--exec",
+            "sh",
+            "-c",
+            "for f in /proc/$$/fd/*; do echo \"$f $(readlink \"$f\")\"; done",
+        ])
+        .output()
+        .unwrap());
+    assert!(fds.lines().count() >= 3, "{fds}");
+    assert!(
+        !fds.contains("/projects/"),
+        "a state file reached the agent:\n{fds}"
+    );
+
+    for mut c in sandboxes {
+        c.stdin.take().unwrap().write_all(b"\n").unwrap();
+        assert!(c.wait().unwrap().success());
+    }
+    let mut idle = false;
+    for _ in 0..2000 {
+        if row(&list_json(&w), &id).unwrap()["running"] == 0 {
+            idle = true;
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert!(idle, "the sandboxes' registrations outlived them");
+    // The next launch clears the stale registrations (its own ends with it too).
+    launch(&w, &p);
+    let left: Vec<_> = fs::read_dir(&running).unwrap().collect();
+    assert!(left.len() <= 1, "{left:?}");
+}
+
+#[test]
+fn empty_or_missing_state_and_bad_arguments() {
+    let w = World::new();
+    let o = run(&w, &["--list", "--json"]);
+    assert_eq!(ok(&o).trim(), "[]");
+    let o = run(&w, &["--list"]);
+    assert!(o.status.success());
+    assert!(stdout(&o).is_empty());
+    assert!(stderr(&o).contains("no project state"));
+    assert!(!w.state().exists(), "--list created the state directory");
+
+    for args in [
+        &["--json"][..],
+        &["--list", "extra"],
+        &["--list", "--exec", "true"],
+        &["--gc", "--list"],
+        &["--check", "--gc"],
+        &["--list", "--dry-run"],
+    ] {
+        let o = run(&w, args);
+        assert!(!o.status.success(), "{args:?} was accepted");
+        assert!(!w.state().exists());
+    }
+}
+
+#[test]
+fn list_and_gc_need_no_claude() {
+    let w = World::new();
+    let p = w.dir("p");
+    launch(&w, &p);
+    fs::remove_file(w.bin().join("claude")).unwrap();
+    let rows = list_json(&w);
+    assert_eq!(rows.len(), 1);
+    assert!(run(&w, &["--gc", "--dry-run"]).status.success());
+}

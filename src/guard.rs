@@ -48,13 +48,15 @@ fn listed_work_tree(p: &Project) -> bool {
         return true; // inside the git dir itself
     }
     if *git_dir == p.root {
-        return p.work_tree.join(".git") == p.root;
+        // the main work tree (its `.git` may be a symlink to the git dir), or a submodule
+        return fs::canonicalize(p.work_tree.join(".git")).ok().as_ref() == Some(&p.root)
+            || submodule_of(git_dir, &p.work_tree);
     }
     if git_dir.parent() != Some(p.root.join("worktrees").as_path()) {
-        return false;
+        return submodule_of(git_dir, &p.work_tree);
     }
     let Ok(bytes) = fs::read(git_dir.join("gitdir")) else {
-        return false;
+        return submodule_of(git_dir, &p.work_tree);
     };
     let end = bytes
         .iter()
@@ -62,6 +64,36 @@ fn listed_work_tree(p: &Project) -> bool {
         .map_or(0, |i| i + 1);
     let back = Path::new(OsStr::from_bytes(&bytes[..end]));
     fs::canonicalize(git_dir.join(back)).ok() == Some(p.work_tree.join(".git"))
+}
+
+/// Whether `git_dir` is a submodule's git dir (or one made with `--separate-git-dir` and a
+/// `core.worktree`) whose `core.worktree` names `work_tree`.
+fn submodule_of(git_dir: &Path, work_tree: &Path) -> bool {
+    let Some(wt) = crate::protect::core_value(&git_dir.join("config"), b"worktree") else {
+        return false;
+    };
+    fs::canonicalize(git_dir.join(Path::new(OsStr::from_bytes(&wt))))
+        .ok()
+        .as_deref()
+        == Some(work_tree)
+}
+
+/// Binding a git dir outside the work tree read-write is only safe when that repository
+/// records this work tree: otherwise a planted `.git` file (`gitdir: ../other/.git`, which
+/// an agent can write in a project) would hand the next sandbox another repository.
+pub fn check_outside_git_dirs(project: &Project, yes: bool) -> Result<()> {
+    if yes || project.outside_git_dirs().is_empty() || listed_work_tree(project) {
+        return Ok(());
+    }
+    let git_dir = project.git_dir.as_deref().unwrap_or(&project.root);
+    Err(anyhow!(
+        "{} names the git dir {}, which does not list {} as one of its work trees (a `.git` \
+         file can be planted to reach another repository); if this layout is yours, run \
+         `git worktree repair` there or pass --yes to bind it anyway",
+        project.work_tree.join(".git").display(),
+        git_dir.display(),
+        project.work_tree.display()
+    ))
 }
 
 /// The refusals: what would cover the home, claudebox's own files, its state or its

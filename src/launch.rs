@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::cli::Cli;
 use crate::config;
+use crate::guard;
 use crate::host::{self, HostFacts};
 use crate::inuse;
 use crate::plan::{self, Command, Inputs, Plan};
@@ -33,6 +34,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     let home = host::home_dir()?;
     let project = project::discover(&cwd)?;
     refuse_dangerous_root(&project.work_tree, &home, cli.yes)?;
+    guard::check_outside_git_dirs(&project, cli.yes)?;
     let bwrap = host::find_bwrap()?;
     let command = if cli.exec {
         if cli.args.is_empty() {

@@ -250,7 +250,7 @@ fn hooks_paths(project: &Project, home: &Path) -> Vec<PathBuf> {
 
 /// The last value of `core.<key>` (key lowercase) in one git config file. A small reader:
 /// sections, `key = value`, optional double quotes; includes are not followed.
-fn core_value(file: &Path, key: &[u8]) -> Option<Vec<u8>> {
+pub(crate) fn core_value(file: &Path, key: &[u8]) -> Option<Vec<u8>> {
     let text = fs::read(file).ok()?;
     let mut in_core = false;
     let mut found = None;

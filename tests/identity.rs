@@ -157,9 +157,14 @@ fn separate_git_dir() {
         &repo,
         &["init", "-q", "--separate-git-dir", gd.to_str().unwrap()],
     );
-    assert_agrees_with_git(&w, &repo);
+    // the git dir does not record its work tree, so a `.git` file alone cannot prove the
+    // layout is the user's: binding it read-write takes --yes
+    let refused = w.cmd(&repo).arg("--dry-run").output().unwrap();
+    assert!(!refused.status.success() && stderr(&refused).contains("--yes"));
+    let out = ok(&w.cmd(&repo).args(["--yes", "--dry-run"]).output().unwrap());
+    let root = env_in_dry_run(&out, "CLAUDEBOX_PROJECT_ROOT").unwrap();
+    assert_eq!(Path::new(&root), git_root(&repo));
     // and the git dir lies outside the work tree, so it is bound too
-    let out = dry_run(&w, &repo);
     assert!(
         out.contains(&format!("rw\t{}\t{}", gd.display(), gd.display())),
         "{out}"
@@ -184,4 +189,39 @@ fn outside_git_is_the_real_cwd() {
     symlink(&d, w.work().join("alias")).unwrap();
     let (root, _) = claudebox_root(&w, &w.work().join("alias"));
     assert_eq!(Path::new(&root), fs::canonicalize(&d).unwrap());
+}
+
+#[test]
+fn a_planted_git_file_cannot_hand_the_sandbox_another_repository() {
+    let w = World::new();
+    let victim = w.work().join("victim");
+    init_repo(&victim);
+    // what an agent could write inside a project it can edit
+    let trap = w.dir("project/sub");
+    fs::write(
+        trap.join(".git"),
+        format!("gitdir: {}\n", victim.join(".git").display()),
+    )
+    .unwrap();
+    // git itself would take it as a work tree of `victim` ...
+    assert_eq!(
+        git_root(&trap),
+        fs::canonicalize(victim.join(".git")).unwrap()
+    );
+    // ... but claudebox refuses to bind victim/.git read-write for it
+    let o = w.cmd(&trap).args(["--exec", "true"]).output().unwrap();
+    assert!(!o.status.success());
+    let err = stderr(&o);
+    assert!(
+        err.contains("does not list") && err.lines().count() == 1,
+        "{err}"
+    );
+    assert!(!w.state().exists(), "a refused launch created state");
+    // a real linked worktree and a real submodule are accepted (see the tests above)
+    git(&victim, &["worktree", "add", "-q", "../real-wt"]);
+    ok(&w
+        .cmd(&w.work().join("real-wt"))
+        .args(["--exec", "true"])
+        .output()
+        .unwrap());
 }

@@ -450,7 +450,9 @@ fn a_planted_git_file_does_not_join_a_configured_project() {
         &format!("[[project]]\nroot = {}\nro = [{}]\n", q(&a), q(&secret)),
     );
     let script = format!("cat {}/f 2>/dev/null || echo NOT-GRANTED", secret.display());
-    let out = inside(&w, &evil, &[], &script);
+    // without --yes the launch refuses the foreign git dir outright (tests/identity.rs);
+    // with it, the section still does not apply
+    let out = inside(&w, &evil, &["--yes"], &script);
     assert!(out.contains("NOT-GRANTED"), "{out}");
     let out = inside(&w, &a, &[], &script);
     assert!(out.contains("content of granted"), "{out}");

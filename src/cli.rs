@@ -6,6 +6,8 @@ use std::ffi::OsString;
 
 use clap::Parser;
 
+use crate::network::NetworkChoice;
+
 #[derive(Debug, Parser)]
 #[command(
     name = "claudebox",
@@ -29,6 +31,21 @@ pub struct Cli {
     #[arg(long)]
     pub yes: bool,
 
+    /// Network: open (the host's, default), allowlist (only allowed hosts, through a
+    /// proxy on the host) or none.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub network: Option<crate::network::ModeName>,
+
+    /// Allow HOST in allowlist mode (repeatable): a name, `*.example.com` for its
+    /// subdomains, `HOST:PORT` for one port. Implies --network allowlist.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_host: Vec<String>,
+
+    /// Allowlist mode: also report each denied host on stderr (they always go to the
+    /// project's network-denied.log).
+    #[arg(long)]
+    pub log_denied: bool,
+
     /// Arguments for claude (or, with --exec, the command and its arguments).
     #[arg(
         value_name = "CLAUDE_ARGS",
@@ -37,4 +54,23 @@ pub struct Cli {
         value_parser = clap::value_parser!(OsString)
     )]
     pub args: Vec<OsString>,
+}
+
+impl Cli {
+    /// The command line's layer of network settings (the config file adds layers below it).
+    pub fn network_choice(&self) -> NetworkChoice {
+        NetworkChoice {
+            mode: self.network,
+            allow_hosts: self
+                .allow_host
+                .iter()
+                .map(|h| (h.clone(), "--allow-host".to_string()))
+                .collect(),
+            source: if self.network.is_some() {
+                "--network".to_string()
+            } else {
+                "--allow-host".to_string()
+            },
+        }
+    }
 }

@@ -13,6 +13,8 @@ use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 
 use crate::cli::Cli;
 use crate::host::{self, HostFacts};
+use crate::netbridge;
+use crate::network::{self, NetworkMode};
 use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
@@ -43,6 +45,15 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         Command::Claude(_) => Some(host::find_claude(&home)?),
         Command::Exec(_) => host::find_claude(&home).ok(),
     };
+    // Integration point for the config file: its layers (global, then the project's
+    // section) go before the command line's.
+    let network = network::resolve(&[cli.network_choice()])?;
+    let self_exe = match network {
+        NetworkMode::Allowlist(_) => {
+            Some(std::env::current_exe().context("cannot find claudebox's own executable")?)
+        }
+        _ => None,
+    };
     let state_home = StateHome::from_env(&home);
     let state = state_home.project(&project.id());
     let inputs = Inputs {
@@ -54,6 +65,9 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         instance_id: host::random_id()?,
         host: HostFacts::probe(),
         bwrap,
+        network,
+        self_exe,
+        log_denied: cli.log_denied,
     };
     let plan = plan::build(&inputs);
     Ok(Prepared {
@@ -91,6 +105,11 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     state::check_writable(&p.state_home)?;
     state::ensure_project_dir(&p.state_home, &inp.state, &inp.project.root)?;
     ensure_claude_mount_points(&inp.home)?;
+    if let Some(spec) = &p.plan.proxy {
+        // Before the lock: the proxy must not hold it, and its descriptor for the
+        // sandbox goes on a fixed number.
+        netbridge::start_proxy(spec)?;
+    }
     let lock = hold_in_use(&inp.state)?;
     let argv = render::argv(&p.plan);
     let err = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();

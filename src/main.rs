@@ -3,8 +3,11 @@
 mod cli;
 mod host;
 mod launch;
+mod netbridge;
+mod network;
 mod plan;
 mod project;
+mod proxy;
 mod render;
 mod state;
 
@@ -14,7 +17,11 @@ use std::process::ExitCode;
 use clap::Parser;
 
 fn main() -> ExitCode {
-    let cli = cli::Cli::parse_from(host::args_os());
+    let args = host::args_os();
+    if let Some(code) = netbridge::internal(&args) {
+        return code;
+    }
+    let cli = cli::Cli::parse_from(args);
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {

@@ -14,7 +14,9 @@
 //! 6. the real `~/.claude`, read-write, then over it, in this order, the project's
 //!    conversations (`~/.claude/projects`), the project's history
 //!    (`~/.claude/history.jsonl`) and a private `~/.claude/sessions`;
-//! 7. the shared `~/.claude.json`.
+//! 7. the shared `~/.claude.json`;
+//! 8. in allowlist mode, claudebox itself at `/run/claudebox/claudebox` (read-only), the
+//!    sandbox's first program, which hands the proxy its port (see `netbridge`).
 //!
 //! The `~/.claude` group comes after the project so that it still wins when the project
 //! is the home directory itself (only allowed with `--yes`).
@@ -25,6 +27,8 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::host::{ClaudeInstall, HostFacts, SystemEntry};
+use crate::netbridge;
+use crate::network::{self, NetworkMode, ProxySpec};
 use crate::project::Project;
 use crate::state::ProjectState;
 
@@ -115,6 +119,12 @@ pub struct Inputs {
     pub instance_id: String,
     pub host: HostFacts,
     pub bwrap: PathBuf,
+    /// Open, allowlist (through the proxy) or none.
+    pub network: NetworkMode,
+    /// claudebox's own executable on the host; bound inside in allowlist mode.
+    pub self_exe: Option<PathBuf>,
+    /// Allowlist mode: also report denied hosts on stderr.
+    pub log_denied: bool,
 }
 
 /// The typed sandbox plan.
@@ -128,6 +138,10 @@ pub struct Plan {
     pub cwd: PathBuf,
     /// Program and arguments run inside.
     pub argv: Vec<OsString>,
+    /// The network mode in force.
+    pub network: NetworkMode,
+    /// Allowlist mode: the proxy that the launcher starts on the host before bwrap.
+    pub proxy: Option<ProxySpec>,
 }
 
 pub const NAMESPACE_FLAGS: &[&str] = &[
@@ -259,12 +273,41 @@ pub fn build(inp: &Inputs) -> Plan {
         "user config shared with the host: MCP servers, onboarding",
     ));
 
-    let env = vec![
+    let mut flags = NAMESPACE_FLAGS.to_vec();
+    let mut proxy = None;
+    match &inp.network {
+        NetworkMode::Open => {}
+        NetworkMode::None => flags.push("--unshare-net"),
+        NetworkMode::Allowlist(list) => {
+            flags.push("--unshare-net");
+            if let Some(exe) = &inp.self_exe {
+                m.push(Mount::new(
+                    MountKind::Ro,
+                    Some(exe),
+                    Path::new(network::SANDBOX_SELF),
+                    "claudebox itself: opens the proxy port inside, then runs the command",
+                ));
+            }
+            proxy = Some(ProxySpec {
+                allowlist: list.clone(),
+                denied_log: inp.state.denied_log(),
+                log_stderr: inp.log_denied,
+                instance_id: inp.instance_id.clone(),
+            });
+        }
+    }
+
+    let mut env = vec![
         set("CLAUDEBOX", OsStr::new("1")),
         set("CLAUDEBOX_PROJECT_ROOT", p.root.as_os_str()),
         set("CLAUDEBOX_PROJECT_ID", OsStr::new(&p.id())),
         set("CLAUDEBOX_INSTANCE_ID", OsStr::new(&inp.instance_id)),
     ];
+    if proxy.is_some() {
+        for (k, v) in netbridge::proxy_env() {
+            env.push(set(k, OsStr::new(v)));
+        }
+    }
 
     let argv = match &inp.command {
         Command::Exec(cmd) => cmd.clone(),
@@ -280,13 +323,20 @@ pub fn build(inp: &Inputs) -> Plan {
         }
     };
 
+    let argv = match proxy {
+        Some(_) => netbridge::listen_argv(OsStr::new(network::SANDBOX_SELF), &argv),
+        None => argv,
+    };
+
     Plan {
         bwrap: inp.bwrap.clone(),
-        flags: NAMESPACE_FLAGS.to_vec(),
+        flags,
         mounts: m,
         env,
         cwd: p.cwd.clone(),
         argv,
+        network: inp.network.clone(),
+        proxy,
     }
 }
 
@@ -308,5 +358,18 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
           create outside the project and ~/.claude are lost at exit. If a command fails \
           for lack of access, say so instead of working around the sandbox.",
     );
+    match &inp.network {
+        NetworkMode::Open => {}
+        NetworkMode::None => s.extend_from_slice(b" There is no network: only loopback."),
+        NetworkMode::Allowlist(list) => {
+            s.extend_from_slice(
+                b" Network: only these hosts are reachable, through an HTTP proxy (the proxy \
+                  variables are set; there is no DNS inside); others get 403 from the proxy: ",
+            );
+            let hosts: Vec<String> = list.entries.iter().map(|e| e.pattern.to_string()).collect();
+            s.extend_from_slice(hosts.join(", ").as_bytes());
+            s.push(b'.');
+        }
+    }
     OsString::from_vec(s)
 }

@@ -6,6 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use shell_quote::Sh;
 
+use crate::network;
 use crate::plan::{EnvOp, MountKind, Plan};
 
 /// bwrap's full argv, program first.
@@ -135,6 +136,15 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
                 out.extend_from_slice(&escape_bytes(k.as_bytes()));
             }
         }
+        out.push(b'\n');
+    }
+    out.extend_from_slice(format!("# network: {}\n", network::describe(&plan.network)).as_bytes());
+    if let Some(proxy) = &plan.proxy {
+        for e in &proxy.allowlist.entries {
+            out.extend_from_slice(format!("allow\t{}\t{}\n", e.pattern, e.source).as_bytes());
+        }
+        out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first program hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
+        out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));
         out.push(b'\n');
     }
     out.extend_from_slice(b"# command\n");

@@ -7,7 +7,8 @@
 //!         ├── project-root      the canonical project root, raw bytes, no newline
 //!         ├── claude-projects/  mounted at ~/.claude/projects inside the sandbox
 //!         ├── history.jsonl     mounted at ~/.claude/history.jsonl
-//!         └── lock              held (shared flock) by every running sandbox
+//!         ├── lock              held (shared flock) by every running sandbox
+//!         └── network-denied.log  hosts the allowlist proxy refused (allowlist mode)
 //! ```
 //!
 //! Path computation is pure; creating things is done by [`ensure_project_dir`], on the
@@ -25,6 +26,7 @@ pub const ROOT_FILE: &str = "project-root";
 pub const CONVERSATIONS_DIR: &str = "claude-projects";
 pub const HISTORY_FILE: &str = "history.jsonl";
 pub const LOCK_FILE: &str = "lock";
+pub const DENIED_LOG: &str = "network-denied.log";
 
 /// The paths of one state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +73,9 @@ impl ProjectState {
     }
     pub fn lock(&self) -> PathBuf {
         self.dir.join(LOCK_FILE)
+    }
+    pub fn denied_log(&self) -> PathBuf {
+        self.dir.join(DENIED_LOG)
     }
 }
 

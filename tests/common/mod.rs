@@ -138,7 +138,12 @@ pub fn git(cwd: &Path, args: &[&str]) -> String {
     let o = Command::new("git")
         .current_dir(cwd)
         .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
-        .args(["-c", "protocol.file.allow=always", "-c", "init.defaultBranch=main"])
+        .args([
+            "-c",
+            "protocol.file.allow=always",
+            "-c",
+            "init.defaultBranch=main",
+        ])
         .args(args)
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env("HOME", cwd)
@@ -164,7 +169,10 @@ pub fn init_repo(path: &Path) {
 
 /// What real git says the canonical root is: realpath of the absolute common dir.
 pub fn git_root(cwd: &Path) -> PathBuf {
-    let out = git(cwd, &["rev-parse", "--path-format=absolute", "--git-common-dir"]);
+    let out = git(
+        cwd,
+        &["rev-parse", "--path-format=absolute", "--git-common-dir"],
+    );
     fs::canonicalize(out).unwrap()
 }
 

@@ -165,20 +165,43 @@ fn run_proxy(args: &[OsString]) -> Result<()> {
         }
     }
     let fd = fd.context("internal proxy: no --fd")?;
+    // Shown by ps/top instead of "exe" (it was started through /proc/self/exe).
+    let _ = nix::sys::prctl::set_name(c"claudebox-proxy");
     exit_with_parent();
     // SAFETY: the launcher passed this descriptor to us and nothing else owns it.
     let ctl = unsafe { OwnedFd::from_raw_fd(fd) };
-    let listener = receive_listener(&ctl)?;
-    drop(ctl);
-    proxy::serve(
-        listener,
-        proxy::Config {
-            allowlist,
-            denied_log: denied_log.context("internal proxy: no --denied-log")?,
-            log_stderr,
-        },
-    )
-    .context("network proxy")
+    let denied_log = denied_log.context("internal proxy: no --denied-log")?;
+    let served = receive_listener(&ctl).and_then(|listener| {
+        drop(ctl);
+        proxy::serve(
+            listener,
+            proxy::Config {
+                allowlist,
+                denied_log: denied_log.clone(),
+                log_stderr,
+            },
+        )
+        .context("network proxy")
+    });
+    if let Err(e) = &served {
+        // Its stderr is usually /dev/null: leave the reason where the user looks.
+        note_error(&denied_log, &format!("{e:#}"));
+    }
+    served
+}
+
+fn note_error(log: &std::path::Path, msg: &str) {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(log)
+    {
+        let _ = writeln!(f, "error: claudebox's network proxy stopped: {msg}");
+    }
 }
 
 /// A second guard besides `PR_SET_PDEATHSIG`: a thread that waits on a pidfd of the parent
@@ -270,7 +293,8 @@ fn listen_and_exec(args: &[OsString]) -> Result<()> {
     bail!("cannot run {}: {err}", cmd[0].to_string_lossy())
 }
 
-/// The proxy variables set inside in allowlist mode.
+/// The proxy variables set inside in allowlist mode; `NODE_USE_ENV_PROXY` makes Node.js
+/// (22.21+/24+) honour them in `fetch` and `http(s)` too (older Node ignores it).
 pub fn proxy_env() -> Vec<(&'static str, &'static str)> {
     let url = network::PROXY_URL;
     let no = network::NO_PROXY;
@@ -283,5 +307,6 @@ pub fn proxy_env() -> Vec<(&'static str, &'static str)> {
         ("all_proxy", url),
         ("NO_PROXY", no),
         ("no_proxy", no),
+        ("NODE_USE_ENV_PROXY", "1"),
     ]
 }

@@ -24,16 +24,17 @@ pub const PROXY_URL: &str = "http://127.0.0.1:3128";
 pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
 
 /// Hosts Claude Code needs (Anthropic's "network access requirements" for Claude Code):
-/// the API, the claude.ai and Console logins (and token refresh), feature flags.
+/// the API, the claude.ai and Console logins (and token refresh), feature flags; HTTPS
+/// only.
 /// Left out on purpose: `sentry.io` (error reports; it accepts events for anyone's
 /// Sentry project, so it is a way out for data) and download hosts for the auto-updater
 /// (the installation is read-only inside anyway).
 pub const DEFAULT_HOSTS: &[&str] = &[
-    "api.anthropic.com",
-    "claude.ai",
-    "platform.claude.com",
-    "console.anthropic.com",
-    "statsig.anthropic.com",
+    "api.anthropic.com:443",
+    "claude.ai:443",
+    "platform.claude.com:443",
+    "console.anthropic.com:443",
+    "statsig.anthropic.com:443",
 ];
 
 /// Which network the sandbox gets.
@@ -529,6 +530,7 @@ mod tests {
         assert_eq!(last.pattern.to_string(), "example.com");
         assert_eq!(last.source, "cli");
         assert!(l.find("api.anthropic.com", 443).is_some());
+        assert!(l.find("api.anthropic.com", 22).is_none());
         assert!(l.find("evil.example.org", 443).is_none());
     }
 

@@ -375,7 +375,15 @@ fn start_waiting(w: &World, proj: &Path) -> (std::process::Child, String) {
 fn the_proxy_is_gone_after_the_sandbox_exits() {
     let w = World::new();
     let proj = project(&w);
+    let port_taken_before = TcpStream::connect("127.0.0.1:3128").is_ok();
     let (mut child, id) = start_waiting(&w, &proj);
+    // The proxy port exists only in the sandbox's own network namespace.
+    if !port_taken_before {
+        assert!(
+            TcpStream::connect("127.0.0.1:3128").is_err(),
+            "the proxy port is open on the host"
+        );
+    }
     let running = proxies_of(&id);
     assert_eq!(running.len(), 1, "no proxy found for instance {id}");
     // Nothing on disk that another user could connect to: no socket file anywhere under
@@ -464,7 +472,10 @@ fn dry_run_shows_the_policy_and_creates_nothing() {
         .output()
         .unwrap());
     assert!(out.contains("# network: allowlist"), "{out}");
-    assert!(out.contains("allow\tapi.anthropic.com\tdefault\n"), "{out}");
+    assert!(
+        out.contains("allow\tapi.anthropic.com:443\tdefault\n"),
+        "{out}"
+    );
     assert!(
         out.contains("allow\t*.example.org\t--allow-host\n"),
         "{out}"
@@ -481,6 +492,7 @@ fn dry_run_shows_the_policy_and_creates_nothing() {
         out.contains("set\tNO_PROXY=localhost,127.0.0.1,::1\n"),
         "{out}"
     );
+    assert!(out.contains("set\tNODE_USE_ENV_PROXY=1\n"), "{out}");
     assert!(
         out.contains("\tnetwork-denied.log") || out.contains("/network-denied.log"),
         "{out}"

@@ -339,6 +339,19 @@ fn proxies_of(instance: &str) -> Vec<u32> {
     out
 }
 
+/// Process group and session of `pid`, from /proc.
+fn pgrp_and_session(pid: u32) -> (u32, u32) {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let f: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    // After the command: state, ppid, pgrp, session.
+    (f[2].parse().unwrap(), f[3].parse().unwrap())
+}
+
 /// Waits (bounded) for a condition that the kernel makes true asynchronously.
 fn eventually(what: &str, mut f: impl FnMut() -> bool) {
     let start = Instant::now();
@@ -386,6 +399,13 @@ fn the_proxy_is_gone_after_the_sandbox_exits() {
     }
     let running = proxies_of(&id);
     assert_eq!(running.len(), 1, "no proxy found for instance {id}");
+    // Its own session and process group: a Ctrl-C or hang-up meant for the terminal's
+    // foreground group (bwrap, the agent) does not reach it.
+    let (proxy_pgrp, proxy_sid) = pgrp_and_session(running[0]);
+    let (bwrap_pgrp, bwrap_sid) = pgrp_and_session(child.id());
+    assert_ne!(proxy_pgrp, bwrap_pgrp);
+    assert_ne!(proxy_sid, bwrap_sid);
+    assert_eq!(proxy_sid, running[0], "the proxy leads its own session");
     // Nothing on disk that another user could connect to: no socket file anywhere under
     // the test's root, and no unix socket with a path in the kernel's table.
     let unix = fs::read_to_string("/proc/net/unix").unwrap();

@@ -171,6 +171,7 @@ fn run_proxy(args: &[OsString]) -> Result<()> {
     // SAFETY: the launcher passed this descriptor to us and nothing else owns it.
     let ctl = unsafe { OwnedFd::from_raw_fd(fd) };
     let denied_log = denied_log.context("internal proxy: no --denied-log")?;
+    rotate(&denied_log);
     let served = receive_listener(&ctl).and_then(|listener| {
         drop(ctl);
         proxy::serve(
@@ -188,6 +189,15 @@ fn run_proxy(args: &[OsString]) -> Result<()> {
         note_error(&denied_log, &format!("{e:#}"));
     }
     served
+}
+
+/// Keeps the denied log bounded: past 1 MiB it becomes `<name>.old` (replacing the last).
+fn rotate(log: &std::path::Path) {
+    if std::fs::symlink_metadata(log).is_ok_and(|m| m.is_file() && m.len() > 1 << 20) {
+        let mut old = log.as_os_str().to_os_string();
+        old.push(".old");
+        let _ = std::fs::rename(log, old);
+    }
 }
 
 fn note_error(log: &std::path::Path, msg: &str) {
@@ -309,4 +319,43 @@ pub fn proxy_env() -> Vec<(&'static str, &'static str)> {
         ("no_proxy", no),
         ("NODE_USE_ENV_PROXY", "1"),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_denied_log_is_rotated_past_one_mebibyte() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("network-denied.log");
+        std::fs::write(&log, vec![b'x'; 1000]).unwrap();
+        rotate(&log);
+        assert!(log.exists(), "a small log is kept");
+        std::fs::write(&log, vec![b'x'; (1 << 20) + 1]).unwrap();
+        rotate(&log);
+        assert!(!log.exists());
+        let old = dir.path().join("network-denied.log.old");
+        assert_eq!(std::fs::metadata(old).unwrap().len(), (1 << 20) + 1);
+    }
+
+    #[test]
+    fn the_sandbox_command_is_wrapped_unchanged() {
+        let cmd: Vec<OsString> = vec!["claude".into(), "--".into(), "a b".into()];
+        let v = listen_argv(OsStr::new("/run/claudebox/claudebox"), &cmd);
+        assert_eq!(
+            v,
+            [
+                "/run/claudebox/claudebox",
+                "--internal-listen",
+                "3",
+                "3128",
+                "--",
+                "claude",
+                "--",
+                "a b"
+            ]
+            .map(OsString::from)
+        );
+    }
 }

@@ -466,6 +466,7 @@ impl Probe {
                 ssh_agent: None,
                 own_exe: host::own_exe()?,
                 landlock_abi: host::landlock_abi(),
+                log_denied: false,
             })
         };
         match probe_inputs(&dir) {

@@ -7,7 +7,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use crate::settings::{CliRequest, Network};
+use crate::network::{ModeName, NetworkChoice};
+use crate::settings::CliRequest;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -69,10 +70,6 @@ pub struct Cli {
     #[arg(long, value_name = "NAME[=VALUE]", value_parser = clap::value_parser!(OsString))]
     pub env: Vec<OsString>,
 
-    /// Network access: open (the host's network) or none.
-    #[arg(long, value_name = "MODE", value_enum)]
-    pub network: Option<Network>,
-
     /// No network at all (same as --network none).
     #[arg(long, conflicts_with = "network")]
     pub no_network: bool,
@@ -106,6 +103,21 @@ pub struct Cli {
     #[arg(long, requires = "list")]
     pub json: bool,
 
+    /// Network: open (the host's, default), allowlist (only allowed hosts, through a
+    /// proxy on the host) or none.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub network: Option<crate::network::ModeName>,
+
+    /// Allow HOST in allowlist mode (repeatable): a name, `*.example.com` for its
+    /// subdomains, `HOST:PORT` for one port. Implies --network allowlist.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_host: Vec<String>,
+
+    /// Allowlist mode: also report each denied host on stderr (they always go to the
+    /// project's network-denied.log).
+    #[arg(long)]
+    pub log_denied: bool,
+
     /// Arguments for claude (or, with --exec, the command and its arguments).
     #[arg(
         value_name = "CLAUDE_ARGS",
@@ -124,10 +136,29 @@ impl Cli {
             rw: self.rw.clone(),
             hide: self.hide.clone(),
             env: self.env.clone(),
-            network: if self.no_network {
-                Some(Network::None)
+            network: self.network_choice(),
+        }
+    }
+
+    /// The command line's layer of network settings (the config file adds layers below it).
+    pub fn network_choice(&self) -> NetworkChoice {
+        NetworkChoice {
+            mode: if self.no_network {
+                Some(ModeName::None)
             } else {
                 self.network
+            },
+            allow_hosts: self
+                .allow_host
+                .iter()
+                .map(|h| (h.clone(), "--allow-host".to_string()))
+                .collect(),
+            source: if self.no_network {
+                "--no-network".to_string()
+            } else if self.network.is_some() {
+                "--network".to_string()
+            } else {
+                "--allow-host".to_string()
             },
         }
     }

@@ -54,6 +54,10 @@ pub struct Section {
     #[serde(default)]
     pub pass_env: Vec<Spanned<String>>,
     pub network: Option<Spanned<Network>>,
+    /// Hosts reachable in allowlist mode (`*.example.com`, `HOST:PORT`); listing any
+    /// without naming a mode means allowlist.
+    #[serde(default)]
+    pub allow_hosts: Vec<Spanned<String>>,
     pub claude_args: Option<Spanned<Vec<String>>>,
     /// Only in a `[[project]]` section: the project it applies to.
     pub root: Option<Spanned<String>>,
@@ -170,11 +174,12 @@ impl<'de> Deserialize<'de> for Network {
         impl Visitor<'_> for V {
             type Value = Network;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str(r#""open" or "none""#)
+                f.write_str(r#""open", "allowlist" or "none""#)
             }
             fn visit_str<E: de::Error>(self, s: &str) -> Result<Network, E> {
                 match s {
                     "open" => Ok(Network::Open),
+                    "allowlist" => Ok(Network::Allowlist),
                     "none" => Ok(Network::None),
                     _ => Err(E::invalid_value(de::Unexpected::Str(s), &self)),
                 }
@@ -206,7 +211,7 @@ mod tests {
         assert_eq!(
             err("ro = []\nrox = 1\n"),
             "/c/config.toml:2:1: unknown field `rox`, expected one of `ro`, `rw`, `hide`, \
-             `env`, `pass_env`, `network`, `claude_args`, `root`, `project`"
+             `env`, `pass_env`, `network`, `allow_hosts`, `claude_args`, `root`, `project`"
         );
         assert_eq!(
             err("ro = 5\n"),
@@ -214,11 +219,11 @@ mod tests {
         );
         assert_eq!(
             err("\n\nnetwork = true\n"),
-            r#"/c/config.toml:3:11: invalid type: boolean `true`, expected "open" or "none""#
+            r#"/c/config.toml:3:11: invalid type: boolean `true`, expected "open", "allowlist" or "none""#
         );
         assert_eq!(
             err("network = \"off\"\n"),
-            r#"/c/config.toml:1:11: invalid value: string "off", expected "open" or "none""#
+            r#"/c/config.toml:1:11: invalid value: string "off", expected "open", "allowlist" or "none""#
         );
         assert_eq!(
             err("ro = [\n"),

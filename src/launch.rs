@@ -14,6 +14,7 @@ use crate::config;
 use crate::guard;
 use crate::host::{self, HostFacts};
 use crate::inuse;
+use crate::netbridge;
 use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
@@ -100,6 +101,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         ssh_agent,
         own_exe: host::own_exe()?,
         landlock_abi: host::landlock_abi(),
+        log_denied: cli.log_denied,
     };
     let plan = plan::build(&inputs);
     Ok(Prepared {
@@ -152,6 +154,11 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
     state::check_writable(&p.state_home)?;
     ensure_claude_mount_points(&inp.home)?;
+    if let Some(spec) = &p.plan.proxy {
+        // Before any lock is taken: the proxy must not inherit one, and its descriptor
+        // for the sandbox goes on a fixed number.
+        netbridge::start_proxy(spec)?;
+    }
     // Creates the project's state and registers this sandbox as running on it.
     let in_use = inuse::mark(
         &p.state_home,

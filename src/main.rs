@@ -13,9 +13,12 @@ mod inventory;
 mod ipc;
 mod launch;
 mod list;
+mod netbridge;
+mod network;
 mod plan;
 mod project;
 mod protect;
+mod proxy;
 mod render;
 mod sessions;
 mod settings;
@@ -32,6 +35,9 @@ fn main() -> ExitCode {
     let args = host::args_os();
     if args.get(1).is_some_and(|a| a == confine::INIT_FLAG) {
         return confine::main(&args[2..]);
+    }
+    if let Some(code) = netbridge::internal(&args) {
+        return code;
     }
     if let Some(code) = shell::dispatch(&args) {
         return code;

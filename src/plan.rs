@@ -20,6 +20,8 @@
 //! 7. the shared `~/.claude.json`;
 //! 8. the user's extra mounts (`ro`, `rw`, `hide` from the config file and the command
 //!    line), parents before children.
+//! 9. in allowlist mode, claudebox's first step inside (see `confine`) also hands the proxy
+//!    its port (see `netbridge`).
 //!
 //! The `~/.claude` group comes after the project so that it still wins when the project
 //! is the home directory itself (only allowed with `--yes`).
@@ -38,10 +40,12 @@ use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::host::{ClaudeInstall, HostFacts, SystemEntry};
+use crate::netbridge;
+use crate::network::{NetworkMode, ProxySpec};
 use crate::project::Project;
 use crate::protect::{Guard, Protected};
 use crate::sessions;
-use crate::settings::{ExtraKind, ExtraMount, Network, Origin, Settings};
+use crate::settings::{ExtraKind, ExtraMount, Origin, Settings};
 use crate::state::ProjectState;
 
 /// How a path appears inside the sandbox.
@@ -154,6 +158,8 @@ pub struct Inputs {
     pub own_exe: PathBuf,
     /// The kernel's Landlock ABI version (6 and later can scope abstract unix sockets).
     pub landlock_abi: u32,
+    /// Allowlist mode: also report denied hosts on stderr.
+    pub log_denied: bool,
 }
 
 /// Where `--ssh-agent` puts the host agent's socket inside.
@@ -190,6 +196,8 @@ pub struct Plan {
     /// (`--sync-fd`): the launch's in-use lock (src/inuse.rs). Set by the launch just
     /// before exec, so `--dry-run` never shows it.
     pub sync_fd: Option<i32>,
+    /// Allowlist mode: the proxy that the launcher starts on the host before bwrap.
+    pub proxy: Option<ProxySpec>,
 }
 
 pub const NAMESPACE_FLAGS: &[&str] = &[
@@ -354,6 +362,22 @@ pub fn build(inp: &Inputs) -> Plan {
     ));
     m.extend(extra_after);
 
+    let mut flags = NAMESPACE_FLAGS.to_vec();
+    let mut proxy = None;
+    match &inp.settings.network {
+        NetworkMode::Open => {}
+        NetworkMode::None => flags.push("--unshare-net"),
+        NetworkMode::Allowlist(list) => {
+            flags.push("--unshare-net");
+            proxy = Some(ProxySpec {
+                allowlist: list.clone(),
+                denied_log: inp.state.denied_log(),
+                log_stderr: inp.log_denied,
+                instance_id: inp.instance_id.clone(),
+            });
+        }
+    }
+
     let mut env: Vec<EnvOp> = inp
         .ipc_vars
         .iter()
@@ -382,6 +406,11 @@ pub fn build(inp: &Inputs) -> Plan {
                 .to_string(),
         );
     }
+    if proxy.is_some() {
+        for (k, v) in netbridge::proxy_env() {
+            env.push(set(k, OsStr::new(v)));
+        }
+    }
 
     let argv = match &inp.command {
         Command::Exec(cmd) => cmd.clone(),
@@ -403,10 +432,10 @@ pub fn build(inp: &Inputs) -> Plan {
         }
     };
 
-    let mut flags = NAMESPACE_FLAGS.to_vec();
-    if inp.settings.network == Network::None {
-        flags.push("--unshare-net");
-    }
+    let argv = match proxy {
+        Some(_) => netbridge::listen_argv(inp.own_exe.as_os_str(), &argv),
+        None => argv,
+    };
 
     Plan {
         bwrap: inp.bwrap.clone(),
@@ -422,6 +451,7 @@ pub fn build(inp: &Inputs) -> Plan {
         settings: inp.settings.clone(),
         notes,
         sync_fd: None,
+        proxy,
     }
 }
 
@@ -535,8 +565,18 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
             s.push(b'.');
         }
     }
-    if inp.settings.network == Network::None {
-        s.extend_from_slice(b" There is no network access: do not retry network commands.");
+    match &inp.settings.network {
+        NetworkMode::Open => {}
+        NetworkMode::None => s.extend_from_slice(b" There is no network: only loopback."),
+        NetworkMode::Allowlist(list) => {
+            s.extend_from_slice(
+                b" Network: only these hosts are reachable, through an HTTP proxy (the proxy \
+                  variables are set; there is no DNS inside); others get 403 from the proxy: ",
+            );
+            let hosts: Vec<String> = list.entries.iter().map(|e| e.pattern.to_string()).collect();
+            s.extend_from_slice(hosts.join(", ").as_bytes());
+            s.push(b'.');
+        }
     }
     OsString::from_vec(s)
 }
@@ -571,6 +611,7 @@ pub(crate) fn test_inputs() -> Inputs {
         ssh_agent: None,
         own_exe: "/opt/cb/claudebox".into(),
         landlock_abi: 7,
+        log_denied: false,
     }
 }
 
@@ -803,7 +844,7 @@ mod tests {
             .flags
             .contains(&"--unshare-net"));
         let plan = build(&inputs_with(Settings {
-            network: Network::None,
+            network: NetworkMode::None,
             ..Settings::default()
         }));
         assert!(plan.flags.contains(&"--unshare-net"));

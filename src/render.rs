@@ -7,6 +7,7 @@ use std::os::unix::ffi::OsStrExt;
 use shell_quote::Sh;
 
 use crate::confine;
+use crate::network::{self, NetworkMode};
 use crate::plan::{EnvOp, MountKind, Plan};
 
 /// bwrap's full argv, program first.
@@ -164,7 +165,11 @@ pub fn settings_table(plan: &Plan) -> Vec<u8> {
     row("config-file", s.config_file.as_os_str().as_bytes(), state);
     row(
         "network",
-        s.network.to_string().as_bytes(),
+        match &s.network {
+            NetworkMode::Open => b"open".as_slice(),
+            NetworkMode::Allowlist(_) => b"allowlist",
+            NetworkMode::None => b"none",
+        },
         &s.network_origin.to_string(),
     );
     for a in &s.claude_args {
@@ -223,6 +228,17 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
             out.extend_from_slice(&escape_bytes(n.as_bytes()));
             out.push(b'\n');
         }
+    }
+    out.extend_from_slice(
+        format!("# network: {}\n", network::describe(&plan.settings.network)).as_bytes(),
+    );
+    if let Some(proxy) = &plan.proxy {
+        for e in &proxy.allowlist.entries {
+            out.extend_from_slice(format!("allow\t{}\t{}\n", e.pattern, e.source).as_bytes());
+        }
+        out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first program hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
+        out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));
+        out.push(b'\n');
     }
     out.extend_from_slice(b"# command\n");
     out.extend_from_slice(&shell_line(&argv(plan)));

@@ -19,6 +19,7 @@ use anyhow::{anyhow, Result};
 
 use crate::config::{self, Section};
 use crate::guard;
+use crate::network::{self, NetworkChoice, NetworkMode};
 use crate::project::Project;
 
 /// Where a mount or setting came from, shown by `--dry-run`.
@@ -43,24 +44,8 @@ impl fmt::Display for Origin {
     }
 }
 
-/// Network access from inside the sandbox. (The allowlist mode will be a third variant.)
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Network {
-    /// The host's network, as outside (the default).
-    #[default]
-    Open,
-    /// No network at all: a network namespace with only a loopback device.
-    None,
-}
-
-impl fmt::Display for Network {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Network::Open => "open",
-            Network::None => "none",
-        })
-    }
-}
+/// Network mode names, as the config file and `--network` spell them.
+pub use crate::network::ModeName as Network;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtraKind {
@@ -105,7 +90,10 @@ pub struct Settings {
     pub config_read: bool,
     pub mounts: Vec<ExtraMount>,
     pub env: Vec<UserEnv>,
-    pub network: Network,
+    /// The network mode in force: the layers (config top level, matching project sections,
+    /// the command line) merged by `network::resolve`.
+    pub network: NetworkMode,
+    /// Where the last layer that named a mode or hosts came from.
     pub network_origin: Origin,
     pub claude_args: Vec<ClaudeArgs>,
 }
@@ -126,7 +114,7 @@ pub struct CliRequest {
     pub rw: Vec<PathBuf>,
     pub hide: Vec<PathBuf>,
     pub env: Vec<OsString>,
-    pub network: Option<Network>,
+    pub network: NetworkChoice,
 }
 
 /// Facts about the launch that resolving needs.
@@ -181,6 +169,7 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
         ..Settings::default()
     };
     let mut requests: Vec<Request> = Vec::new();
+    let mut network: Vec<NetworkChoice> = Vec::new();
     let mut env: Vec<UserEnv> = Vec::new();
 
     if let Some(file) = file {
@@ -225,9 +214,26 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
                     });
                 }
             }
-            if let Some(n) = &sec.network {
-                s.network = *n.get_ref();
-                s.network_origin = Where::Config(file, n.span()).origin();
+            if sec.network.is_some() || !sec.allow_hosts.is_empty() {
+                let first = sec
+                    .network
+                    .as_ref()
+                    .map(|n| n.span())
+                    .or_else(|| sec.allow_hosts.first().map(|h| h.span()))
+                    .unwrap_or_default();
+                network.push(NetworkChoice {
+                    mode: sec.network.as_ref().map(|n| *n.get_ref()),
+                    allow_hosts: sec
+                        .allow_hosts
+                        .iter()
+                        .map(|h| {
+                            let at = Where::Config(file, h.span()).origin();
+                            (h.get_ref().clone(), at.to_string())
+                        })
+                        .collect(),
+                    source: file.at(&first),
+                });
+                s.network_origin = Where::Config(file, first).origin();
             }
             if let Some(a) = &sec.claude_args {
                 s.claude_args.push(ClaudeArgs {
@@ -268,10 +274,11 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
             });
         }
     }
-    if let Some(n) = cli.network {
-        s.network = n;
+    if cli.network.mode.is_some() || !cli.network.allow_hosts.is_empty() {
+        network.push(cli.network.clone());
         s.network_origin = Origin::CommandLine;
     }
+    s.network = network::resolve(&network)?;
 
     s.mounts = resolve_mounts(requests, cx)?;
     guard::check_config_not_writable(cx, &s.mounts)?;

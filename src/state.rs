@@ -11,6 +11,7 @@
 //!         ├── lock              mutex between a launch registering and --gc; its mtime
 //!         │                     is the project's last use
 //!         ├── running/<instance-id>  one per running sandbox, flock held by its pid 1
+//!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode)
 //!         └── sessions/         named sessions (`--session NAME`), see `sessions/`
 //! ```
 //!
@@ -31,6 +32,7 @@ pub const HISTORY_FILE: &str = "history.jsonl";
 pub const LOCK_FILE: &str = "lock";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";
+pub const DENIED_LOG: &str = "network-denied.log";
 
 /// The paths of one state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,6 +86,10 @@ impl ProjectState {
     /// Mounted read-only over each hidden file (`hide`).
     pub fn empty_file(&self) -> PathBuf {
         self.dir.join(EMPTY_FILE)
+    }
+    /// Hosts the allowlist proxy refused.
+    pub fn denied_log(&self) -> PathBuf {
+        self.dir.join(DENIED_LOG)
     }
 }
 

@@ -637,7 +637,7 @@ fn invalid_config_files_name_file_line_and_column() {
         ),
         (
             "network = 1\n".into(),
-            format!("{c}:1:11: invalid type: integer `1`, expected \"open\" or \"none\""),
+            format!("{c}:1:11: invalid type: integer `1`, expected \"open\", \"allowlist\" or \"none\""),
         ),
         (
             "network = \"off\"\n".into(),

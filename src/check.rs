@@ -131,7 +131,64 @@ fn checks() -> Result<Vec<Row>> {
     rows.extend(claude_home_rows(&home));
     rows.push(credentials_row(&home));
     rows.push(state_row(&StateHome::from_env(&home)));
+    rows.push(config_row(&home));
     Ok(rows)
+}
+
+/// The config file as a launch from the current directory would read it, and the network
+/// mode that would be in force there.
+fn config_row(home: &Path) -> Row {
+    let config_file = crate::config::location(home);
+    // A file that does not parse stops every launch: a failure. What depends on the
+    // project (paths, [[project]] sections) is judged for the current directory: a warning.
+    let file = match crate::config::load(&config_file) {
+        Ok(f) => f,
+        Err(e) => {
+            return fail(
+                "config",
+                format!("{e:#}"),
+                format!("fix {}; every launch stops until then", show(&config_file)),
+            )
+        }
+    };
+    let resolved = host::current_dir().and_then(|cwd| {
+        let project = crate::project::discover(&cwd)?;
+        let state_home = StateHome::from_env(home);
+        let state = state_home.project(&project.id());
+        crate::settings::resolve(
+            file.as_ref(),
+            &crate::settings::CliRequest::default(),
+            &crate::settings::Context {
+                home,
+                cwd: &cwd,
+                project: &project,
+                state_dir: &state_home.dir,
+                conversations: &state.conversations(),
+                config_file: &config_file,
+                yes: false,
+            },
+        )
+    });
+    match resolved {
+        Ok(s) => ok(
+            "network",
+            format!(
+                "{} ({}; config {})",
+                crate::network::describe(&s.network),
+                s.network_origin,
+                if s.config_read {
+                    show(&config_file)
+                } else {
+                    "none".into()
+                }
+            ),
+        ),
+        Err(e) => warn(
+            "config",
+            format!("a launch from this directory would stop: {e:#}"),
+            format!("fix {} or launch from your project", show(&config_file)),
+        ),
+    }
 }
 
 fn bwrap_row(bwrap: &Path) -> Row {

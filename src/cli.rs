@@ -137,6 +137,8 @@ impl Cli {
             hide: self.hide.clone(),
             env: self.env.clone(),
             network: self.network_choice(),
+            ssh_agent: self.ssh_agent,
+            writable_project_config: self.writable_project_config,
         }
     }
 

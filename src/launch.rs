@@ -69,7 +69,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             yes: cli.yes,
         },
     )?;
-    let protect_project_metadata = !cli.writable_project_config;
+    let protect_project_metadata = settings.writable_project_config.is_none();
     let (protected, unprotected_missing) = if protect_project_metadata {
         (
             protect::probe(&project, &home)?,
@@ -78,7 +78,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     } else {
         (Vec::new(), Vec::new())
     };
-    let ssh_agent = if cli.ssh_agent {
+    let ssh_agent = if settings.ssh_agent.is_some() {
         Some(ssh_agent_socket()?)
     } else {
         None

@@ -96,6 +96,10 @@ pub struct Settings {
     /// Where the last layer that named a mode or hosts came from.
     pub network_origin: Origin,
     pub claude_args: Vec<ClaudeArgs>,
+    /// Opt-in: forward the host's ssh agent, and where that was asked for.
+    pub ssh_agent: Option<Origin>,
+    /// Opt-out of the project write protection, and where that was asked for.
+    pub writable_project_config: Option<Origin>,
 }
 
 impl Settings {
@@ -115,6 +119,8 @@ pub struct CliRequest {
     pub hide: Vec<PathBuf>,
     pub env: Vec<OsString>,
     pub network: NetworkChoice,
+    pub ssh_agent: bool,
+    pub writable_project_config: bool,
 }
 
 /// Facts about the launch that resolving needs.
@@ -235,6 +241,14 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
                 });
                 s.network_origin = Where::Config(file, first).origin();
             }
+            for (flag, value) in [
+                (&mut s.ssh_agent, &sec.ssh_agent),
+                (&mut s.writable_project_config, &sec.writable_project_config),
+            ] {
+                if let Some(v) = value {
+                    *flag = v.get_ref().then(|| Where::Config(file, v.span()).origin());
+                }
+            }
             if let Some(a) = &sec.claude_args {
                 s.claude_args.push(ClaudeArgs {
                     args: a.get_ref().iter().map(OsString::from).collect(),
@@ -279,6 +293,12 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
         s.network_origin = Origin::CommandLine;
     }
     s.network = network::resolve(&network)?;
+    if cli.ssh_agent {
+        s.ssh_agent = Some(Origin::CommandLine);
+    }
+    if cli.writable_project_config {
+        s.writable_project_config = Some(Origin::CommandLine);
+    }
 
     s.mounts = resolve_mounts(requests, cx)?;
     guard::check_config_not_writable(cx, &s.mounts)?;

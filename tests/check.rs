@@ -239,3 +239,39 @@ fn credentials_are_found_but_never_printed() {
     // A warning alone does not fail the check.
     assert!(out.status.success(), "{text}");
 }
+
+#[test]
+fn shows_the_network_mode_in_force_and_fails_on_a_bad_config() {
+    let w = World::new();
+    let xdg = w.root().join("xdg");
+    fs::create_dir_all(xdg.join("claudebox")).unwrap();
+    fs::write(
+        xdg.join("claudebox/config.toml"),
+        "network = \"allowlist\"\nallow_hosts = [\"example.org\"]\n",
+    )
+    .unwrap();
+    let project = w.dir("project");
+    let o = check(&w, |c| {
+        c.env("XDG_CONFIG_HOME", &xdg).current_dir(&project);
+    });
+    let (status, detail, _) = row_of(&stdout(&o), "network");
+    assert_eq!(status, "ok");
+    assert!(
+        detail.starts_with("allowlist") && detail.contains("example.org"),
+        "{detail}"
+    );
+
+    fs::write(
+        xdg.join("claudebox/config.toml"),
+        "network = \"sometimes\"\n",
+    )
+    .unwrap();
+    let o = check(&w, |c| {
+        c.env("XDG_CONFIG_HOME", &xdg);
+    });
+    assert!(!o.status.success());
+    let (status, detail, fix) = row_of(&stdout(&o), "config");
+    assert_eq!(status, "fail");
+    assert!(detail.contains("config.toml:1:11"), "{detail}");
+    assert!(fix.contains("config.toml"), "{fix}");
+}

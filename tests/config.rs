@@ -637,7 +637,9 @@ fn invalid_config_files_name_file_line_and_column() {
         ),
         (
             "network = 1\n".into(),
-            format!("{c}:1:11: invalid type: integer `1`, expected \"open\", \"allowlist\" or \"none\""),
+            format!(
+                "{c}:1:11: invalid type: integer `1`, expected \"open\", \"allowlist\" or \"none\""
+            ),
         ),
         (
             "network = \"off\"\n".into(),
@@ -853,4 +855,58 @@ fn completions_and_man_page() {
     assert_eq!(fake_args(&out)[2..], ["manpage"]);
     let out = inside(&w, &p, &["mcp", "list"], "");
     assert_eq!(fake_args(&out)[2..], ["mcp", "list"]);
+}
+
+#[test]
+fn the_config_file_sets_the_allowlist_and_the_opt_ins_per_project() {
+    let w = World::new();
+    let a = w.work().join("a");
+    init_repo(&a);
+    let b = w.dir("b");
+    write_config(
+        &w,
+        &format!(
+            "allow_hosts = [\"example.org\"]\n\
+             [[project]]\nroot = {}\nnetwork = \"allowlist\"\nallow_hosts = [\"*.internal.example\"]\n\
+             writable_project_config = true\n",
+            q(&a)
+        ),
+    );
+    let out = ok(&cmd(&w, &a).arg("--dry-run").output().unwrap());
+    assert!(out.contains("# network: allowlist"), "{out}");
+    assert!(out.contains("allow\texample.org\t"), "{out}");
+    assert!(out.contains("allow\t*.internal.example\t"), "{out}");
+    assert!(
+        out.contains("config.toml:5"),
+        "the origin of the per-project host:\n{out}"
+    );
+    assert!(out.contains("opt-in --writable-project-config"), "{out}");
+    assert!(!out.contains("protected: "), "protection still on:\n{out}");
+    // in another project only the top level applies: listing hosts means allowlist,
+    // and the project protection stays on
+    let out = ok(&cmd(&w, &b).arg("--dry-run").output().unwrap());
+    assert!(
+        out.contains("# network: allowlist") && out.contains("allow\texample.org\t"),
+        "{out}"
+    );
+    assert!(
+        !out.contains("*.internal.example") && !out.contains("opt-in --writable"),
+        "{out}"
+    );
+    // the command line wins over the file
+    let out = ok(&w
+        .cmd(&b)
+        .args(["--network", "open", "--dry-run"])
+        .output()
+        .unwrap());
+    assert!(out.contains("# network: open"), "{out}");
+    // a refused pattern in the file names the file
+    write_config(&w, "allow_hosts = [\"*.com\"]\n");
+    let o = cmd(&w, &b).arg("--dry-run").output().unwrap();
+    assert!(!o.status.success());
+    assert!(
+        stderr(&o).contains("config.toml") && stderr(&o).lines().count() == 1,
+        "{}",
+        stderr(&o)
+    );
 }

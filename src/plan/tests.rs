@@ -1,0 +1,414 @@
+//! Unit tests of the plan: mount order, argv, settings, hardening.
+
+use super::*;
+
+/// A plan input with every field set to a neutral value, for unit tests: tests override
+/// what they look at with `Inputs { field, ..test_inputs() }`.
+pub(crate) fn test_inputs() -> Inputs {
+    Inputs {
+        project: Project {
+            root: "/p/.git".into(),
+            work_tree: "/p".into(),
+            git_dir: Some("/p/.git".into()),
+            common_dir: Some("/p/.git".into()),
+            cwd: "/p".into(),
+        },
+        home: "/h".into(),
+        state: ProjectState {
+            dir: "/h/.claudebox/projects/0123456789abcdef".into(),
+        },
+        claude: None,
+        command: Command::Exec(vec!["sh".into()]),
+        instance_id: "0".repeat(32),
+        host: HostFacts::default(),
+        bwrap: "/usr/bin/bwrap".into(),
+        session: None,
+        settings: Settings::default(),
+        protect_project_metadata: false,
+        protected: Vec::new(),
+        unprotected_missing: Vec::new(),
+        ipc_vars: Vec::new(),
+        ssh_agent: None,
+        own_exe: "/opt/cb/claudebox".into(),
+        landlock_abi: 7,
+        log_denied: false,
+    }
+}
+
+mod argv_order {
+    use super::*;
+    use crate::render;
+
+    fn inputs(command: Command) -> Inputs {
+        Inputs {
+            project: Project {
+                root: "/src/app/.git".into(),
+                work_tree: "/src/wt".into(),
+                git_dir: Some("/src/app/.git/worktrees/wt".into()),
+                common_dir: Some("/src/app/.git".into()),
+                cwd: "/src/wt/sub".into(),
+            },
+            home: "/home/u".into(),
+            state: ProjectState {
+                dir: "/home/u/.claudebox/projects/0123456789abcdef".into(),
+            },
+            claude: Some(ClaudeInstall {
+                on_path: "/home/u/.local/bin/claude".into(),
+                real: "/home/u/.local/share/claude/versions/1".into(),
+                bind: "/home/u/.local/share/claude/versions/1".into(),
+            }),
+            command,
+            instance_id: "00".repeat(16),
+            host: HostFacts {
+                system: vec![
+                    ("/usr".into(), SystemEntry::Dir),
+                    ("/bin".into(), SystemEntry::Symlink("usr/bin".into())),
+                ],
+                resolv_conf_target: None,
+            },
+            ..test_inputs()
+        }
+    }
+
+    fn pos(argv: &[OsString], window: &[&str]) -> usize {
+        argv.windows(window.len())
+            .position(|w| w.iter().zip(window).all(|(a, b)| a == OsStr::new(b)))
+            .unwrap_or_else(|| panic!("{window:?} not in {argv:?}"))
+    }
+
+    #[test]
+    fn overlays_come_after_claude_dir_in_order() {
+        let a = render::argv(&build(&inputs(Command::Claude(vec![]))));
+        let claude = pos(&a, &["--bind", "/home/u/.claude", "/home/u/.claude"]);
+        let conv = pos(
+            &a,
+            &[
+                "--bind",
+                "/home/u/.claudebox/projects/0123456789abcdef/claude-projects",
+                "/home/u/.claude/projects",
+            ],
+        );
+        let hist = pos(
+            &a,
+            &[
+                "--bind",
+                "/home/u/.claudebox/projects/0123456789abcdef/history.jsonl",
+                "/home/u/.claude/history.jsonl",
+            ],
+        );
+        let sessions = pos(&a, &["--tmpfs", "/home/u/.claude/sessions"]);
+        let home = pos(&a, &["--tmpfs", "/home/u"]);
+        let project = pos(&a, &["--bind", "/src/wt", "/src/wt"]);
+        let common = pos(&a, &["--bind", "/src/app/.git", "/src/app/.git"]);
+        assert!(home < project && project < common && common < claude);
+        assert!(claude < conv && conv < hist && hist < sessions);
+        assert!(pos(&a, &["--tmpfs", "/tmp"]) < home);
+        assert!(
+            pos(
+                &a,
+                &["--bind", "/home/u/.claude.json", "/home/u/.claude.json"]
+            ) > claude
+        );
+    }
+
+    #[test]
+    fn system_namespaces_and_command() {
+        let a = render::argv(&build(&inputs(Command::Claude(vec![
+            "-p".into(),
+            "a b".into(),
+        ]))));
+        assert_eq!(a[0], "/usr/bin/bwrap");
+        pos(&a, &["--ro-bind", "/usr", "/usr"]);
+        pos(&a, &["--symlink", "usr/bin", "/bin"]);
+        for f in [
+            "--unshare-user",
+            "--unshare-pid",
+            "--die-with-parent",
+            "--proc",
+            "--dev",
+        ] {
+            pos(&a, &[f]);
+        }
+        pos(&a, &["--chdir", "/src/wt/sub"]);
+        pos(
+            &a,
+            &[
+                "--setenv",
+                "CLAUDEBOX_PROJECT_ID",
+                &crate::project::project_id(Path::new("/src/app/.git")),
+            ],
+        );
+        // the claude found on PATH is reachable at the same path inside
+        pos(&a, &["--ro-bind", "/home/u/.local/share/claude/versions/1"]);
+        pos(
+            &a,
+            &[
+                "--symlink",
+                "/home/u/.local/share/claude/versions/1",
+                "/home/u/.local/bin/claude",
+            ],
+        );
+        // bwrap runs claudebox's init step, which then execs claude
+        let dd = pos(&a, &["--"]);
+        assert_eq!(&a[dd + 1..dd + 3], &["/opt/cb/claudebox", "--sandbox-init"]);
+        let dd = a.iter().rposition(|x| x == "--").unwrap();
+        assert_eq!(a[dd + 1], "/home/u/.local/bin/claude");
+        assert_eq!(a[dd + 2], "--append-system-prompt");
+        assert_eq!(&a[dd + 4..], &["-p", "a b"]);
+        assert_eq!(a.len(), dd + 6);
+    }
+
+    #[test]
+    fn exec_runs_the_command_without_the_note() {
+        let a = render::argv(&build(&inputs(Command::Exec(vec!["bash".into()]))));
+        let dd = a.iter().rposition(|x| x == "--").unwrap();
+        assert_eq!(&a[dd + 1..], &["bash"]);
+    }
+
+    #[test]
+    fn the_project_is_never_shadowed_by_the_home_tmpfs() {
+        let mut i = inputs(Command::Exec(vec!["true".into()]));
+        i.project.work_tree = "/home/u/src/p".into();
+        let a = render::argv(&build(&i));
+        assert!(
+            pos(&a, &["--tmpfs", "/home/u"])
+                < pos(&a, &["--bind", "/home/u/src/p", "/home/u/src/p"])
+        );
+    }
+
+    use crate::settings::{ClaudeArgs, UserEnv};
+
+    fn inputs_with(settings: Settings) -> Inputs {
+        Inputs {
+            project: Project {
+                root: "/w/p/.git".into(),
+                work_tree: "/w/p".into(),
+                git_dir: Some("/w/p/.git".into()),
+                common_dir: Some("/w/p/.git".into()),
+                cwd: "/w/p".into(),
+            },
+            home: "/h".into(),
+            state: ProjectState {
+                dir: "/h/.claudebox/projects/0123456789abcdef".into(),
+            },
+            claude: None,
+            command: Command::Claude(vec!["mcp".into(), "list".into()]),
+            instance_id: "0".repeat(32),
+            host: HostFacts::default(),
+            settings,
+            ..test_inputs()
+        }
+    }
+
+    fn extra(kind: ExtraKind, path: &str, is_dir: bool) -> ExtraMount {
+        ExtraMount {
+            kind,
+            source: path.into(),
+            target: path.into(),
+            is_dir,
+            origin: Origin::CommandLine,
+        }
+    }
+
+    fn position(plan: &Plan, target: &str, kind: MountKind) -> usize {
+        plan.mounts
+            .iter()
+            .position(|m| m.target == Path::new(target) && m.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} mount at {target}"))
+    }
+
+    #[test]
+    fn extras_go_last_except_parents_of_the_project() {
+        let settings = Settings {
+            mounts: vec![
+                extra(ExtraKind::Hide, "/w/p/secret/key", false),
+                extra(ExtraKind::Ro, "/w/p/vendor", true),
+                extra(ExtraKind::Hide, "/w/p/secret", true),
+                extra(ExtraKind::Ro, "/w", true),
+                extra(ExtraKind::Rw, "/data", true),
+            ],
+            ..Settings::default()
+        };
+        let plan = build(&inputs_with(settings));
+        let project = position(&plan, "/w/p", MountKind::Rw);
+        let claude_json = position(&plan, "/h/.claude.json", MountKind::File);
+        let parent = position(&plan, "/w", MountKind::Ro);
+        assert!(
+            parent < project,
+            "a parent of the project must not shadow it"
+        );
+        assert!(position(&plan, "/h", MountKind::Tmpfs) < parent);
+        for (t, k) in [
+            ("/w/p/vendor", MountKind::Ro),
+            ("/data", MountKind::Rw),
+            ("/w/p/secret", MountKind::Tmpfs),
+        ] {
+            assert!(position(&plan, t, k.clone()) > claude_json, "{t}");
+        }
+        // Parents first, whatever order they were listed in: the file stays hidden.
+        let dir = position(&plan, "/w/p/secret", MountKind::Tmpfs);
+        let file = position(&plan, "/w/p/secret/key", MountKind::Ro);
+        assert!(dir < file);
+        assert_eq!(
+            plan.mounts[file].source.as_deref(),
+            Some(Path::new("/h/.claudebox/projects/0123456789abcdef/empty"))
+        );
+        assert_eq!(plan.mounts[file].origin, Origin::CommandLine);
+        assert_eq!(plan.mounts[project].origin, Origin::Default);
+    }
+
+    #[test]
+    fn network_none_unshares_the_network() {
+        assert!(!build(&inputs_with(Settings::default()))
+            .flags
+            .contains(&"--unshare-net"));
+        let plan = build(&inputs_with(Settings {
+            network: NetworkMode::None,
+            ..Settings::default()
+        }));
+        assert!(plan.flags.contains(&"--unshare-net"));
+        let argv = crate::render::argv(&plan);
+        let net = argv.iter().position(|a| a == "--unshare-net").unwrap();
+        let sep = argv.iter().position(|a| a == "--").unwrap();
+        assert!(net < sep);
+    }
+
+    #[test]
+    fn default_claude_args_come_before_the_users_and_env_after_claudeboxs() {
+        let plan = build(&inputs_with(Settings {
+            claude_args: vec![ClaudeArgs {
+                args: vec!["--model".into(), "opus".into()],
+                origin: Origin::CommandLine,
+            }],
+            env: vec![UserEnv {
+                name: "CLAUDEBOX_X".into(),
+                value: "v".into(),
+                origin: Origin::CommandLine,
+            }],
+            ..Settings::default()
+        }));
+        let tail: Vec<&OsStr> = plan.argv[3..].iter().map(|a| a.as_os_str()).collect();
+        assert_eq!(tail, ["--model", "opus", "mcp", "list"]);
+        let argv = crate::render::argv(&plan);
+        let user = argv.iter().position(|a| a == "CLAUDEBOX_X").unwrap();
+        let own = argv
+            .iter()
+            .position(|a| a == "CLAUDEBOX_INSTANCE_ID")
+            .unwrap();
+        assert!(own < user && argv[user - 1] == "--setenv");
+    }
+}
+
+mod hardening {
+    use super::*;
+    use crate::render;
+
+    fn inputs() -> Inputs {
+        Inputs {
+            project: Project {
+                root: "/p/.git".into(),
+                work_tree: "/p".into(),
+                git_dir: Some("/p/.git".into()),
+                common_dir: Some("/p/.git".into()),
+                cwd: "/p".into(),
+            },
+            home: "/h".into(),
+            state: ProjectState {
+                dir: "/h/.claudebox/projects/x".into(),
+            },
+            claude: None,
+            command: Command::Exec(vec!["sh".into()]),
+            instance_id: "i".into(),
+            host: HostFacts::default(),
+            bwrap: "/usr/bin/bwrap".into(),
+            protect_project_metadata: true,
+            protected: vec![
+                Protected {
+                    path: "/p/.git".into(),
+                    guard: Guard::Pin,
+                    why: "pin",
+                },
+                Protected {
+                    path: "/p/.git/hooks".into(),
+                    guard: Guard::EmptyDir,
+                    why: "hooks",
+                },
+                Protected {
+                    path: "/p/.git/config".into(),
+                    guard: Guard::ReadOnly,
+                    why: "config",
+                },
+            ],
+            unprotected_missing: vec!["/p/.envrc".into()],
+            ipc_vars: vec!["SSH_AUTH_SOCK".into(), "DISPLAY".into()],
+            ssh_agent: None,
+            ..test_inputs()
+        }
+    }
+
+    fn pos(a: &[OsString], window: &[&str]) -> usize {
+        a.windows(window.len())
+            .position(|w| w.iter().zip(window).all(|(x, y)| x == y))
+            .unwrap_or_else(|| panic!("{window:?} not in {a:?}"))
+    }
+
+    #[test]
+    fn protections_come_after_the_project_and_parents_first() {
+        let a = render::argv(&build(&inputs()));
+        let project = pos(&a, &["--bind", "/p", "/p"]);
+        let pin = pos(&a, &["--bind", "/p/.git", "/p/.git"]);
+        let hooks = pos(
+            &a,
+            &["--tmpfs", "/p/.git/hooks", "--remount-ro", "/p/.git/hooks"],
+        );
+        let config = pos(&a, &["--ro-bind", "/p/.git/config", "/p/.git/config"]);
+        assert!(project < pin && pin < hooks && pin < config);
+    }
+
+    #[test]
+    fn init_step_wraps_the_command_and_ipc_vars_are_unset() {
+        let a = render::argv(&build(&inputs()));
+        let init = pos(
+            &a,
+            &[
+                "--",
+                "/opt/cb/claudebox",
+                "--sandbox-init",
+                "--scope-abstract-unix",
+                "--",
+                "sh",
+            ],
+        );
+        assert_eq!(init + 6, a.len());
+        pos(&a, &["--ro-bind", "/opt/cb/claudebox", "/opt/cb/claudebox"]);
+        pos(&a, &["--unsetenv", "SSH_AUTH_SOCK"]);
+        pos(&a, &["--unsetenv", "DISPLAY"]);
+    }
+
+    #[test]
+    fn without_landlock_scopes_the_gap_is_told() {
+        let mut i = inputs();
+        i.landlock_abi = 5;
+        let p = build(&i);
+        assert!(!p.confine.as_ref().unwrap().scope_abstract_unix);
+        assert!(p.notes.iter().any(|n| n.contains("abstract unix sockets")));
+    }
+
+    #[test]
+    fn opt_outs_show_in_the_notes() {
+        let mut i = inputs();
+        i.protect_project_metadata = false;
+        i.ssh_agent = Some("/tmp/ssh-x/agent.1".into());
+        let p = build(&i);
+        let a = render::argv(&p);
+        assert!(!a.iter().any(|x| x == "/p/.git/config"));
+        pos(&a, &["--bind", "/tmp/ssh-x/agent.1", SSH_AGENT_SOCK]);
+        pos(&a, &["--setenv", "SSH_AUTH_SOCK", SSH_AGENT_SOCK]);
+        assert!(!a
+            .windows(2)
+            .any(|w| w[0] == "--unsetenv" && w[1] == "SSH_AUTH_SOCK"));
+        let dry = String::from_utf8(render::dry_run(&p)).unwrap();
+        assert!(dry.contains("opt-in --writable-project-config"));
+        assert!(dry.contains("opt-in --ssh-agent"));
+    }
+}

@@ -58,11 +58,7 @@ fn listed_work_tree(p: &Project) -> bool {
     let Ok(bytes) = fs::read(git_dir.join("gitdir")) else {
         return submodule_of(git_dir, &p.work_tree);
     };
-    let end = bytes
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(0, |i| i + 1);
-    let back = Path::new(OsStr::from_bytes(&bytes[..end]));
+    let back = Path::new(OsStr::from_bytes(bytes.trim_ascii()));
     fs::canonicalize(git_dir.join(back)).ok() == Some(p.work_tree.join(".git"))
 }
 

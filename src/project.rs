@@ -103,7 +103,7 @@ fn git_dir_of_dot_git(dot_git: &Path) -> Option<PathBuf> {
     } else if meta.is_file() {
         let bytes = fs::read(dot_git).ok()?;
         let rest = bytes.strip_prefix(b"gitdir:")?;
-        let target = trim_ascii(rest);
+        let target = rest.trim_ascii();
         let target = Path::new(OsStr::from_bytes(target));
         dot_git.parent()?.join(target)
     } else {
@@ -128,7 +128,7 @@ fn is_git_directory(dir: &Path) -> bool {
 /// The common dir named by `<git_dir>/commondir`, or the git dir itself.
 fn common_dir_of(git_dir: &Path) -> PathBuf {
     if let Ok(bytes) = fs::read(git_dir.join("commondir")) {
-        let rel = Path::new(OsStr::from_bytes(trim_ascii(&bytes)));
+        let rel = Path::new(OsStr::from_bytes(bytes.trim_ascii()));
         if let Ok(p) = fs::canonicalize(git_dir.join(rel)) {
             return p;
         }
@@ -136,17 +136,6 @@ fn common_dir_of(git_dir: &Path) -> PathBuf {
     fs::canonicalize(git_dir).unwrap_or_else(|_| git_dir.to_path_buf())
 }
 
-fn trim_ascii(bytes: &[u8]) -> &[u8] {
-    let start = bytes
-        .iter()
-        .position(|b| !b.is_ascii_whitespace())
-        .unwrap_or(bytes.len());
-    let end = bytes
-        .iter()
-        .rposition(|b| !b.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &bytes[start..end]
-}
 
 #[cfg(test)]
 mod tests {

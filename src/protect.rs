@@ -255,7 +255,7 @@ pub(crate) fn core_value(file: &Path, key: &[u8]) -> Option<Vec<u8>> {
     let mut in_core = false;
     let mut found = None;
     for line in text.split(|b| *b == b'\n') {
-        let line = trim(line);
+        let line = line.trim_ascii();
         if line.starts_with(b"[") {
             let name = line[1..].split(|b| *b == b']' || *b == b' ').next()?;
             in_core = name.eq_ignore_ascii_case(b"core");
@@ -267,8 +267,8 @@ pub(crate) fn core_value(file: &Path, key: &[u8]) -> Option<Vec<u8>> {
         let Some(eq) = line.iter().position(|b| *b == b'=') else {
             continue;
         };
-        if trim(&line[..eq]).eq_ignore_ascii_case(key) {
-            let v = trim(&line[eq + 1..]);
+        if line[..eq].trim_ascii().eq_ignore_ascii_case(key) {
+            let v = line[eq + 1..].trim_ascii();
             let v = v
                 .strip_prefix(b"\"")
                 .and_then(|v| v.strip_suffix(b"\""))
@@ -279,17 +279,6 @@ pub(crate) fn core_value(file: &Path, key: &[u8]) -> Option<Vec<u8>> {
     found
 }
 
-fn trim(b: &[u8]) -> &[u8] {
-    let start = b
-        .iter()
-        .position(|c| !c.is_ascii_whitespace())
-        .unwrap_or(b.len());
-    let end = b
-        .iter()
-        .rposition(|c| !c.is_ascii_whitespace())
-        .map_or(start, |e| e + 1);
-    &b[start..end]
-}
 
 fn mentions_worktree_config(config: &Path) -> bool {
     fs::read(config)

@@ -42,7 +42,10 @@ fn main() -> ExitCode {
     if let Some(code) = shell::dispatch(&args) {
         return code;
     }
-    let cli = cli::Cli::parse_from(args);
+    let cli = match cli::Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => return usage_error(e),
+    };
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {
@@ -50,6 +53,25 @@ fn main() -> ExitCode {
             ExitCode::from(1)
         }
     }
+}
+
+/// `--help` prints as clap prints it; a usage error becomes one line on stderr.
+fn usage_error(e: clap::Error) -> ExitCode {
+    use clap::error::ErrorKind;
+    if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+        e.exit();
+    }
+    let text = e.render().to_string();
+    // The error itself is the first paragraph (a conflict lists its other side below it).
+    let first: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.trim().is_empty())
+        .map(str::trim)
+        .collect();
+    let first = first.join(" ");
+    let first = first.strip_prefix("error: ").unwrap_or(&first);
+    eprintln!("claudebox: {first} (see claudebox --help)");
+    ExitCode::from(2)
 }
 
 fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {

@@ -136,7 +136,6 @@ fn common_dir_of(git_dir: &Path) -> PathBuf {
     fs::canonicalize(git_dir).unwrap_or_else(|_| git_dir.to_path_buf())
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;

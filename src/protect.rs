@@ -279,7 +279,6 @@ pub(crate) fn core_value(file: &Path, key: &[u8]) -> Option<Vec<u8>> {
     found
 }
 
-
 fn mentions_worktree_config(config: &Path) -> bool {
     fs::read(config)
         .map(|t| {

@@ -230,6 +230,11 @@ fn empty_or_missing_state_and_bad_arguments() {
     ] {
         let o = run(&w, args);
         assert!(!o.status.success(), "{args:?} was accepted");
+        let err = stderr(&o);
+        assert!(
+            err.starts_with("claudebox: ") && err.lines().count() == 1,
+            "{err}"
+        );
         assert!(!w.state().exists());
     }
 }

@@ -1,3 +1,4 @@
+#![cfg_attr(not(test), no_main)] // the entry point is in entry.rs
 //! claudebox: run Claude Code inside a per-project bubblewrap sandbox.
 
 mod check;
@@ -5,6 +6,8 @@ mod cli;
 mod config;
 mod confine;
 mod diagnose;
+#[cfg(not(test))]
+mod entry;
 mod gc;
 mod guard;
 mod host;

@@ -320,13 +320,16 @@ fn normalize(p: &Path) -> PathBuf {
 /// Fails when `path` or one of its parents (that exists) is a symlink.
 fn check_no_symlink(path: &Path) -> Result<()> {
     let mut existing = path;
-    while fs::symlink_metadata(existing).is_err() {
-        match existing.parent() {
-            Some(p) => existing = p,
-            None => return Ok(()),
+    let meta = loop {
+        match fs::symlink_metadata(existing) {
+            Ok(m) => break m,
+            Err(_) => match existing.parent() {
+                Some(p) => existing = p,
+                None => return Ok(()),
+            },
         }
-    }
-    let is_link = fs::symlink_metadata(existing).is_ok_and(|m| m.file_type().is_symlink());
+    };
+    let is_link = meta.file_type().is_symlink();
     let real = fs::canonicalize(existing).ok();
     if is_link || real.as_deref() != Some(existing) {
         bail!(

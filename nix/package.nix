@@ -26,6 +26,8 @@ rustPlatform.buildRustPackage {
       ../Cargo.lock
       ../src
       (lib.fileset.maybeMissing ../tests)
+      # Cargo.toml declares the bench target, so cargo needs its file to read the manifest
+      ../benches
       (lib.fileset.maybeMissing ../build.rs)
     ];
   };

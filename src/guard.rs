@@ -221,12 +221,19 @@ pub fn canonical_lossy(path: &Path) -> PathBuf {
             out.extend(missing.iter().rev());
             return out;
         }
-        match (p.parent(), p.file_name()) {
-            (Some(parent), Some(name)) => {
-                missing.push(name);
-                p = parent;
+        // Up to the next ancestor that exists: `realpath` fails on any path `lstat` cannot
+        // reach, so resolving those would only fail again, a system call per component.
+        loop {
+            match (p.parent(), p.file_name()) {
+                (Some(parent), Some(name)) => {
+                    missing.push(name);
+                    p = parent;
+                }
+                _ => return path.to_path_buf(),
             }
-            _ => return path.to_path_buf(),
+            if fs::symlink_metadata(p).is_ok() {
+                break;
+            }
         }
     }
 }

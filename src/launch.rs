@@ -71,10 +71,9 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     )?;
     let protect_project_metadata = settings.writable_project_config.is_none();
     let (protected, unprotected_missing) = if protect_project_metadata {
-        (
-            protect::probe(&project, &home)?,
-            protect::missing_work_tree_entries(&project),
-        )
+        let protected = protect::probe(&project, &home)?;
+        let missing = protect::missing_work_tree_entries(&project, &protected);
+        (protected, missing)
     } else {
         (Vec::new(), Vec::new())
     };

@@ -62,8 +62,7 @@ pub fn discover(cwd: &Path) -> Result<Project> {
         .with_context(|| format!("the current directory {} is not reachable", cwd.display()))?;
     for dir in cwd.ancestors() {
         let dot_git = dir.join(".git");
-        if let Some(git_dir) = git_dir_of_dot_git(&dot_git) {
-            let common = common_dir_of(&git_dir);
+        if let Some((git_dir, common)) = git_dir_of_dot_git(&dot_git) {
             return Ok(Project {
                 root: common.clone(),
                 work_tree: dir.to_path_buf(),
@@ -72,15 +71,13 @@ pub fn discover(cwd: &Path) -> Result<Project> {
                 cwd: cwd.clone(),
             });
         }
-        if is_git_directory(dir) {
+        if let Some(common) = git_directory_common_dir(dir) {
             // Inside a bare repository or a .git directory itself: git reports this
             // directory's common dir and has no work tree.
-            let git_dir = dir.to_path_buf();
-            let common = common_dir_of(&git_dir);
             return Ok(Project {
                 root: common.clone(),
                 work_tree: cwd.clone(),
-                git_dir: Some(git_dir),
+                git_dir: Some(dir.to_path_buf()),
                 common_dir: Some(common),
                 cwd: cwd.clone(),
             });
@@ -95,8 +92,9 @@ pub fn discover(cwd: &Path) -> Result<Project> {
     })
 }
 
-/// `.git` as a directory, or as a `gitdir: PATH` file (linked worktrees, submodules).
-fn git_dir_of_dot_git(dot_git: &Path) -> Option<PathBuf> {
+/// `.git` as a directory, or as a `gitdir: PATH` file (linked worktrees, submodules):
+/// the canonical git dir and its canonical common dir.
+fn git_dir_of_dot_git(dot_git: &Path) -> Option<(PathBuf, PathBuf)> {
     let meta = fs::metadata(dot_git).ok()?;
     let candidate = if meta.is_dir() {
         dot_git.to_path_buf()
@@ -109,31 +107,58 @@ fn git_dir_of_dot_git(dot_git: &Path) -> Option<PathBuf> {
     } else {
         return None;
     };
-    if !is_git_directory(&candidate) {
-        return None;
-    }
-    fs::canonicalize(candidate).ok()
+    let (common, from) = git_directory(&candidate)?;
+    let git_dir = match from {
+        // The common dir is the git dir itself, already resolved.
+        CommonFrom::GitDirResolved => common.clone(),
+        CommonFrom::CommondirFile | CommonFrom::GitDirUnresolved => {
+            fs::canonicalize(&candidate).ok()?
+        }
+    };
+    Some((git_dir, common))
+}
+
+/// The canonical common dir of `dir` when `dir` is a git directory.
+fn git_directory_common_dir(dir: &Path) -> Option<PathBuf> {
+    git_directory(dir).map(|(common, _)| common)
 }
 
 /// Git's own test for a git directory: `HEAD`, an objects directory and a refs directory
-/// (the latter two possibly through the common dir).
-fn is_git_directory(dir: &Path) -> bool {
+/// (the latter two possibly through the common dir). Returns the common dir and where it
+/// came from.
+fn git_directory(dir: &Path) -> Option<(PathBuf, CommonFrom)> {
     if !dir.join("HEAD").is_file() {
-        return false;
+        return None;
     }
-    let common = common_dir_of(dir);
-    common.join("objects").is_dir() && common.join("refs").is_dir()
+    let (common, from) = common_dir_of(dir);
+    (common.join("objects").is_dir() && common.join("refs").is_dir()).then_some((common, from))
 }
 
-/// The common dir named by `<git_dir>/commondir`, or the git dir itself.
-fn common_dir_of(git_dir: &Path) -> PathBuf {
+/// Where [`common_dir_of`] found the common dir.
+#[derive(Clone, Copy)]
+enum CommonFrom {
+    /// `<git_dir>/commondir`, resolved.
+    CommondirFile,
+    /// The git dir itself, resolved.
+    GitDirResolved,
+    /// The git dir itself, as given (it could not be resolved).
+    GitDirUnresolved,
+}
+
+/// The common dir named by `<git_dir>/commondir`, or the git dir itself, resolved (as
+/// given when it cannot be). `realpath` resolves each component before the next, so
+/// resolving `git_dir` first or not gives the same result: callers compute it once.
+fn common_dir_of(git_dir: &Path) -> (PathBuf, CommonFrom) {
     if let Ok(bytes) = fs::read(git_dir.join("commondir")) {
         let rel = Path::new(OsStr::from_bytes(bytes.trim_ascii()));
         if let Ok(p) = fs::canonicalize(git_dir.join(rel)) {
-            return p;
+            return (p, CommonFrom::CommondirFile);
         }
     }
-    fs::canonicalize(git_dir).unwrap_or_else(|_| git_dir.to_path_buf())
+    match fs::canonicalize(git_dir) {
+        Ok(p) => (p, CommonFrom::GitDirResolved),
+        Err(_) => (git_dir.to_path_buf(), CommonFrom::GitDirUnresolved),
+    }
 }
 
 #[cfg(test)]

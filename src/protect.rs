@@ -21,9 +21,9 @@
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 
 use crate::project::Project;
 
@@ -84,7 +84,11 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
             Ok(_) => push(&mut out, dot_git, Guard::ReadOnly, "symlink"),
             Err(_) => {}
         }
-        let worktree_config = mentions_worktree_config(&common.join("config"));
+        // Read once: it is looked at for extensions.worktreeConfig and core.hooksPath.
+        let common_config = fs::read(common.join("config")).ok();
+        let worktree_config = common_config
+            .as_deref()
+            .is_some_and(mentions_worktree_config_in);
         git_dir_entries(&mut out, common, worktree_config);
         pin(&mut out, &common.join("worktrees"));
         for wt_dir in subdirs(&common.join("worktrees")) {
@@ -101,7 +105,7 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
         }
         pin(&mut out, &common.join("modules"));
         modules(&mut out, &common.join("modules"), wt, 0);
-        for hooks in hooks_paths(project, home) {
+        for hooks in hooks_paths(project, home, common_config.as_deref()) {
             let inside = hooks.starts_with(wt) || hooks.starts_with(common);
             if inside && !out.iter().any(|p| p.path == hooks) {
                 let guard = if hooks.exists() {
@@ -124,20 +128,28 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
             push(&mut out, p, Guard::ReadOnly, why);
         }
     }
+    let mut real_dirs = Vec::new();
     for p in &out {
-        check_no_symlink(&p.path)?;
+        check_no_symlink(&p.path, &mut real_dirs)?;
     }
     // A mount over a parent after one over its child would hide the child's: parents first.
     out.sort_by_key(|p| p.path.components().count());
     Ok(out)
 }
 
-/// The work-tree entries that are not protected because they do not exist.
-pub fn missing_work_tree_entries(project: &Project) -> Vec<PathBuf> {
+/// The work-tree entries that are not protected because they do not exist: those that
+/// [`probe`] (which looked at each) did not return.
+pub fn missing_work_tree_entries(project: &Project, protected: &[Protected]) -> Vec<PathBuf> {
     WORK_TREE_ENTRIES
         .iter()
-        .map(|(n, _)| project.work_tree.join(n))
-        .filter(|p| fs::symlink_metadata(p).is_err())
+        .filter(|(name, why)| {
+            let p = project.work_tree.join(name);
+            // Bytes, not `Path` equality (which parses both): `probe` built the same path.
+            !protected
+                .iter()
+                .any(|q| q.path.as_os_str() == p.as_os_str() && q.why == *why)
+        })
+        .map(|(name, _)| project.work_tree.join(name))
         .collect()
 }
 
@@ -225,18 +237,29 @@ fn modules(out: &mut Vec<Protected>, dir: &Path, wt: &Path, depth: usize) {
 }
 
 /// `core.hooksPath` from the repository's and the user's git config, resolved.
-fn hooks_paths(project: &Project, home: &Path) -> Vec<PathBuf> {
+/// `common_config` is the common dir's `config` as already read (None: unreadable).
+fn hooks_paths(project: &Project, home: &Path, common_config: Option<&[u8]>) -> Vec<PathBuf> {
     let mut files = vec![home.join(".gitconfig"), home.join(".config/git/config")];
+    let common_config_file = project.common_dir.as_ref().map(|c| c.join("config"));
     if let Some(c) = &project.common_dir {
         files.push(c.join("config"));
         files.push(c.join("config.worktree"));
     }
     if let Some(g) = &project.git_dir {
-        files.push(g.join("config.worktree"));
+        let f = g.join("config.worktree");
+        // The same file as the common dir's when the git dir is the common dir.
+        if !files.iter().any(|x| x.as_os_str() == f.as_os_str()) {
+            files.push(f);
+        }
     }
     let mut out = Vec::new();
     for f in files {
-        let Some(v) = core_value(&f, b"hookspath") else {
+        let value = if common_config_file.as_ref().map(|c| c.as_os_str()) == Some(f.as_os_str()) {
+            common_config.and_then(|t| core_value_in(t, b"hookspath"))
+        } else {
+            core_value(&f, b"hookspath")
+        };
+        let Some(v) = value else {
             continue;
         };
         let p = match v.strip_prefix(b"~/") {
@@ -251,7 +274,11 @@ fn hooks_paths(project: &Project, home: &Path) -> Vec<PathBuf> {
 /// The last value of `core.<key>` (key lowercase) in one git config file. A small reader:
 /// sections, `key = value`, optional double quotes; includes are not followed.
 pub(crate) fn core_value(file: &Path, key: &[u8]) -> Option<Vec<u8>> {
-    let text = fs::read(file).ok()?;
+    core_value_in(&fs::read(file).ok()?, key)
+}
+
+/// [`core_value`] of a config file's bytes.
+fn core_value_in(text: &[u8], key: &[u8]) -> Option<Vec<u8>> {
     let mut in_core = false;
     let mut found = None;
     for line in text.split(|b| *b == b'\n') {
@@ -281,12 +308,14 @@ pub(crate) fn core_value(file: &Path, key: &[u8]) -> Option<Vec<u8>> {
 
 fn mentions_worktree_config(config: &Path) -> bool {
     fs::read(config)
-        .map(|t| {
-            t.to_ascii_lowercase()
-                .windows(14)
-                .any(|w| w == b"worktreeconfig")
-        })
+        .map(|t| mentions_worktree_config_in(&t))
         .unwrap_or(false)
+}
+
+fn mentions_worktree_config_in(text: &[u8]) -> bool {
+    text.to_ascii_lowercase()
+        .windows(14)
+        .any(|w| w == b"worktreeconfig")
 }
 
 fn subdirs(dir: &Path) -> Vec<PathBuf> {
@@ -317,8 +346,51 @@ fn normalize(p: &Path) -> PathBuf {
     out
 }
 
-/// Fails when `path` or one of its parents (that exists) is a symlink.
-fn check_no_symlink(path: &Path) -> Result<()> {
+/// Fails when `path` or one of its parents (that exists) is a symlink. `real_dirs` holds
+/// the directories already found to be neither a symlink nor below one, so that the
+/// parents the protected paths share are looked at once per launch, not once per path.
+fn check_no_symlink(path: &Path, real_dirs: &mut Vec<PathBuf>) -> Result<()> {
+    let plain = path.is_absolute()
+        && path
+            .components()
+            .all(|c| matches!(c, Component::RootDir | Component::Normal(_)));
+    if !plain {
+        return check_no_symlink_by_realpath(path);
+    }
+    // From the root down: each existing component must not be a symlink; the first one
+    // that does not exist ends the walk (nothing below it exists either).
+    let bytes = path.as_os_str().as_bytes();
+    let ends = bytes
+        .iter()
+        .enumerate()
+        .skip(1)
+        .filter(|(_, b)| **b == b'/')
+        .map(|(i, _)| i)
+        .chain(std::iter::once(bytes.len()));
+    for end in ends {
+        let prefix = Path::new(OsStr::from_bytes(&bytes[..end]));
+        if real_dirs
+            .iter()
+            .any(|d| d.as_os_str() == prefix.as_os_str())
+        {
+            continue;
+        }
+        let Ok(meta) = fs::symlink_metadata(prefix) else {
+            return Ok(());
+        };
+        if meta.file_type().is_symlink() {
+            return Err(below_symlink(path));
+        }
+        if meta.is_dir() {
+            real_dirs.push(prefix.to_path_buf());
+        }
+    }
+    Ok(())
+}
+
+/// The same check for a path with `.`, `..` or no root: the deepest existing ancestor
+/// must be what `realpath` makes of it.
+fn check_no_symlink_by_realpath(path: &Path) -> Result<()> {
     let mut existing = path;
     let meta = loop {
         match fs::symlink_metadata(existing) {
@@ -332,14 +404,18 @@ fn check_no_symlink(path: &Path) -> Result<()> {
     let is_link = meta.file_type().is_symlink();
     let real = fs::canonicalize(existing).ok();
     if is_link || real.as_deref() != Some(existing) {
-        bail!(
-            "cannot protect {} from writes: it is or lies below a symlink, which a mount \
-             cannot make read-only; replace the symlink with the real file or directory, or \
-             launch with --writable-project-config to leave it writable",
-            path.display()
-        );
+        return Err(below_symlink(path));
     }
     Ok(())
+}
+
+fn below_symlink(path: &Path) -> anyhow::Error {
+    anyhow::anyhow!(
+        "cannot protect {} from writes: it is or lies below a symlink, which a mount \
+         cannot make read-only; replace the symlink with the real file or directory, or \
+         launch with --writable-project-config to leave it writable",
+        path.display()
+    )
 }
 
 #[cfg(test)]
@@ -357,6 +433,27 @@ mod tests {
         .unwrap();
         assert_eq!(core_value(&f, b"hookspath").unwrap(), b".husky/_");
         assert_eq!(core_value(&f, b"worktree"), None);
+    }
+
+    #[test]
+    fn a_symlink_anywhere_on_the_way_is_refused_once_parents_are_known() {
+        let d = tempfile::tempdir().unwrap();
+        let root = fs::canonicalize(d.path()).unwrap();
+        fs::create_dir_all(root.join("real/hooks")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        let mut known = Vec::new();
+        // Real paths pass, missing ones too (nothing below a missing directory exists).
+        check_no_symlink(&root.join("real/hooks"), &mut known).unwrap();
+        check_no_symlink(&root.join("real/missing/x"), &mut known).unwrap();
+        assert!(known.contains(&root.join("real")));
+        // With the shared parents already known, a symlink below them, at the end, or as
+        // a parent of a missing path is still found.
+        for bad in ["link", "link/hooks", "link/missing/x", "real/../link/hooks"] {
+            let err = check_no_symlink(&root.join(bad), &mut known).unwrap_err();
+            assert!(err.to_string().contains("symlink"), "{bad}: {err}");
+        }
+        // `..` is judged by realpath, as before: a real path through `..` is not itself.
+        assert!(check_no_symlink(&root.join("real/../real/hooks"), &mut known).is_err());
     }
 
     #[test]

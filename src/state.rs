@@ -126,10 +126,11 @@ fn mkdir_private(path: &Path) -> Result<()> {
 
 /// Creates the state home and one project's directory, files and lock file. Idempotent.
 pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -> Result<()> {
-    let existed = home.dir.exists();
+    let meta = fs::metadata(&home.dir);
+    let existed = meta.is_ok();
     // The state home itself may be a symlink the user made (`~/.claudebox -> /data/cb`);
     // nothing below it may be.
-    let home_is_dir = existed && fs::metadata(&home.dir).is_ok_and(|m| m.is_dir());
+    let home_is_dir = meta.is_ok_and(|m| m.is_dir());
     if !home_is_dir {
         mkdir_private(&home.dir).with_context(|| {
             format!(
@@ -153,21 +154,21 @@ pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -
 /// Checks that the state directory is (or can be made) writable, without creating it.
 pub fn check_writable(home: &StateHome) -> Result<()> {
     let mut probe: &Path = &home.dir;
-    loop {
-        if probe.exists() {
-            break;
+    let is_dir = loop {
+        if let Ok(m) = fs::metadata(probe) {
+            break m.is_dir();
         }
         match probe.parent() {
             Some(p) => probe = p,
-            None => break,
+            None => break false,
         }
-    }
+    };
     if nix::unistd::access(
         probe,
         nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
     )
     .is_err()
-        || !fs::metadata(probe).map(|m| m.is_dir()).unwrap_or(false)
+        || !is_dir
     {
         bail!(
             "the state directory {} is not writable ({} is not a writable directory); \

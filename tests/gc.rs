@@ -5,7 +5,6 @@ mod common;
 
 use std::ffi::OsStr;
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
@@ -338,34 +337,6 @@ fn a_projects_dir_that_is_a_symlink_is_refused() {
     assert!(err.contains("is not a directory"), "{err}");
     assert!(elsewhere.join("projects").join(id).is_dir());
     assert_same(&before, &snapshot(&w.root()));
-}
-
-/// A sandbox that stays up until its stdin closes, and says when it is up.
-struct Running {
-    child: std::process::Child,
-}
-
-impl Running {
-    fn start(w: &World, cwd: &Path) -> Running {
-        let mut child = w
-            .cmd(cwd)
-            .args(["--exec", "sh", "-c", "echo ready; read line"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        assert_eq!(first, "ready\n");
-        Running { child }
-    }
-
-    fn stop(mut self) {
-        self.child.stdin.take().unwrap().write_all(b"\n").unwrap();
-        assert!(self.child.wait().unwrap().success());
-    }
 }
 
 /// Waits until `--list` reports no sandbox on `id` (bwrap's pid 1 drops the lock a moment

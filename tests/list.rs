@@ -5,11 +5,10 @@ mod common;
 
 use std::ffi::OsStr;
 use std::fs;
-use std::io::{BufRead, BufReader, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use common::maintenance::*;
 use common::{git, init_repo, ok, stderr, stdout, World};
@@ -145,22 +144,7 @@ fn counts_running_sandboxes_and_ignores_stale_registrations() {
     let w = World::new();
     let p = w.dir("p");
     let id = id_of(&w, &p);
-    let mut sandboxes = Vec::new();
-    for _ in 0..2 {
-        let mut child = w
-            .cmd(&p)
-            .args(["--exec", "sh", "-c", "echo ready; read line"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
-        assert_eq!(first, "ready\n");
-        sandboxes.push(child);
-    }
+    let sandboxes = [Running::start(&w, &p), Running::start(&w, &p)];
     // A registration left by a sandbox that is gone: its file exists, nobody holds it.
     let running = projects(&w).join(&id).join("running");
     fs::write(running.join("00000000000000000000000000000000"), "").unwrap();
@@ -190,9 +174,8 @@ fn counts_running_sandboxes_and_ignores_stale_registrations() {
         "a state file reached the agent:\n{fds}"
     );
 
-    for mut c in sandboxes {
-        c.stdin.take().unwrap().write_all(b"\n").unwrap();
-        assert!(c.wait().unwrap().success());
+    for s in sandboxes {
+        s.stop();
     }
     let mut idle = false;
     for _ in 0..2000 {

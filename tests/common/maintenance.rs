@@ -8,6 +8,9 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+
 use super::{ok, World};
 
 /// A real launch of `true` in `cwd`: creates (or re-registers) the project's state.
@@ -135,4 +138,32 @@ pub fn is_root() -> bool {
 /// Bytes of a path, for non-UTF-8 comparisons.
 pub fn bytes(p: &Path) -> Vec<u8> {
     p.as_os_str().as_bytes().to_vec()
+}
+
+/// A sandbox that stays up until its stdin closes, and says when it is up.
+pub struct Running {
+    pub child: std::process::Child,
+}
+
+impl Running {
+    pub fn start(w: &World, cwd: &Path) -> Running {
+        let mut child = w
+            .cmd(cwd)
+            .args(["--exec", "sh", "-c", "echo ready; read line"])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut first)
+            .unwrap();
+        assert_eq!(first, "ready\n");
+        Running { child }
+    }
+
+    pub fn stop(mut self) {
+        self.child.stdin.take().unwrap().write_all(b"\n").unwrap();
+        assert!(self.child.wait().unwrap().success());
+    }
 }

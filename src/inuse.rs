@@ -16,7 +16,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::fd::{AsRawFd, RawFd};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -114,15 +114,7 @@ pub fn mark(
 
 fn register(state: &ProjectState, instance_id: &str) -> Result<InUse> {
     let dir = running_dir(state);
-    match fs::DirBuilder::new().mode(0o700).create(&dir) {
-        Ok(()) => {}
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            if !fs::symlink_metadata(&dir)?.is_dir() {
-                bail!("{} exists and is not a directory", dir.display());
-            }
-        }
-        Err(e) => return Err(e).with_context(|| format!("cannot create {}", dir.display())),
-    }
+    state::mkdir_private(&dir)?;
     let path = dir.join(instance_id);
     let f = OpenOptions::new()
         .read(true)

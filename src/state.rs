@@ -110,7 +110,8 @@ pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
     Ok(())
 }
 
-fn mkdir_private(path: &Path) -> Result<()> {
+/// Creates a 0700 directory, or accepts an existing directory (never a symlink to one).
+pub fn mkdir_private(path: &Path) -> Result<()> {
     match DirBuilder::new().mode(0o700).create(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {

@@ -4,7 +4,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
 use anyhow::{Context, Result};
@@ -22,16 +22,6 @@ pub struct RunInfo {
     pub instance: String,
     pub started: String,
     pub cwd: String,
-}
-
-pub fn mkdir_private(dir: &Path) -> Result<()> {
-    match fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists && fs::symlink_metadata(dir)?.is_dir() => {
-            Ok(())
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", dir.display())),
-    }
 }
 
 /// The name's lock, or `None` when a running session (or `--forget`) holds it.

@@ -31,7 +31,7 @@ use crate::host;
 use crate::state::ProjectState;
 use crate::transcripts::{self, Found};
 
-use lock::{busy, is_running, lock_name, mkdir_private, write_run_info, RunInfo};
+use lock::{busy, is_running, lock_name, write_run_info, RunInfo};
 use record::{now, read_record, write_record, Record};
 
 /// Longest accepted name, in bytes.
@@ -244,7 +244,7 @@ pub fn claim(
     instance_id: &str,
 ) -> Result<Claimed> {
     let name = &planned.name;
-    mkdir_private(&state.sessions())?;
+    crate::state::mkdir_private(&state.sessions())?;
     let Some(lock) = lock_name(state, name)? else {
         bail!("{}", busy(state, name));
     };

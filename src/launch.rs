@@ -159,12 +159,7 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
         netbridge::start_proxy(spec)?;
     }
     // Creates the project's state and registers this sandbox as running on it.
-    let in_use = inuse::mark(
-        &p.state_home,
-        &inp.state,
-        &inp.project.root,
-        &inp.instance_id,
-    )?;
+    let in_use = inuse::mark(&p.state_home, &inp.state, &inp.project.root)?;
     if inp.settings.hides_a_file() {
         state::ensure_empty_file(&inp.state)?;
     }

@@ -10,7 +10,7 @@
 //!         ├── empty             an empty read-only file, mounted over hidden files
 //!         ├── lock              mutex between a launch registering and --gc; its mtime
 //!         │                     is the project's last use
-//!         ├── running/<instance-id>  one per running sandbox, flock held by its pid 1
+//!         ├── running/0, 1, ...      slots: one flock per running sandbox, held by its pid 1
 //!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode)
 //!         └── sessions/         named sessions (`--session NAME`), see `sessions/`
 //! ```

@@ -15,7 +15,6 @@
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
-use std::os::unix::process::CommandExt;
 use std::process::ExitCode;
 
 use anyhow::{bail, Context, Result};
@@ -57,7 +56,7 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
         }
         rest = &rest[1..];
     }
-    let Some((cmd, cmd_args)) = rest.split_first() else {
+    let Some(cmd) = rest.first() else {
         bail!("no command to run");
     };
     if scope {
@@ -65,7 +64,7 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
     }
     let filter = filter()?;
     seccompiler::apply_filter(&filter).context("cannot install the seccomp filter")?;
-    let err = std::process::Command::new(cmd).args(cmd_args).exec();
+    let err = crate::exec::replace_with(rest);
     Err(err).with_context(|| format!("cannot run {}", cmd.to_string_lossy()))
 }
 

@@ -179,9 +179,17 @@ pub fn landlock_abi() -> u32 {
     u32::try_from(v).unwrap_or(0)
 }
 
-/// claudebox's own executable, symlinks resolved: it runs inside as the sandbox's first
-/// step (`--sandbox-init`).
+/// claudebox's own executable: it runs inside as the sandbox's first step
+/// (`--sandbox-init`). The kernel's `/proc/self/exe` has its symlinks resolved already;
+/// when the file was removed or replaced since it started (an upgrade), that path no
+/// longer names it.
 pub fn own_exe() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find claudebox's own executable")?;
-    fs::canonicalize(&exe).with_context(|| format!("cannot resolve {}", exe.display()))
+    if !exe.is_file() {
+        bail!(
+            "claudebox's own executable {} is gone (upgraded while starting?); run claudebox again",
+            exe.display()
+        );
+    }
+    Ok(exe)
 }

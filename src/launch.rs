@@ -4,7 +4,6 @@
 use std::fs::{self, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
-use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -180,7 +179,7 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     };
     plan.sync_fd = Some(in_use.fd());
     let argv = render::argv(&plan);
-    let err = std::process::Command::new(&argv[0]).args(&argv[1..]).exec();
+    let err = crate::exec::replace_with(&argv);
     drop((in_use, session));
     Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
 }
@@ -196,6 +195,10 @@ fn ensure_claude_mount_points(home: &Path) -> Result<()> {
         claude.join("projects"),
         claude.join("sessions"),
     ] {
+        // Looks first: one `stat` where `mkdir -p` would make two system calls.
+        if fs::metadata(&d).is_ok_and(|m| m.is_dir()) {
+            continue;
+        }
         b.create(&d)
             .with_context(|| format!("cannot create {}", d.display()))?;
     }

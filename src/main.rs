@@ -8,6 +8,7 @@ mod confine;
 mod diagnose;
 #[cfg(not(test))]
 mod entry;
+mod exec;
 mod gc;
 mod guard;
 mod host;

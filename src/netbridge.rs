@@ -299,7 +299,7 @@ fn listen_and_exec(args: &[OsString]) -> Result<()> {
     })?;
     let _ = nix::unistd::close(fd);
     drop(listener);
-    let err = std::process::Command::new(&cmd[0]).args(&cmd[1..]).exec();
+    let err = crate::exec::replace_with(cmd);
     bail!("cannot run {}: {err}", cmd[0].to_string_lossy())
 }
 

@@ -111,15 +111,26 @@ pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
 }
 
 /// Creates a 0700 directory, or accepts an existing directory (never a symlink to one).
+/// Looks first: on a launch everything exists already, and one `lstat` is cheaper than a
+/// failed `mkdir` followed by one.
 pub fn mkdir_private(path: &Path) -> Result<()> {
+    let exists_as_dir = |meta: fs::Metadata| {
+        if meta.is_dir() {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!(
+                "{} exists and is not a directory",
+                path.display()
+            ))
+        }
+    };
+    if let Ok(meta) = fs::symlink_metadata(path) {
+        return exists_as_dir(meta);
+    }
     match DirBuilder::new().mode(0o700).create(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            let meta = fs::symlink_metadata(path)?;
-            if !meta.is_dir() {
-                bail!("{} exists and is not a directory", path.display());
-            }
-            Ok(())
+            exists_as_dir(fs::symlink_metadata(path)?)
         }
         Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
     }
@@ -181,7 +192,12 @@ pub fn check_writable(home: &StateHome) -> Result<()> {
     Ok(())
 }
 
+/// Creates an empty file unless a regular file is there already (a symlink or anything
+/// else is left to `open`, which refuses it).
 fn touch(path: &Path, mode: u32) -> Result<()> {
+    if fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+        return Ok(());
+    }
     OpenOptions::new()
         .create(true)
         .append(true)

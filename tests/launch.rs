@@ -577,3 +577,31 @@ fn claude_installed_in_the_home_is_found_inside() {
 fn p_dir(w: &World) -> PathBuf {
     w.dir("p")
 }
+
+#[test]
+fn the_agent_gets_sigpipe_at_its_default_and_a_pipe_closing_ends_the_writer() {
+    // claudebox ignores SIGPIPE for itself (its proxy writes to sockets that may close);
+    // an ignored signal survives exec, so it must put it back before it execs bwrap and
+    // before its own step inside execs the agent. Otherwise `yes | head -1` never ends
+    // the `yes` with SIGPIPE (status 141), it gets EPIPE instead and reports an error.
+    let w = World::new();
+    let p = w.dir("p");
+    let out = ok(&w
+        .cmd(&p)
+        .args([
+            "--exec",
+            "bash",
+            "-c",
+            "grep SigIgn /proc/self/status; yes | head -1 >/dev/null; echo \"yes=${PIPESTATUS[0]}\"",
+        ])
+        .output()
+        .unwrap());
+    let ignored = out
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .map(|m| u64::from_str_radix(m.trim(), 16).unwrap())
+        .unwrap_or_else(|| panic!("no SigIgn line:\n{out}"));
+    const SIGPIPE: u64 = 1 << (13 - 1);
+    assert_eq!(ignored & SIGPIPE, 0, "SIGPIPE is ignored inside:\n{out}");
+    assert!(out.contains("yes=141"), "{out}");
+}

@@ -427,6 +427,7 @@ fn main() {
     let bash = fx.root().join("bash-launcher");
 
     // One real launch first: it creates the state that bwrap alone needs to bind.
+    let cmp_home_buf = fx.root().join("state-compared");
     let launch = |b: &Path, cwd: &Path, args: &[&str]| {
         let mut c = fx.cmd(b, cwd);
         c.args(args);
@@ -491,16 +492,29 @@ fn main() {
     ];
     let launch = &launch;
     let repo = fx.repo.as_path();
+    // The compared build keeps its state apart: builds that mark a running sandbox
+    // differently (a file per launch, or reused slots) would otherwise undo each other's
+    // files and each pay for the other's.
+    let cmp_home = cmp_home_buf.as_path();
+    let launch_cmp = move |b: &Path, args: &[&str]| {
+        let mut c = launch(b, repo, args);
+        c.env("CLAUDEBOX_HOME", cmp_home);
+        c
+    };
     if let Some(other) = o.compare.as_deref() {
+        run_checked(
+            launch_cmp(other, &["--exec", "true"]),
+            "compared build: claudebox --exec true",
+        );
         cases.push(Case::new(
             "cmp-exec",
             "claudebox --exec true [compared build]",
-            move || launch(other, repo, &["--exec", "true"]),
+            move || launch_cmp(other, &["--exec", "true"]),
         ));
         cases.push(Case::new(
             "cmp-dry",
             "claudebox --dry-run (repo top) [compared build]",
-            move || launch(other, repo, &["--dry-run"]),
+            move || launch_cmp(other, &["--dry-run"]),
         ));
     }
     eprintln!(

@@ -25,21 +25,27 @@ fn main() {
     if !order.is_file() {
         return;
     }
-    let mut file_arg = OsString::from("-Wl,--symbol-ordering-file=");
-    file_arg.push(&order);
-    let args = [file_arg, OsString::from("-Wl,--no-warn-symbol-ordering")];
+    // Cargo's directives are lines of text: a path that is not UTF-8 or holds a newline
+    // goes without. `-Xlinker` rather than `-Wl,`, which would split the path at commas.
+    let Some(order) = order.to_str().filter(|p| !p.contains('\n')) else {
+        return;
+    };
+    let args = [
+        "-Xlinker".to_string(),
+        format!("--symbol-ordering-file={order}"),
+        "-Xlinker".to_string(),
+        "--no-warn-symbol-ordering".to_string(),
+    ];
     if !linker_takes(&args) {
         return;
     }
     for a in &args {
-        // Cargo's directives are text; a manifest path that is not UTF-8 goes without.
-        let Some(a) = a.to_str() else { return };
         println!("cargo:rustc-link-arg-bins={a}");
     }
 }
 
 /// Links an empty program for the same target with the same flags and `args`.
-fn linker_takes(args: &[OsString]) -> bool {
+fn linker_takes(args: &[String]) -> bool {
     let (Some(out), Ok(target)) = (env::var_os("OUT_DIR"), env::var("TARGET")) else {
         return false;
     };
@@ -69,9 +75,7 @@ fn linker_takes(args: &[OsString]) -> bool {
         cmd.arg(a);
     }
     for a in args {
-        let mut c = OsString::from("-Clink-arg=");
-        c.push(a);
-        cmd.arg(c);
+        cmd.arg(format!("-Clink-arg={a}"));
     }
     cmd.stdout(Stdio::null())
         .stderr(Stdio::null())

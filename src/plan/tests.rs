@@ -187,14 +187,7 @@ mod argv_order {
                 common_dir: Some("/w/p/.git".into()),
                 cwd: "/w/p".into(),
             },
-            home: "/h".into(),
-            state: ProjectState {
-                dir: "/h/.claudebox/projects/0123456789abcdef".into(),
-            },
-            claude: None,
             command: Command::Claude(vec!["mcp".into(), "list".into()]),
-            instance_id: "0".repeat(32),
-            host: HostFacts::default(),
             settings,
             ..test_inputs()
         }
@@ -303,24 +296,9 @@ mod hardening {
     use super::*;
     use crate::render;
 
+    /// `test_inputs()`'s project `/p`, with its metadata protected.
     fn inputs() -> Inputs {
         Inputs {
-            project: Project {
-                root: "/p/.git".into(),
-                work_tree: "/p".into(),
-                git_dir: Some("/p/.git".into()),
-                common_dir: Some("/p/.git".into()),
-                cwd: "/p".into(),
-            },
-            home: "/h".into(),
-            state: ProjectState {
-                dir: "/h/.claudebox/projects/x".into(),
-            },
-            claude: None,
-            command: Command::Exec(vec!["sh".into()]),
-            instance_id: "i".into(),
-            host: HostFacts::default(),
-            bwrap: "/usr/bin/bwrap".into(),
             protect_project_metadata: true,
             protected: vec![
                 Protected {
@@ -341,7 +319,6 @@ mod hardening {
             ],
             unprotected_missing: vec!["/p/.envrc".into()],
             ipc_vars: vec!["SSH_AUTH_SOCK".into(), "DISPLAY".into()],
-            ssh_agent: None,
             ..test_inputs()
         }
     }

@@ -162,6 +162,15 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     if inp.settings.hides_a_file() {
         state::ensure_empty_file(&inp.state)?;
     }
+    if inp.protect_project_metadata {
+        if let Some(p) = inp
+            .protected
+            .iter()
+            .find(|p| p.guard == protect::Guard::LocalSettings)
+        {
+            state::refresh_local_settings(&inp.state, &p.path)?;
+        }
+    }
     // A named session is decided again under its own lock; replan if that changed it.
     let mut plan = p.plan.clone();
     let session = match &inp.session {

@@ -121,8 +121,10 @@ pub fn mount_table(plan: &Plan) -> Vec<u8> {
     out
 }
 
-/// One table cell: tabs, newlines and non-UTF-8 bytes shown as escapes so a row stays
-/// one line.
+/// One table cell, or one value in a message: tabs, newlines, control characters
+/// (ESC and the rest of C0 and C1, so no terminal escape sequence), Unicode direction
+/// overrides and non-UTF-8 bytes shown as escapes, so a row stays one line and what the
+/// project or the agent named cannot drive or fake the terminal.
 pub fn escape_bytes(bytes: &[u8]) -> Vec<u8> {
     let mut out = Vec::new();
     for chunk in bytes.utf8_chunks() {
@@ -133,6 +135,9 @@ pub fn escape_bytes(bytes: &[u8]) -> Vec<u8> {
                 '\\' => out.extend_from_slice(b"\\\\"),
                 c if c.is_control() => {
                     out.extend_from_slice(format!("\\x{:02x}", c as u32).as_bytes())
+                }
+                '\u{200b}'..='\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' => {
+                    out.extend_from_slice(format!("\\u{{{:04x}}}", c as u32).as_bytes())
                 }
                 c => {
                     let mut buf = [0u8; 4];
@@ -145,6 +150,12 @@ pub fn escape_bytes(bytes: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// A path or value from the host, the project or the agent, as claudebox prints it in a
+/// message: [`escape_bytes`], the one escaper.
+pub fn shown(value: impl AsRef<std::ffi::OsStr>) -> String {
+    String::from_utf8(escape_bytes(value.as_ref().as_bytes())).expect("escape_bytes makes UTF-8")
 }
 
 /// The user's settings that are not mounts: the config file, the network mode and the
@@ -281,5 +292,9 @@ mod tests {
     #[test]
     fn table_cells_stay_on_one_line() {
         assert_eq!(escape_bytes(b"a\tb\nc\xff"), b"a\\tb\\nc\\xff".to_vec());
+        assert_eq!(
+            shown("\x1b]52;c;eA==\x07 ok\u{9b}1m \u{202e}x"),
+            "\\x1b]52;c;eA==\\x07 ok\\x9b1m \\u{202e}x"
+        );
     }
 }

@@ -12,6 +12,8 @@
 //!         │                     is the project's last use
 //!         ├── running/0, 1, ...      slots: one flock per running sandbox, held by its pid 1
 //!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode)
+//!         ├── claude-settings.local.json  mounted at <project>/.claude/settings.local.json:
+//!         │                     "always allow" rules saved inside, never the host's file
 //!         └── sessions/         named sessions (`--session NAME`), see `sessions/`
 //! ```
 //!
@@ -33,6 +35,7 @@ pub const LOCK_FILE: &str = "lock";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";
 pub const DENIED_LOG: &str = "network-denied.log";
+pub const LOCAL_SETTINGS_FILE: &str = "claude-settings.local.json";
 
 /// The paths of one state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +94,10 @@ impl ProjectState {
     pub fn denied_log(&self) -> PathBuf {
         self.dir.join(DENIED_LOG)
     }
+    /// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
+    pub fn local_settings(&self) -> PathBuf {
+        self.dir.join(LOCAL_SETTINGS_FILE)
+    }
 }
 
 /// Creates (or empties) the file mounted over hidden files.
@@ -108,6 +115,72 @@ pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
             .with_context(|| format!("cannot empty {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The permission lists that carry over from one sandbox to the next in the project's copy
+/// of `.claude/settings.local.json`: what "always allow" (and `/permissions`) save.
+const CARRIED_PERMISSIONS: &[&str] = &["allow", "deny", "ask", "additionalDirectories"];
+
+/// Rebuilds the sandbox's `.claude/settings.local.json` (the project's copy in the state):
+/// the host's file as it is now, plus the permission rules saved in the copy by earlier
+/// sandboxes. Nothing else the sandbox wrote there (hooks, MCP servers, env) survives, and
+/// nothing goes back to the host's file. A host file that is missing, a symlink or not a
+/// JSON object counts as `{}`.
+pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<()> {
+    use serde_json::{Map, Value};
+    let read_object = |p: &Path| -> Map<String, Value> {
+        let Ok(f) = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(p)
+        else {
+            return Map::new();
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            return Map::new();
+        }
+        match serde_json::from_reader(std::io::BufReader::new(f)) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        }
+    };
+    let copy = state.local_settings();
+    let mut out = read_object(host_file);
+    let prev = read_object(&copy);
+    if let Some(Value::Object(saved)) = prev.get("permissions") {
+        let perms = out
+            .entry("permissions")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !perms.is_object() {
+            *perms = Value::Object(Map::new());
+        }
+        let perms = perms.as_object_mut().expect("made an object above");
+        for key in CARRIED_PERMISSIONS {
+            let Some(Value::Array(rules)) = saved.get(*key) else {
+                continue;
+            };
+            let list = perms
+                .entry(*key)
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if !list.is_array() {
+                *list = Value::Array(Vec::new());
+            }
+            let list = list.as_array_mut().expect("made an array above");
+            for r in rules.iter().filter(|r| r.is_string()) {
+                if !list.contains(r) {
+                    list.push(r.clone());
+                }
+            }
+        }
+    }
+    let mut bytes = serde_json::to_vec_pretty(&Value::Object(out))?;
+    bytes.push(b'\n');
+    if fs::symlink_metadata(&copy).is_ok_and(|m| m.is_file())
+        && fs::read(&copy).ok().as_deref() == Some(&bytes[..])
+    {
+        return Ok(());
+    }
+    write_atomic(&copy, &bytes, 0o600)
 }
 
 /// Creates a 0700 directory, or accepts an existing directory (never a symlink to one).

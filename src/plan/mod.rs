@@ -460,7 +460,9 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
     if !inp.protect_project_metadata {
         notes.push(
             "opt-in --writable-project-config: .git/hooks, .git/config, .envrc, .vscode, \
-             .idea are writable; tools on the host run code from them"
+             .idea, .claude, .mcp.json, .husky, lefthook and pre-commit config, .gitmodules, \
+             .devcontainer and nested repositories' git dirs are writable; tools on the host \
+             run code from them"
                 .to_string(),
         );
         return;
@@ -474,13 +476,27 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
             Guard::EmptyFile => {
                 Mount::new(MountKind::Ro, Some(Path::new("/dev/null")), &p.path, &why)
             }
+            Guard::Scratch => Mount::new(MountKind::Tmpfs, None, &p.path, &why),
+            Guard::LocalSettings => Mount::new(
+                MountKind::File,
+                Some(&inp.state.local_settings()),
+                &p.path,
+                &why,
+            ),
         });
     }
-    for p in &inp.unprotected_missing {
+    if !inp.unprotected_missing.is_empty() {
+        let names: Vec<String> = inp
+            .unprotected_missing
+            .iter()
+            .map(|p| crate::render::shown(p.file_name().unwrap_or(p.as_os_str())))
+            .collect();
         notes.push(format!(
-            "gap: {} does not exist, so it is not protected and can be created \
-             (a mount would leave an empty one in your project)",
-            p.display()
+            "gap: these do not exist in the work tree, so they are not protected and can be \
+             created (a mount would leave an empty one in your project): {}; nor are git \
+             repositories created later, or nested deeper than {} levels",
+            names.join(", "),
+            crate::protect::NESTED_DEPTH
         ));
     }
 }

@@ -65,7 +65,7 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
     let filter = filter()?;
     seccompiler::apply_filter(&filter).context("cannot install the seccomp filter")?;
     let err = crate::exec::replace_with(rest);
-    Err(err).with_context(|| format!("cannot run {}", cmd.to_string_lossy()))
+    Err(err).with_context(|| format!("cannot run {}", crate::render::shown(cmd)))
 }
 
 /// Landlock: no `connect()` to abstract unix sockets made outside this domain.

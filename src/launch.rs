@@ -17,6 +17,7 @@ use crate::netbridge;
 use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
+use crate::render::Shown;
 use crate::sessions;
 use crate::settings;
 use crate::state::{self, StateHome};
@@ -120,7 +121,7 @@ fn ssh_agent_socket() -> Result<std::path::PathBuf> {
         Ok(m) if m.file_type().is_socket() => Ok(fs::canonicalize(&path)?),
         _ => bail!(
             "--ssh-agent: SSH_AUTH_SOCK is {} but that is not a socket; check your ssh agent or drop --ssh-agent",
-            path.display()
+            path.shown()
         ),
     }
 }
@@ -135,7 +136,7 @@ fn refuse_dangerous_root(work_tree: &Path, home: &Path, yes: bool) -> Result<()>
         bail!(
             "refusing to use {} as the project: it would bind {} read-write into the sandbox; \
              cd into a project directory, or pass --yes if you really mean it",
-            work_tree.display(),
+            work_tree.shown(),
             if work_tree == Path::new("/") {
                 "the whole file system"
             } else {
@@ -190,7 +191,7 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     let argv = render::argv(&plan);
     let err = crate::exec::replace_with(&argv);
     drop((in_use, session));
-    Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
+    Err(err).with_context(|| format!("cannot run {}", argv[0].shown()))
 }
 
 /// Makes sure the mount points bwrap needs exist on the host, so bwrap does not create
@@ -209,7 +210,7 @@ fn ensure_claude_mount_points(home: &Path) -> Result<()> {
             continue;
         }
         b.create(&d)
-            .with_context(|| format!("cannot create {}", d.display()))?;
+            .with_context(|| format!("cannot create {}", d.shown()))?;
     }
     create_if_missing(&claude.join("history.jsonl"), b"")?;
     create_if_missing(&home.join(".claude.json"), b"{}\n")?;
@@ -228,8 +229,8 @@ fn create_if_missing(path: &Path, content: &[u8]) -> Result<()> {
     {
         Ok(mut f) => f
             .write_all(content)
-            .with_context(|| format!("cannot write {}", path.display())),
+            .with_context(|| format!("cannot write {}", path.shown())),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.shown())),
     }
 }

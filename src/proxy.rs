@@ -466,6 +466,8 @@ fn refuse(mut client: TcpStream, Reject(code, reason, mut body): Reject) {
 
 impl Config {
     fn record_denied(&self, method: &str, host: &str, port: u16) {
+        // What the agent sent, escaped before it reaches the log or the terminal.
+        let (method, host) = (crate::render::shown(method), crate::render::shown(host));
         let line = format!("{} denied {method} {host}:{port}\n", utc_now());
         let file = OpenOptions::new()
             .create(true)

@@ -158,6 +158,18 @@ pub fn shown(value: impl AsRef<std::ffi::OsStr>) -> String {
     String::from_utf8(escape_bytes(value.as_ref().as_bytes())).expect("escape_bytes makes UTF-8")
 }
 
+/// [`shown`] as a method, for paths and OS strings in messages: `path.shown()` where
+/// `path.display()` would print the raw bytes.
+pub trait Shown {
+    fn shown(&self) -> String;
+}
+
+impl<T: AsRef<std::ffi::OsStr> + ?Sized> Shown for T {
+    fn shown(&self) -> String {
+        shown(self)
+    }
+}
+
 /// The user's settings that are not mounts: the config file, the network mode and the
 /// default claude arguments, each with where it came from.
 pub fn settings_table(plan: &Plan) -> Vec<u8> {

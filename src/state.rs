@@ -26,6 +26,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::render::Shown;
 use anyhow::{bail, Context, Result};
 
 pub const ROOT_FILE: &str = "project-root";
@@ -109,10 +110,10 @@ pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
         .mode(0o400)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(&path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
+        .with_context(|| format!("cannot create {}", path.shown()))?;
     if f.metadata()?.len() != 0 {
         f.set_len(0)
-            .with_context(|| format!("cannot empty {}", path.display()))?;
+            .with_context(|| format!("cannot empty {}", path.shown()))?;
     }
     Ok(())
 }
@@ -193,7 +194,7 @@ pub fn mkdir_private(path: &Path) -> Result<()> {
         } else {
             Err(anyhow::anyhow!(
                 "{} exists and is not a directory",
-                path.display()
+                path.shown()
             ))
         }
     };
@@ -205,7 +206,7 @@ pub fn mkdir_private(path: &Path) -> Result<()> {
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {
             exists_as_dir(fs::symlink_metadata(path)?)
         }
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.shown())),
     }
 }
 
@@ -220,7 +221,7 @@ pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -
         mkdir_private(&home.dir).with_context(|| {
             format!(
                 "the state directory {} cannot be created; set CLAUDEBOX_HOME to a writable directory",
-                home.dir.display()
+                home.dir.shown()
             )
         })?;
     }
@@ -258,8 +259,8 @@ pub fn check_writable(home: &StateHome) -> Result<()> {
         bail!(
             "the state directory {} is not writable ({} is not a writable directory); \
              fix its permissions or set CLAUDEBOX_HOME to a writable directory",
-            home.dir.display(),
-            probe.display()
+            home.dir.shown(),
+            probe.shown()
         );
     }
     Ok(())
@@ -277,7 +278,7 @@ fn touch(path: &Path, mode: u32) -> Result<()> {
         .mode(mode)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
+        .with_context(|| format!("cannot create {}", path.shown()))?;
     Ok(())
 }
 
@@ -319,12 +320,12 @@ fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
             .create_new(true)
             .mode(mode)
             .open(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
+            .with_context(|| format!("cannot create {}", tmp.shown()))?;
         f.write_all(bytes)?;
         if durable {
             f.sync_all()?;
         }
-        fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+        fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.shown()))?;
         if durable {
             // Make the rename itself durable: a record must survive a reboot.
             File::open(dir).and_then(|d| d.sync_all()).ok();

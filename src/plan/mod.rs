@@ -162,6 +162,10 @@ pub struct Inputs {
     pub log_denied: bool,
 }
 
+/// The files of `~/.config/git` that git reads to commit; the rest of it (`credentials`,
+/// tokens) is not bound.
+pub const GIT_XDG_FILES: &[&str] = &["config", "ignore", "attributes"];
+
 /// Where `--ssh-agent` puts the host agent's socket inside.
 pub const SSH_AGENT_SOCK: &str = "/run/claudebox/ssh-agent.sock";
 
@@ -325,11 +329,15 @@ pub fn build(inp: &Inputs) -> Plan {
         &home.join(".gitconfig"),
         "git identity, so commits work",
     ));
-    m.push(Mount::same(
-        MountKind::RoTry,
-        &home.join(".config/git"),
-        "git configuration, so commits work",
-    ));
+    // git's XDG files one by one, not the directory: `~/.config/git/credentials` (the
+    // credential store's XDG file) and whatever else lives there stay out.
+    for name in GIT_XDG_FILES {
+        m.push(Mount::same(
+            MountKind::RoTry,
+            &home.join(".config/git").join(name),
+            "git configuration, so commits work",
+        ));
+    }
 
     let claude_dir = home.join(".claude");
     m.push(Mount::same(

@@ -28,7 +28,7 @@ fn removes_only_state_whose_root_is_gone_and_dry_run_removes_nothing() {
     let w = World::new();
     let (live, live_id) = project(&w, OsStr::new("live"));
     let (gone, gone_id) = project(&w, OsStr::new("gone"));
-    fs::remove_dir(&gone).unwrap();
+    fs::remove_dir_all(&gone).unwrap();
 
     let before = snapshot(&w.root());
     let dry = run(&w, &["--gc", "--dry-run"]);
@@ -102,14 +102,14 @@ fn never_follows_symlinks_and_keeps_what_it_cannot_vouch_for() {
             .file_type()
             .is_symlink()
     );
-    fs::remove_dir(&planted).unwrap();
+    fs::remove_dir_all(&planted).unwrap();
 
     // 2. projects/<id> is a symlink to a directory outside (id of a gone project).
     let ghost = w.work().join("ghost");
     let ghost_id = {
         fs::create_dir_all(&ghost).unwrap();
         let id = id_of(&w, &ghost);
-        fs::remove_dir(&ghost).unwrap();
+        fs::remove_dir_all(&ghost).unwrap();
         id
     };
     fs::create_dir_all(projects(&w)).unwrap();
@@ -127,7 +127,7 @@ fn never_follows_symlinks_and_keeps_what_it_cannot_vouch_for() {
         ("root-relative", "relative"),
     ] {
         let (dir, id) = project(&w, OsStr::new(name));
-        fs::remove_dir(&dir).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
         let rf = projects(&w).join(&id).join("project-root");
         fs::remove_file(&rf).unwrap();
         match how {
@@ -157,8 +157,8 @@ fn never_follows_symlinks_and_keeps_what_it_cannot_vouch_for() {
     // 10. Non-UTF-8 and newline-containing roots, gone.
     let (odd, odd_id) = project(&w, OsStr::from_bytes(b"caf\xe9 \"q\" $x"));
     let (nl, nl_id) = project(&w, OsStr::new("two\nlines"));
-    fs::remove_dir(&odd).unwrap();
-    fs::remove_dir(&nl).unwrap();
+    fs::remove_dir_all(&odd).unwrap();
+    fs::remove_dir_all(&nl).unwrap();
 
     let before = snapshot(&w.root());
     let out = run(&w, &["--gc"]);
@@ -242,7 +242,7 @@ fn unreadable_project_root_is_kept() {
     }
     let w = World::new();
     let (dir, id) = project(&w, OsStr::new("p"));
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
     let rf = projects(&w).join(&id).join("project-root");
     fs::set_permissions(&rf, fs::Permissions::from_mode(0o000)).unwrap();
     let out = run(&w, &["--gc"]);
@@ -285,7 +285,7 @@ fn works_through_a_symlinked_state_home() {
         .output()
         .unwrap());
     settle(&link);
-    fs::remove_dir(&gone).unwrap();
+    fs::remove_dir_all(&gone).unwrap();
     let before = snapshot(&w.root());
     let out = w
         .cmd(&w.root())
@@ -326,7 +326,7 @@ fn a_projects_dir_that_is_a_symlink_is_refused() {
     let w = World::new();
     let elsewhere = w.dir("elsewhere");
     let (gone, id) = project(&w, OsStr::new("gone"));
-    fs::remove_dir(&gone).unwrap();
+    fs::remove_dir_all(&gone).unwrap();
     fs::rename(projects(&w), elsewhere.join("projects")).unwrap();
     symlink(elsewhere.join("projects"), projects(&w)).unwrap();
     let before = snapshot(&w.root());
@@ -358,7 +358,7 @@ fn keeps_state_in_use_by_a_running_sandbox() {
     let id = id_of(&w, &dir);
     let sandbox = Running::start(&w, &dir);
     // The project root disappears while the agent works in it.
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
 
     for args in [&["--gc", "--dry-run"][..], &["--gc"][..]] {
         let out = run(&w, args);
@@ -454,7 +454,7 @@ fn gc_skips_a_project_whose_lock_is_held() {
     let dir = w.dir("p");
     launch(&w, &dir);
     let state = projects(&w).join(id_of(&w, &dir));
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
     let lock = hold_lock(&state);
     let out = run(&w, &["--gc"]);
     let err = stderr(&out);

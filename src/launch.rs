@@ -178,10 +178,29 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
         None => None,
     };
     plan.sync_fd = Some(in_use.fd());
+    if let Some(c) = &mut plan.confine {
+        c.default_signals = ignore_terminal_signals();
+    }
     let argv = render::argv(&plan);
     let err = crate::exec::replace_with(&argv);
     drop((in_use, session));
     Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
+}
+
+/// Ignores SIGINT and SIGQUIT for claudebox and bwrap, which inherit the disposition (see
+/// src/confine.rs). Returns whether the agent should get the default back: not when
+/// claudebox itself was started with SIGINT ignored (a background job of a shell), which
+/// then stays ignored for the agent too.
+fn ignore_terminal_signals() -> bool {
+    use nix::sys::signal::{signal, SigHandler};
+    let mut was_ignored = false;
+    for sig in crate::confine::TERMINAL_SIGNALS {
+        // SAFETY: SIG_IGN installs no handler.
+        let old = unsafe { signal(sig, SigHandler::SigIgn) };
+        was_ignored |=
+            sig == nix::sys::signal::Signal::SIGINT && matches!(old, Ok(SigHandler::SigIgn));
+    }
+    !was_ignored
 }
 
 /// Makes sure the mount points bwrap needs exist on the host, so bwrap does not create

@@ -71,6 +71,9 @@ pub fn argv(plan: &Plan) -> Vec<OsString> {
         if c.scope_abstract_unix {
             a.push(confine::SCOPE_FLAG.into());
         }
+        if c.default_signals {
+            a.push(confine::SIGNALS_FLAG.into());
+        }
         a.push("--".into());
     }
     a.extend(plan.argv.iter().cloned());
@@ -219,6 +222,11 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
         if c.scope_abstract_unix {
             out.extend_from_slice(
                 b"landlock\tno connect() to the host's abstract unix sockets (X11, D-Bus)\n",
+            );
+        }
+        if c.default_signals {
+            out.extend_from_slice(
+                b"signals\tSIGINT, SIGQUIT back to default: claudebox and bwrap ignore them, so a Ctrl-C reaches the agent alone and its exit status is the sandbox's\n",
             );
         }
     }

@@ -527,10 +527,10 @@ fn dry_run_shows_the_policy_and_creates_nothing() {
     );
     assert!(
         out.contains(&format!(
-            "--sandbox-init --scope-abstract-unix -- {} --internal-listen 3 3128 -- ",
+            "--sandbox-init --scope-abstract-unix --default-signals -- {} --internal-listen 3 3128 -- ",
             own.display()
         )) || out.contains(&format!(
-            "--sandbox-init -- {} --internal-listen 3 3128 -- ",
+            "--sandbox-init --default-signals -- {} --internal-listen 3 3128 -- ",
             own.display()
         )),
         "{out}"

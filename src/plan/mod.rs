@@ -172,6 +172,11 @@ pub struct Confine {
     pub exe: PathBuf,
     /// Block `connect()` to the host's abstract unix sockets (Landlock ABI 6+).
     pub scope_abstract_unix: bool,
+    /// Give SIGINT/SIGQUIT their default action back before the command: the launcher
+    /// ignores them so that a terminal's Ctrl-C reaches the agent alone (src/confine.rs).
+    /// The launch clears it when claudebox was started with SIGINT already ignored (a
+    /// background job), so the agent inherits that choice.
+    pub default_signals: bool,
 }
 
 /// The typed sandbox plan.
@@ -446,6 +451,7 @@ pub fn build(inp: &Inputs) -> Plan {
         confine: Some(Confine {
             exe: inp.own_exe.clone(),
             scope_abstract_unix,
+            default_signals: true,
         }),
         argv,
         settings: inp.settings.clone(),

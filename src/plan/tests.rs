@@ -352,11 +352,12 @@ mod hardening {
                 "/opt/cb/claudebox",
                 "--sandbox-init",
                 "--scope-abstract-unix",
+                "--default-signals",
                 "--",
                 "sh",
             ],
         );
-        assert_eq!(init + 6, a.len());
+        assert_eq!(init + 7, a.len());
         pos(&a, &["--ro-bind", "/opt/cb/claudebox", "/opt/cb/claudebox"]);
         pos(&a, &["--unsetenv", "SSH_AUTH_SOCK"]);
         pos(&a, &["--unsetenv", "DISPLAY"]);

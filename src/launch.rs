@@ -96,6 +96,11 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         protected,
         unprotected_missing,
         ipc_vars: ipc::present(),
+        preset_vars: plan::DEFAULT_ENV
+            .iter()
+            .filter(|(n, _, _)| std::env::var_os(n).is_some())
+            .map(|(n, _, _)| n.into())
+            .collect(),
         ssh_agent,
         own_exe: host::own_exe()?,
         landlock_abi: host::landlock_abi(),

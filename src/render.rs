@@ -203,7 +203,13 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
     };
     for e in &plan.env {
         match e {
-            EnvOp::Set(k, v) => line("set", k.as_bytes(), Some(v.as_bytes()), "default"),
+            EnvOp::Set(k, v) => {
+                let from = match crate::plan::default_env_reason(k) {
+                    Some(why) => format!("default: {why}"),
+                    None => "default".to_string(),
+                };
+                line("set", k.as_bytes(), Some(v.as_bytes()), &from)
+            }
             EnvOp::Unset(k) => line("unset", k.as_bytes(), None, "default"),
         }
     }

@@ -120,6 +120,22 @@ pub enum EnvOp {
     Set(OsString, OsString),
 }
 
+/// Variables claudebox sets inside unless the user set them (in the host environment or
+/// with `--env`), each with its reason, shown by `--dry-run`.
+pub const DEFAULT_ENV: &[(&str, &str, &str)] = &[(
+    "DISABLE_AUTOUPDATER",
+    "1",
+    "claude's installation is read-only inside, so its auto-updater can only fail",
+)];
+
+/// The reason claudebox sets `name` by default, if it is one of [`DEFAULT_ENV`].
+pub fn default_env_reason(name: &OsStr) -> Option<&'static str> {
+    DEFAULT_ENV
+        .iter()
+        .find(|(n, _, _)| OsStr::new(n) == name)
+        .map(|(_, _, why)| *why)
+}
+
 /// What runs inside.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -152,6 +168,8 @@ pub struct Inputs {
     pub unprotected_missing: Vec<PathBuf>,
     /// Host IPC variables present in the environment, to unset inside.
     pub ipc_vars: Vec<OsString>,
+    /// Variables of [`DEFAULT_ENV`] the host environment already sets: the user's stand.
+    pub preset_vars: Vec<OsString>,
     /// `--ssh-agent`: the host agent's socket, bound at [`SSH_AGENT_SOCK`].
     pub ssh_agent: Option<PathBuf>,
     /// claudebox's own executable, run inside as the first step.
@@ -402,6 +420,13 @@ pub fn build(inp: &Inputs) -> Plan {
         Some(s) => set("CLAUDEBOX_SESSION", OsStr::new(&s.name)),
         None => EnvOp::Unset("CLAUDEBOX_SESSION".into()),
     });
+    for (name, value, _) in DEFAULT_ENV {
+        let user_set = inp.preset_vars.iter().any(|v| v == name)
+            || inp.settings.env.iter().any(|e| e.name == *name);
+        if !user_set {
+            env.push(set(name, OsStr::new(value)));
+        }
+    }
 
     let scope_abstract_unix = inp.landlock_abi >= 6;
     if !scope_abstract_unix {

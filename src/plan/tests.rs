@@ -28,6 +28,7 @@ pub(crate) fn test_inputs() -> Inputs {
         protected: Vec::new(),
         unprotected_missing: Vec::new(),
         ipc_vars: Vec::new(),
+        preset_vars: Vec::new(),
         ssh_agent: None,
         own_exe: "/opt/cb/claudebox".into(),
         landlock_abi: 7,

@@ -180,7 +180,13 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
             }
             Some(claimed.lock)
         }
-        None => None,
+        // claude's own --resume/--continue may pick a named session's conversation.
+        None => match &inp.command {
+            Command::Claude(args) => {
+                sessions::guard_picked(&inp.state, args, &inp.project.cwd, &inp.instance_id)?
+            }
+            Command::Exec(_) => None,
+        },
     };
     plan.sync_fd = Some(in_use.fd());
     if let Some(c) = &mut plan.confine {

@@ -613,3 +613,73 @@ fn real_claude_resumes_from_another_directory_including_a_long_one() {
         }
     }
 }
+
+/// While `--session NAME` runs, claude's own options that pick its conversation
+/// (`--resume U`, `-r U`, `--session-id U`, `--continue`, `-c`) are refused, naming the
+/// running session; and a session resumed by UUID holds the name against `--session`.
+#[test]
+fn the_names_lock_holds_whatever_way_the_conversation_is_picked() {
+    let w = world();
+    let r = repo(&w);
+    let (started, release) = (r.join("started"), r.join("release"));
+    let uuid = conversation(&ok(&launch(&w, &r, "rev", ""))).1;
+    let mut first = spawn(
+        &w,
+        &r,
+        &["--session", "rev"],
+        &signal_then_wait(&started, &release),
+    );
+    wait_for(&started, &mut first);
+    let picks: [&[&str]; 6] = [
+        &["--resume", &uuid],
+        &["-r", &uuid],
+        &[&format!("--resume={uuid}")],
+        &["--session-id", &uuid],
+        &["--continue"],
+        &["-c"],
+    ];
+    for pick in picks {
+        let o = w.run_claude(&r, pick.iter().chain(&["-p", "hi"]), "");
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{pick:?} ran beside the session");
+        assert!(!stdout(&o).contains("FAKE-CLAUDE-START"), "{pick:?} ran");
+        assert!(err.contains("session `rev` is already running"), "{err}");
+        assert!(err.contains(&format!("pid {}", first.id())), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    // The picker could choose it too.
+    let o = w.run_claude(&r, ["--resume"], "");
+    assert!(
+        stderr(&o).contains("session `rev` is already running"),
+        "{}",
+        stderr(&o)
+    );
+    // A conversation that is no session's is not held back.
+    ok(&w.run_claude(&r, ["-p", "hi"], ""));
+    fs::write(&release, "").unwrap();
+    ok(&first.wait_with_output().unwrap());
+
+    // The other way round: the conversation resumed by its UUID holds the name.
+    fs::remove_file(&started).unwrap();
+    fs::remove_file(&release).unwrap();
+    let mut by_uuid = spawn(
+        &w,
+        &r,
+        &["--resume", &uuid],
+        &signal_then_wait(&started, &release),
+    );
+    wait_for(&started, &mut by_uuid);
+    let o = launch(&w, &r, "rev", "");
+    assert!(
+        !o.status.success(),
+        "--session ran beside --resume of its conversation"
+    );
+    assert!(
+        stderr(&o).contains(&format!("pid {}", by_uuid.id())),
+        "{}",
+        stderr(&o)
+    );
+    fs::write(&release, "").unwrap();
+    ok(&by_uuid.wait_with_output().unwrap());
+    ok(&launch(&w, &r, "rev", ""));
+}

@@ -276,3 +276,96 @@ fn print_mode_bash_tool_call_changes_the_project() {
         );
     }
 }
+
+/// A Write tool call: the file appears in the work tree on the host, with its content.
+#[test]
+fn print_mode_write_tool_call_writes_into_the_project() {
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let p = w.dir("proj");
+        init_repo(&p);
+        let target = p.join("sub dir").join("written by claude.txt");
+        let mock = MockApi::start(&json!([
+            {"write": {"file_path": target.to_str().unwrap(),
+                       "content": "line one\nline two\n"}},
+            "WRITE-DONE-ANSWER",
+        ]));
+        let o = claudebox(
+            &w,
+            &p,
+            &mock,
+            &["-p", "write the file", "--allowedTools", "Write"],
+        );
+        let out = ok_run(&c, &o, &mock);
+        assert!(
+            out.contains("WRITE-DONE-ANSWER"),
+            "[{}] stdout: {out}",
+            c.label
+        );
+        assert_eq!(
+            fs::read_to_string(&target).unwrap_or_default(),
+            "line one\nline two\n",
+            "[{}] the Write tool call did not reach the work tree",
+            c.label
+        );
+    }
+}
+
+/// `--session NAME` from the repo root, again from the root, from a subdirectory and from
+/// a linked worktree: each resumed run sends claude's earlier messages to the API.
+#[test]
+fn named_session_resumes_from_root_subdirectory_and_worktree() {
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let repo = w.dir("repo");
+        init_repo(&repo);
+        let sub = repo.join("src").join("deep");
+        fs::create_dir_all(&sub).unwrap();
+        let wt = w.work().join("repo-wt");
+        git(
+            &repo,
+            &["worktree", "add", "-q", "-b", "wt", wt.to_str().unwrap()],
+        );
+        let mock = MockApi::start(&json!([
+            "ANSWER-ONE",
+            "ANSWER-TWO",
+            "ANSWER-THREE",
+            "ANSWER-FOUR"
+        ]));
+        let runs: [(&Path, &str, &str); 4] = [
+            (&repo, "PROMPT-ONE", "ANSWER-ONE"),
+            (&repo, "PROMPT-TWO", "ANSWER-TWO"),
+            (&sub, "PROMPT-THREE", "ANSWER-THREE"),
+            (&wt, "PROMPT-FOUR", "ANSWER-FOUR"),
+        ];
+        let mut earlier: Vec<&str> = Vec::new();
+        for (cwd, prompt, answer) in runs {
+            let seen = mock.conversation(0).len();
+            let o = claudebox(&w, cwd, &mock, &["--session", "lab", "-p", prompt]);
+            let out = ok_run(&c, &o, &mock);
+            assert!(
+                out.contains(answer),
+                "[{}] from {}: stdout: {out}",
+                c.label,
+                cwd.display()
+            );
+            let sent = mock.conversation(seen);
+            assert!(!sent.is_empty(), "[{}] no request", c.label);
+            let text = messages_text(&sent[0]);
+            assert!(text.contains(prompt), "[{}] {text}", c.label);
+            for e in &earlier {
+                assert!(
+                    text.contains(e),
+                    "[{}] resumed from {}: the request lacks the earlier {e:?}:\n{text}",
+                    c.label,
+                    cwd.display()
+                );
+            }
+            earlier.push(prompt);
+            earlier.push(answer);
+        }
+        // one conversation, kept by claudebox
+        let kept = kept_transcripts(&w);
+        assert_eq!(kept.len(), 1, "[{}] {kept:?}", c.label);
+    }
+}

@@ -1,0 +1,371 @@
+//! Real conversations: the real Claude Code (both the pinned and the newest version) runs
+//! through claudebox against the lab's mock Messages API (`tests/lab/mock_api.py`, see
+//! `common::lab`): `-p` runs whose Bash and Write tool calls change the project, named
+//! sessions resumed from elsewhere in the project, the TUI under tmux, and allowlist mode
+//! with the API reached only through claudebox's proxy.
+//!
+//! The binaries come from `CLAUDEBOX_TEST_CLAUDE` and `CLAUDEBOX_TEST_CLAUDE_LATEST`
+//! (scripts/test installs both); without them these tests fail unless
+//! `CLAUDEBOX_SKIP_E2E=1`.
+
+mod common;
+
+use std::fs;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::os::unix::fs::symlink;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use common::lab::*;
+use common::*;
+
+/// How long one claudebox run may take before the test fails (and kills it).
+const RUN_LIMIT: Duration = Duration::from_secs(60);
+
+/// A world whose `claude` is `c`, linked the way npm links it.
+fn world_with(c: &Claude) -> World {
+    let w = World::new();
+    fs::remove_file(w.bin().join("claude")).unwrap();
+    symlink(&c.bin, w.bin().join("claude")).unwrap();
+    w
+}
+
+/// `claudebox ARGS` in `cwd`, pointed at `mock`, bounded in time.
+fn claudebox(w: &World, cwd: &Path, mock: &MockApi, args: &[&str]) -> Output {
+    let mut cmd = w.cmd(cwd);
+    cmd.env("ANTHROPIC_BASE_URL", mock.base_url())
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .args(args);
+    match output_within(&mut cmd, RUN_LIMIT) {
+        Ok(o) => o,
+        Err(e) => panic!("claudebox {args:?} in {}: {e}", cwd.display()),
+    }
+}
+
+/// Asserts success, naming the claude version and showing everything on failure.
+#[track_caller]
+fn ok_run(c: &Claude, o: &Output, mock: &MockApi) -> String {
+    assert!(
+        o.status.success(),
+        "[{}] claudebox failed: {:?}\nstdout:\n{}\nstderr:\n{}\nmock stderr:\n{}",
+        c.label,
+        o.status,
+        stdout(o),
+        stderr(o),
+        mock.stderr()
+    );
+    stdout(o)
+}
+
+/// Every `.jsonl` transcript under `dir`, recursively.
+fn transcripts(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let Ok(rd) = fs::read_dir(dir) else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(transcripts(&p));
+        } else if p.extension().is_some_and(|x| x == "jsonl") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The transcripts claudebox keeps for the world's projects (`<id>/claude-projects/`).
+fn kept_transcripts(w: &World) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in fs::read_dir(w.state().join("projects"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        out.extend(transcripts(&e.path().join("claude-projects")));
+    }
+    out
+}
+
+/// A plain HTTP/1.1 request to the mock; returns the status line and the body.
+fn http(port: u16, method: &str, path: &str, body: &Value) -> (String, String) {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let data = serde_json::to_vec(body).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n",
+        data.len()
+    )
+    .unwrap();
+    s.write_all(&data).unwrap();
+    let mut resp = String::new();
+    s.read_to_string(&mut resp).unwrap();
+    let (head, body) = resp.split_once("\r\n\r\n").unwrap_or((&resp, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// The lab itself, without claude: the conversation takes script turns in order (SSE with
+/// text and tool_use, or JSON), side calls take none, the log records every request.
+#[test]
+fn mock_api_plays_its_script_and_logs_every_request() {
+    let mock = MockApi::start(&json!([
+        {"text": "first", "chunks": 3},
+        {"bash": {"command": "touch x", "description": "make x"}},
+    ]));
+    let tools = json!([{"name": "Bash", "input_schema": {}}]);
+    let (st, body) = http(
+        mock.port(),
+        "POST",
+        "/v1/messages?beta=true",
+        &json!({"stream": true, "tools": tools, "messages": [{"role": "user", "content": "hi"}]}),
+    );
+    assert!(st.contains("200"), "{st}");
+    for ev in [
+        "event: message_start",
+        "event: content_block_start",
+        "\"text_delta\"",
+        "event: content_block_stop",
+        "\"end_turn\"",
+        "event: message_stop",
+    ] {
+        assert!(body.contains(ev), "no {ev} in:\n{body}");
+    }
+    let text: String = body
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .filter_map(|d| serde_json::from_str::<Value>(d).ok())
+        .filter_map(|v| v["delta"]["text"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(text, "first");
+
+    // side calls in between take no turn
+    let (_, title) = http(
+        mock.port(),
+        "POST",
+        "/v1/messages",
+        &json!({"stream": false, "messages": [],
+                "output_config": {"format": {"type": "json_schema"}}}),
+    );
+    let title: Value = serde_json::from_str(&title).unwrap();
+    let title_text = title["content"][0]["text"].as_str().unwrap();
+    assert!(serde_json::from_str::<Value>(title_text).is_ok(), "{title}");
+    let (_, cls) = http(
+        mock.port(),
+        "POST",
+        "/v1/messages",
+        &json!({"stream": false, "messages": []}),
+    );
+    assert!(cls.contains("<block>no</block>"), "{cls}");
+    assert!(http(mock.port(), "HEAD", "/api/hello", &json!(null))
+        .0
+        .contains("200"));
+    assert!(http(mock.port(), "GET", "/v1/models", &json!(null))
+        .0
+        .contains("404"));
+
+    // the second conversation request gets the tool call, here as plain JSON
+    let (_, tool) = http(
+        mock.port(),
+        "POST",
+        "/v1/messages",
+        &json!({"stream": false, "tools": tools, "messages": []}),
+    );
+    let tool: Value = serde_json::from_str(&tool).unwrap();
+    assert_eq!(tool["stop_reason"], "tool_use", "{tool}");
+    assert_eq!(tool["content"][0]["name"], "Bash");
+    assert_eq!(tool["content"][0]["input"]["command"], "touch x");
+    // then the script is over: the final text
+    let (_, fin) = http(
+        mock.port(),
+        "POST",
+        "/v1/messages",
+        &json!({"stream": false, "tools": tools, "messages": []}),
+    );
+    assert!(fin.contains("the script is over"), "{fin}");
+
+    let log = mock.requests();
+    let kinds: Vec<&str> = log.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "conversation",
+            "title",
+            "classifier",
+            "head",
+            "other",
+            "conversation",
+            "conversation"
+        ]
+    );
+    assert_eq!(log[0]["turn"], 0);
+    assert_eq!(log[5]["turn"], 1);
+    assert!(log[6].get("turn").is_none());
+    assert!(messages_text(&log[0]).contains("hi\n"));
+    assert_eq!(mock.conversation(1).len(), 2);
+}
+
+/// `claudebox -p` in open mode: the answer's Bash tool call creates a file in the work
+/// tree, which is there on the host afterwards; the answer reaches stdout; the transcript
+/// is in claudebox's state, not in the host's `~/.claude/projects`.
+#[test]
+fn print_mode_bash_tool_call_changes_the_project() {
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let p = w.dir("proj");
+        init_repo(&p);
+        let mock = MockApi::start(&json!([
+            {"text": "Creating it.",
+             "bash": {"command": "echo made-by-bash > created-by-bash.txt",
+                      "description": "create a file"}},
+            "BASH-DONE-ANSWER",
+        ]));
+        let o = claudebox(
+            &w,
+            &p,
+            &mock,
+            &["-p", "make the file", "--allowedTools", "Bash"],
+        );
+        let out = ok_run(&c, &o, &mock);
+        assert!(
+            out.contains("BASH-DONE-ANSWER"),
+            "[{}] stdout: {out}",
+            c.label
+        );
+        assert_eq!(
+            fs::read_to_string(p.join("created-by-bash.txt")).unwrap_or_default(),
+            "made-by-bash\n",
+            "[{}] the Bash tool call did not reach the work tree",
+            c.label
+        );
+        // claude sent the tool's result back
+        let conv = mock.conversation(0);
+        assert_eq!(conv.len(), 2, "[{}] {conv:#?}", c.label);
+        assert!(
+            messages_text(&conv[1]).contains("tool_result"),
+            "[{}]",
+            c.label
+        );
+        // the conversation is kept by claudebox, per project
+        let kept = kept_transcripts(&w);
+        assert_eq!(
+            kept.len(),
+            1,
+            "[{}] transcripts in state: {kept:?}",
+            c.label
+        );
+        assert!(
+            fs::read_to_string(&kept[0])
+                .unwrap()
+                .contains("BASH-DONE-ANSWER"),
+            "[{}]",
+            c.label
+        );
+        assert!(
+            transcripts(&w.home().join(".claude/projects")).is_empty(),
+            "[{}] a transcript reached the host's ~/.claude/projects",
+            c.label
+        );
+    }
+}
+
+/// A Write tool call: the file appears in the work tree on the host, with its content.
+#[test]
+fn print_mode_write_tool_call_writes_into_the_project() {
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let p = w.dir("proj");
+        init_repo(&p);
+        let target = p.join("sub dir").join("written by claude.txt");
+        let mock = MockApi::start(&json!([
+            {"write": {"file_path": target.to_str().unwrap(),
+                       "content": "line one\nline two\n"}},
+            "WRITE-DONE-ANSWER",
+        ]));
+        let o = claudebox(
+            &w,
+            &p,
+            &mock,
+            &["-p", "write the file", "--allowedTools", "Write"],
+        );
+        let out = ok_run(&c, &o, &mock);
+        assert!(
+            out.contains("WRITE-DONE-ANSWER"),
+            "[{}] stdout: {out}",
+            c.label
+        );
+        assert_eq!(
+            fs::read_to_string(&target).unwrap_or_default(),
+            "line one\nline two\n",
+            "[{}] the Write tool call did not reach the work tree",
+            c.label
+        );
+    }
+}
+
+/// `--session NAME` from the repo root, again from the root, from a subdirectory and from
+/// a linked worktree: each resumed run sends claude's earlier messages to the API.
+#[test]
+fn named_session_resumes_from_root_subdirectory_and_worktree() {
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let repo = w.dir("repo");
+        init_repo(&repo);
+        let sub = repo.join("src").join("deep");
+        fs::create_dir_all(&sub).unwrap();
+        let wt = w.work().join("repo-wt");
+        git(
+            &repo,
+            &["worktree", "add", "-q", "-b", "wt", wt.to_str().unwrap()],
+        );
+        let mock = MockApi::start(&json!([
+            "ANSWER-ONE",
+            "ANSWER-TWO",
+            "ANSWER-THREE",
+            "ANSWER-FOUR"
+        ]));
+        let runs: [(&Path, &str, &str); 4] = [
+            (&repo, "PROMPT-ONE", "ANSWER-ONE"),
+            (&repo, "PROMPT-TWO", "ANSWER-TWO"),
+            (&sub, "PROMPT-THREE", "ANSWER-THREE"),
+            (&wt, "PROMPT-FOUR", "ANSWER-FOUR"),
+        ];
+        let mut earlier: Vec<&str> = Vec::new();
+        for (cwd, prompt, answer) in runs {
+            let seen = mock.conversation(0).len();
+            let o = claudebox(&w, cwd, &mock, &["--session", "lab", "-p", prompt]);
+            let out = ok_run(&c, &o, &mock);
+            assert!(
+                out.contains(answer),
+                "[{}] from {}: stdout: {out}",
+                c.label,
+                cwd.display()
+            );
+            let sent = mock.conversation(seen);
+            assert!(!sent.is_empty(), "[{}] no request", c.label);
+            let text = messages_text(&sent[0]);
+            assert!(text.contains(prompt), "[{}] {text}", c.label);
+            for e in &earlier {
+                assert!(
+                    text.contains(e),
+                    "[{}] resumed from {}: the request lacks the earlier {e:?}:\n{text}",
+                    c.label,
+                    cwd.display()
+                );
+            }
+            earlier.push(prompt);
+            earlier.push(answer);
+        }
+        // one conversation, kept by claudebox
+        let kept = kept_transcripts(&w);
+        assert_eq!(kept.len(), 1, "[{}] {kept:?}", c.label);
+    }
+}

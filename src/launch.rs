@@ -68,6 +68,16 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             yes: cli.yes,
         },
     )?;
+    if let crate::network::NetworkMode::Allowlist(list) = &settings.network {
+        crate::network::loopback_forwards(list)?;
+        for e in crate::network::portless_loopback(list) {
+            eprintln!(
+                "claudebox: network: warning: --allow-host {e} names no port; loopback inside \
+                 the sandbox is its own and clients send it past the proxy (NO_PROXY), so \
+                 name the host's service with its port, e.g. --allow-host {e}:8080"
+            );
+        }
+    }
     let protect_project_metadata = settings.writable_project_config.is_none();
     let (protected, unprotected_missing) = if protect_project_metadata {
         let protected = protect::probe(&project, &home)?;

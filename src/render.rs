@@ -250,6 +250,24 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
         for e in &proxy.allowlist.entries {
             out.extend_from_slice(format!("allow\t{}\t{}\n", e.pattern, e.source).as_bytes());
         }
+        if let Ok(forwards) = network::loopback_forwards(&proxy.allowlist) {
+            for f in forwards {
+                out.extend_from_slice(
+                    format!(
+                        "forward\t{} inside -> the host's {}:{} through the proxy{}\n",
+                        f.listen,
+                        network::show_host(&f.host),
+                        f.port,
+                        if f.optional {
+                            " (if the sandbox has IPv6)"
+                        } else {
+                            ""
+                        }
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
         out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first program hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
         out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));
         out.push(b'\n');

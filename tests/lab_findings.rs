@@ -163,3 +163,100 @@ fn paths_a_moved_conversation_cites_still_resolve() {
         }
     }
 }
+
+/// Allowlist mode with the API on the host's loopback (`ANTHROPIC_BASE_URL` =
+/// `http://127.0.0.1:PORT`, `--allow-host 127.0.0.1:PORT`): claude honours
+/// `NO_PROXY=127.0.0.1` and connects to the sandbox's own loopback, where claudebox listens
+/// and hands the connection to the proxy. Before, it hung for about 3 minutes, then failed.
+#[test]
+fn allowlist_mode_reaches_an_api_on_the_hosts_loopback() {
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let p = w.dir("proj");
+        init_repo(&p);
+        let mock = MockApi::start(&json!(["LOOPBACK-ANSWER"]));
+        let allow = format!("127.0.0.1:{}", mock.port());
+        let o = claudebox(&w, &p, &mock, &["--allow-host", &allow, "-p", "hi"]);
+        let out = ok_run(&c, &o, &mock);
+        assert!(out.contains("LOOPBACK-ANSWER"), "[{}] {out}", c.label);
+        assert_eq!(mock.conversation(0).len(), 1, "[{}]", c.label);
+    }
+}
+
+/// Ctrl-C in `claudebox -p` while the answer streams: the exit status is claude's own,
+/// the same as bare `claude -p` interrupted the same way (2.1.197 and 2.1.330 print
+/// "Execution error" and exit 0); before, the sandbox died of the signal (status 130).
+#[test]
+fn ctrl_c_in_print_mode_gives_claudes_own_status() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    use std::time::Instant;
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let p = w.dir("proj");
+        init_repo(&p);
+        let interrupted = |mut cmd: std::process::Command, mock: &MockApi| {
+            cmd.env("ANTHROPIC_BASE_URL", mock.base_url())
+                .env("ANTHROPIC_API_KEY", API_KEY)
+                .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .process_group(0);
+            // SAFETY: only sigaction between fork and exec: a terminal's shell starts
+            // programs with SIGINT at its default.
+            unsafe {
+                cmd.pre_exec(|| {
+                    nix::sys::signal::signal(
+                        nix::sys::signal::Signal::SIGINT,
+                        nix::sys::signal::SigHandler::SigDfl,
+                    )?;
+                    Ok(())
+                });
+            }
+            let mut child = cmd.spawn().unwrap();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while mock.conversation(0).is_empty() {
+                assert!(Instant::now() < deadline, "[{}] no request", c.label);
+                if let Some(st) = child.try_wait().unwrap() {
+                    panic!("[{}] claude ended before the answer: {st}", c.label);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            std::thread::sleep(Duration::from_millis(500));
+            let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+            nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGINT).unwrap();
+            let deadline = Instant::now() + Duration::from_secs(30);
+            let st = loop {
+                if let Some(st) = child.try_wait().unwrap() {
+                    break st;
+                }
+                if Instant::now() > deadline {
+                    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+                    panic!("[{}] still running 30 s after Ctrl-C", c.label);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            };
+            let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+            (st.code(), st.signal())
+        };
+        let slow = json!([{"text": "SLOW ".repeat(40), "chunks": 40, "chunk_delay_ms": 250}]);
+        let mock = MockApi::start(&slow);
+        let mut bare = std::process::Command::new(&c.bin);
+        bare.current_dir(&p)
+            .env_clear()
+            .env("HOME", w.home())
+            .env("PATH", w.path_var())
+            .args(["-p", "hi"]);
+        let bare = interrupted(bare, &mock);
+        let mock = MockApi::start(&slow);
+        let mut boxed = w.cmd(&p);
+        boxed.args(["-p", "hi"]);
+        let boxed = interrupted(boxed, &mock);
+        assert_eq!(
+            boxed, bare,
+            "[{}] (code, signal) through claudebox vs bare",
+            c.label
+        );
+        assert_eq!(boxed.1, None, "[{}] claudebox died of the signal", c.label);
+    }
+}

@@ -462,8 +462,12 @@ pub fn build(inp: &Inputs) -> Plan {
         }
     };
 
-    let argv = match proxy {
-        Some(_) => netbridge::listen_argv(inp.own_exe.as_os_str(), &argv),
+    let argv = match &proxy {
+        Some(spec) => {
+            // An allowlist with a forward on the proxy's port is refused at the edge.
+            let forwards = crate::network::loopback_forwards(&spec.allowlist).unwrap_or_default();
+            netbridge::listen_argv(inp.own_exe.as_os_str(), &forwards, &argv)
+        }
         None => argv,
     };
 

@@ -193,7 +193,12 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
         // claude's own --resume/--continue may pick a named session's conversation.
         None => match &inp.command {
             Command::Claude(args) => {
-                sessions::guard_picked(&inp.state, args, &inp.project.cwd, &inp.instance_id)?
+                // As claude gets them: the configured defaults, then the user's own.
+                let all: Vec<std::ffi::OsString> = (inp.settings.claude_args.iter())
+                    .flat_map(|d| d.args.iter().cloned())
+                    .chain(args.iter().cloned())
+                    .collect();
+                sessions::guard_picked(&inp.state, &all, &inp.project.cwd, &inp.instance_id)?
             }
             Command::Exec(_) => None,
         },

@@ -15,7 +15,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
-use std::process::Output;
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -209,6 +209,13 @@ fn mock_api_plays_its_script_and_logs_every_request() {
     assert_eq!(log[0]["turn"], 0);
     assert_eq!(log[5]["turn"], 1);
     assert!(log[6].get("turn").is_none());
+    // every POST's answer went out in full
+    for r in log
+        .iter()
+        .filter(|r| r["method"] == "POST" && r["kind"] != "other")
+    {
+        assert_eq!(mock.answer_complete(&r["id"]), Some(true), "{r}");
+    }
     assert!(messages_text(&log[0]).contains("hi\n"));
     assert_eq!(mock.conversation(1).len(), 2);
 }
@@ -368,4 +375,178 @@ fn named_session_resumes_from_root_subdirectory_and_worktree() {
         let kept = kept_transcripts(&w);
         assert_eq!(kept.len(), 1, "[{}] {kept:?}", c.label);
     }
+}
+
+/// A tmux server of its own (socket in a temp dir), killed on drop.
+struct Tmux {
+    dir: tempfile::TempDir,
+}
+
+impl Tmux {
+    fn sock(&self) -> PathBuf {
+        self.dir.path().join("tmux.sock")
+    }
+    fn cmd(&self) -> Command {
+        let mut c = Command::new("tmux");
+        c.arg("-S").arg(self.sock());
+        c
+    }
+    fn run(&self, args: &[&str]) -> String {
+        let o = output_within(self.cmd().args(args), Duration::from_secs(10))
+            .unwrap_or_else(|e| panic!("tmux {args:?}: {e}"));
+        assert!(o.status.success(), "tmux {args:?}: {}", stderr(&o));
+        stdout(&o)
+    }
+    fn screen(&self) -> String {
+        self.run(&["capture-pane", "-p"])
+    }
+    /// Types `text` literally, then Enter.
+    fn type_line(&self, text: &str) {
+        self.run(&["send-keys", "-l", text]);
+        std::thread::sleep(Duration::from_millis(300));
+        self.run(&["send-keys", "Enter"]);
+    }
+    /// Waits (at most `limit`) until `pred` holds for the screen; returns that screen.
+    #[track_caller]
+    fn wait_for(&self, what: &str, limit: Duration, pred: impl Fn(&str) -> bool) -> String {
+        let deadline = std::time::Instant::now() + limit;
+        loop {
+            let s = self.screen();
+            if pred(&s) {
+                return s;
+            }
+            if std::time::Instant::now() >= deadline {
+                panic!("waited {limit:?} for {what}; the screen:\n{s}");
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+impl Drop for Tmux {
+    fn drop(&mut self) {
+        let _ = output_within(self.cmd().arg("kill-server"), Duration::from_secs(5));
+    }
+}
+
+/// A screen line made of exactly `n` box-drawing dashes: claude's prompt rules span the
+/// terminal's width.
+fn has_rule_of_width(screen: &str, n: usize) -> bool {
+    screen
+        .lines()
+        .any(|l| l.trim_end().chars().count() == n && l.trim_end().chars().all(|c| c == '─'))
+}
+
+/// The TUI under tmux: type a prompt and see the answer, resize the window (claude
+/// redraws at the new width), Ctrl-C during a slow answer (the answer stops, claude
+/// stays), `/exit`, and claudebox's exit status is 0.
+#[test]
+fn tui_under_tmux_answers_resizes_interrupts_and_exits_zero() {
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let p = w.dir("proj");
+        init_repo(&p);
+        seed_claude_json(&w.home(), &[&p]);
+        let mock = MockApi::start(&json!([
+            "HELLO-FROM-THE-MOCK",
+            {"text": "SLOW-START one two three four five six seven eight nine ten SLOW-END",
+             "chunks": 40, "chunk_delay_ms": 250},
+        ]));
+        let tmux = Tmux {
+            dir: tempfile::tempdir().unwrap(),
+        };
+        let exit_file = tmux.dir.path().join("exit");
+        let shell = format!(
+            "{} ; echo EXIT=$? > {}",
+            sh_quote(Path::new(BIN)),
+            sh_quote(&exit_file)
+        );
+        let mut start = tmux.cmd();
+        start
+            .env_clear()
+            .env("HOME", w.home())
+            .env("PATH", w.path_var())
+            .env("LANG", "C.UTF-8")
+            .env("ANTHROPIC_BASE_URL", mock.base_url())
+            .env("ANTHROPIC_API_KEY", API_KEY)
+            .args(["new-session", "-d", "-x", "120", "-y", "40", "-c"])
+            .arg(&p)
+            .arg(&shell);
+        if let Some(u) = std::env::var_os("USER") {
+            start.env("USER", u);
+        }
+        let o = output_within(&mut start, Duration::from_secs(10)).unwrap();
+        assert!(o.status.success(), "tmux new-session: {}", stderr(&o));
+        let limit = Duration::from_secs(30);
+        let label = c.label;
+
+        tmux.wait_for(&format!("[{label}] the prompt"), limit, |s| {
+            s.contains("Claude Code") && has_rule_of_width(s, 120)
+        });
+        tmux.type_line("say hello");
+        tmux.wait_for(&format!("[{label}] the answer"), limit, |s| {
+            s.contains("HELLO-FROM-THE-MOCK")
+        });
+
+        tmux.run(&["resize-window", "-x", "70", "-y", "25"]);
+        tmux.wait_for(&format!("[{label}] a redraw at 70 columns"), limit, |s| {
+            has_rule_of_width(s, 70) && !has_rule_of_width(s, 120)
+        });
+
+        let before = mock.conversation(0).len();
+        tmux.type_line("answer slowly");
+        // the answer is on its way (2.1.197 shows a line only once it is whole)
+        tmux.wait_for(&format!("[{label}] the slow answer begins"), limit, |s| {
+            s.contains("esc to interrupt") && mock.conversation(before).len() == 1
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let slow = mock.conversation(before).remove(0);
+        assert_eq!(
+            mock.answer_complete(&slow["id"]),
+            None,
+            "[{label}] too late"
+        );
+        tmux.run(&["send-keys", "C-c"]);
+        let s = tmux.wait_for(&format!("[{label}] the interruption"), limit, |s| {
+            s.contains("Interrupted")
+        });
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while mock.answer_complete(&slow["id"]).is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        assert_eq!(
+            mock.answer_complete(&slow["id"]),
+            Some(false),
+            "[{label}] claude did not drop the answer's connection on Ctrl-C"
+        );
+        assert!(!s.contains("SLOW-END"), "[{label}] not interrupted:\n{s}");
+        std::thread::sleep(Duration::from_millis(500));
+        assert!(
+            !exit_file.exists(),
+            "[{label}] Ctrl-C ended the session: {:?}\n{}",
+            fs::read_to_string(&exit_file),
+            tmux.screen()
+        );
+
+        tmux.type_line("/exit");
+        let deadline = std::time::Instant::now() + limit;
+        while !exit_file.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "[{label}] /exit did not end claudebox"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            fs::read_to_string(&exit_file).unwrap().trim(),
+            "EXIT=0",
+            "[{label}]"
+        );
+    }
+}
+
+/// `path` quoted for sh.
+fn sh_quote(path: &Path) -> String {
+    format!("'{}'", path.to_str().unwrap().replace('\'', r"'\''"))
 }

@@ -135,10 +135,28 @@ impl MockApi {
         format!("http://127.0.0.1:{}", self.port)
     }
 
-    /// Every request so far, oldest first: `{time, method, path, headers, body, kind[, turn]}`
-    /// where kind is `conversation` (took a script turn), `title`, `classifier`, `side`,
-    /// `head` or `other`.
+    /// Every request so far, oldest first: `{id, time, method, path, headers, body,
+    /// kind[, turn]}` where kind is `conversation` (took a script turn), `title`,
+    /// `classifier`, `side`, `head` or `other`.
     pub fn requests(&self) -> Vec<Value> {
+        self.log()
+            .into_iter()
+            .filter(|r| r["kind"] != "end")
+            .collect()
+    }
+
+    /// Whether the answer to request `id` was sent in full (`Some(false)`: the client
+    /// went away mid-answer; `None`: not over yet).
+    pub fn answer_complete(&self, id: &Value) -> Option<bool> {
+        self.log()
+            .iter()
+            .find(|r| r["kind"] == "end" && &r["request_id"] == id)
+            .and_then(|r| r["complete"].as_bool())
+    }
+
+    /// The whole log: the requests and, after each answer to a POST, an `{kind: "end",
+    /// request_id, complete}` line.
+    pub fn log(&self) -> Vec<Value> {
         let text = fs::read_to_string(self.dir.path().join("requests.jsonl")).unwrap_or_default();
         text.lines()
             .filter(|l| !l.is_empty())

@@ -550,3 +550,59 @@ fn tui_under_tmux_answers_resizes_interrupts_and_exits_zero() {
 fn sh_quote(path: &Path) -> String {
     format!("'{}'", path.to_str().unwrap().replace('\'', r"'\''"))
 }
+
+/// Allowlist mode with the API on the host's loopback, allowed by `--allow-host
+/// 127.0.0.1:PORT`: the sandbox has its own network namespace, so the request reaches
+/// the mock only through claudebox's proxy; the answer reaches stdout, in bounded time.
+/// Control: without `--allow-host`, nothing from inside reaches the mock.
+#[test]
+#[ignore = "needs 12b's loopback fix: claude honours NO_PROXY=127.0.0.1 and connects to the sandbox's own loopback"]
+fn allowlist_reaches_a_loopback_api_only_through_the_proxy() {
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let p = w.dir("proj");
+        init_repo(&p);
+        let mock = MockApi::start(&json!(["ANSWER-THROUGH-THE-PROXY"]));
+        let allow = format!("127.0.0.1:{}", mock.port());
+
+        // control: not allowed, a request from inside never reaches the mock
+        let url = format!("{}/control-probe", mock.base_url());
+        let mut probe = w.cmd(&p);
+        probe.args([
+            "--network",
+            "allowlist",
+            "--exec",
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            &url,
+        ]);
+        let o = output_within(&mut probe, Duration::from_secs(30)).unwrap();
+        assert!(!o.status.success(), "[{}] {}", c.label, stdout(&o));
+        assert!(
+            mock.requests()
+                .iter()
+                .all(|r| r["path"] != "/control-probe"),
+            "[{}] the mock was reached without --allow-host",
+            c.label
+        );
+
+        let mut cmd = w.cmd(&p);
+        cmd.env("ANTHROPIC_BASE_URL", mock.base_url())
+            .env("ANTHROPIC_API_KEY", API_KEY)
+            .args(["--allow-host", &allow, "-p", "hello through the proxy"]);
+        // a real run takes a second or two; without the fix claude retries for minutes
+        let o = output_within(&mut cmd, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("[{}] {e}", c.label));
+        let out = ok_run(&c, &o, &mock);
+        assert!(
+            out.contains("ANSWER-THROUGH-THE-PROXY"),
+            "[{}] stdout: {out}",
+            c.label
+        );
+        let conv = mock.conversation(0);
+        assert_eq!(conv.len(), 1, "[{}] {conv:#?}", c.label);
+        assert!(messages_text(&conv[0]).contains("hello through the proxy"));
+    }
+}

@@ -13,7 +13,6 @@ mod common;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -26,20 +25,10 @@ use common::*;
 /// How long one claudebox run may take before the test fails (and kills it).
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 
-/// A world whose `claude` is `c`, linked the way npm links it.
-fn world_with(c: &Claude) -> World {
-    let w = World::new();
-    fs::remove_file(w.bin().join("claude")).unwrap();
-    symlink(&c.bin, w.bin().join("claude")).unwrap();
-    w
-}
-
 /// `claudebox ARGS` in `cwd`, pointed at `mock`, bounded in time.
 fn claudebox(w: &World, cwd: &Path, mock: &MockApi, args: &[&str]) -> Output {
     let mut cmd = w.cmd(cwd);
-    cmd.env("ANTHROPIC_BASE_URL", mock.base_url())
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .args(args);
+    mock.point(&mut cmd).args(args);
     match output_within(&mut cmd, RUN_LIMIT) {
         Ok(o) => o,
         Err(e) => panic!("claudebox {args:?} in {}: {e}", cwd.display()),
@@ -589,8 +578,7 @@ fn allowlist_reaches_a_loopback_api_only_through_the_proxy() {
         );
 
         let mut cmd = w.cmd(&p);
-        cmd.env("ANTHROPIC_BASE_URL", mock.base_url())
-            .env("ANTHROPIC_API_KEY", API_KEY)
+        mock.point(&mut cmd)
             .args(["--allow-host", &allow, "-p", "hello through the proxy"]);
         // a real run takes a second or two; without the fix claude retries for minutes
         let o = output_within(&mut cmd, Duration::from_secs(30))

@@ -57,6 +57,14 @@ pub fn claude_versions() -> Vec<Claude> {
     out
 }
 
+/// A world (`common::World`) whose `claude` is `c`, linked the way npm links it.
+pub fn world_with(c: &Claude) -> super::World {
+    let w = super::World::new();
+    fs::remove_file(w.bin().join("claude")).unwrap();
+    std::os::unix::fs::symlink(&c.bin, w.bin().join("claude")).unwrap();
+    w
+}
+
 /// A running mock API. Killed (SIGKILL, then reaped) on drop; also dies with the thread
 /// that started it (`PR_SET_PDEATHSIG`), so a test that is killed leaves none behind.
 pub struct MockApi {
@@ -133,6 +141,13 @@ impl MockApi {
     /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL`.
     pub fn base_url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Points `cmd` (claudebox or claude) at the mock: `ANTHROPIC_BASE_URL` and
+    /// `ANTHROPIC_API_KEY` (= `API_KEY`).
+    pub fn point<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        cmd.env("ANTHROPIC_BASE_URL", self.base_url())
+            .env("ANTHROPIC_API_KEY", API_KEY)
     }
 
     /// Every request so far, oldest first: `{id, time, method, path, headers, body,

@@ -157,6 +157,16 @@ fn mock_api_plays_its_script_and_logs_every_request() {
     assert!(http(mock.port(), "HEAD", "/api/hello", &json!(null))
         .0
         .contains("200"));
+    let (st, count) = http(
+        mock.port(),
+        "POST",
+        "/v1/messages/count_tokens?beta=true",
+        &json!({"messages": []}),
+    );
+    assert!(
+        st.contains("200") && count.contains("input_tokens"),
+        "{count}"
+    );
     assert!(http(mock.port(), "GET", "/v1/models", &json!(null))
         .0
         .contains("404"));
@@ -190,18 +200,19 @@ fn mock_api_plays_its_script_and_logs_every_request() {
             "title",
             "classifier",
             "head",
+            "count_tokens",
             "other",
             "conversation",
             "conversation"
         ]
     );
     assert_eq!(log[0]["turn"], 0);
-    assert_eq!(log[5]["turn"], 1);
-    assert!(log[6].get("turn").is_none());
-    // every POST's answer went out in full
+    assert_eq!(log[6]["turn"], 1);
+    assert!(log[7].get("turn").is_none());
+    // every answer to a Messages request went out in full
     for r in log
         .iter()
-        .filter(|r| r["method"] == "POST" && r["kind"] != "other")
+        .filter(|r| ["conversation", "title", "classifier"].contains(&r["kind"].as_str().unwrap()))
     {
         assert_eq!(mock.answer_complete(&r["id"]), Some(true), "{r}");
     }

@@ -152,7 +152,7 @@ impl MockApi {
 
     /// Every request so far, oldest first: `{id, time, method, path, headers, body,
     /// kind[, turn]}` where kind is `conversation` (took a script turn), `title`,
-    /// `classifier`, `side`, `head` or `other`.
+    /// `classifier`, `side`, `count_tokens`, `head` or `other`.
     pub fn requests(&self) -> Vec<Value> {
         self.log()
             .into_iter()

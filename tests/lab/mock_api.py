@@ -38,8 +38,9 @@ next turn: [{"bash": ...}, "done"] is a tool call followed by a closing answer.
 Side calls never take a turn: requests without tools are claude's own helpers (session
 titles ask for JSON through output_config.format -> a JSON title; the auto-mode
 classifier of 2.1.330 is stream false -> "<block>no</block>", which lets a tool call
-through; anything else -> a short text). HEAD / and HEAD /api/hello answer 200; any
-other path answers 404 with an error body.
+through; anything else -> a short text). POST /v1/messages/count_tokens answers
+{"input_tokens": 100}; HEAD / and HEAD /api/hello answer 200; any other path answers
+404 with an error body.
 """
 
 import argparse
@@ -196,6 +197,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.read_body()
         path = self.path.split("?")[0]
+        if path == "/v1/messages/count_tokens":
+            self.record(body, "count_tokens")
+            self.reply(200, {"input_tokens": 100})
+            return
         if path != "/v1/messages" or not isinstance(body, dict):
             self.record(body, "other")
             self.not_found()

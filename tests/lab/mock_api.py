@@ -9,8 +9,11 @@ Python 3 standard library only. Listens on 127.0.0.1 only (never another address
   --port N        port to listen on (default 0: the kernel picks a free one)
   --port-file F   write the port there (atomically, with a newline) once listening
   --script F      the conversation to play, a JSON file (format below)
-  --log F         append one JSON line per request: time, method, path, headers, body
-                  (parsed JSON, or text), kind and, for the conversation, turn
+  --log F         append one JSON line per request: id (1, 2, ...), time, method, path,
+                  headers, body (parsed JSON, or text), kind and, for the conversation,
+                  turn; and after each answer to a POST /v1/messages a line
+                  {"kind": "end", "request_id": ID, "complete": BOOL} (false when the
+                  client went away mid-answer)
   --final-text T  what to answer once the script is used up (default below)
 
 It also prints `mock-api listening on http://127.0.0.1:PORT` on stdout. Point claude
@@ -35,8 +38,9 @@ next turn: [{"bash": ...}, "done"] is a tool call followed by a closing answer.
 Side calls never take a turn: requests without tools are claude's own helpers (session
 titles ask for JSON through output_config.format -> a JSON title; the auto-mode
 classifier of 2.1.330 is stream false -> "<block>no</block>", which lets a tool call
-through; anything else -> a short text). HEAD / and HEAD /api/hello answer 200; any
-other path answers 404 with an error body.
+through; anything else -> a short text). POST /v1/messages/count_tokens answers
+{"input_tokens": 100}; HEAD / and HEAD /api/hello answer 200; any other path answers
+404 with an error body.
 """
 
 import argparse
@@ -136,7 +140,11 @@ class Handler(BaseHTTPRequestHandler):
 
     def record(self, body, kind, turn=None):
         srv = self.server
+        with srv.log_lock:
+            srv.count += 1
+            self.request_id = srv.count
         entry = {
+            "id": self.request_id,
             "time": time.time(),
             "method": self.command,
             "path": self.path,
@@ -146,6 +154,10 @@ class Handler(BaseHTTPRequestHandler):
         }
         if turn is not None:
             entry["turn"] = turn
+        self.write_log(entry)
+
+    def write_log(self, entry):
+        srv = self.server
         if srv.log_path:
             line = json.dumps(entry) + "\n"
             with srv.log_lock, open(srv.log_path, "a", encoding="utf-8") as f:
@@ -185,6 +197,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.read_body()
         path = self.path.split("?")[0]
+        if path == "/v1/messages/count_tokens":
+            self.record(body, "count_tokens")
+            self.reply(200, {"input_tokens": 100})
+            return
         if path != "/v1/messages" or not isinstance(body, dict):
             self.record(body, "other")
             self.not_found()
@@ -207,13 +223,17 @@ class Handler(BaseHTTPRequestHandler):
         blocks, stop, chunks, turn_delay = blocks_of(turn)
         if turn_delay is not None:
             delay = turn_delay
+        complete = False
         try:
             if stream:
                 self.stream(blocks, stop, chunks, delay / 1000.0)
             else:
                 self.reply(200, self.message(blocks, stop))
+            complete = True
         except (BrokenPipeError, ConnectionResetError):
             pass  # the client went away mid-answer (Ctrl-C): fine
+        self.write_log({"kind": "end", "request_id": self.request_id, "time": time.time(),
+                        "complete": complete})
 
     def message(self, blocks, stop):
         return {"id": "msg_mock_%d" % next_id(), "type": "message", "role": "assistant",
@@ -275,6 +295,7 @@ def main():
     srv.script = Script.load(a.script, a.final_text)
     srv.log_path = a.log
     srv.log_lock = threading.Lock()
+    srv.count = 0
     port = srv.server_address[1]
     if a.port_file:
         tmp = a.port_file + ".tmp"

@@ -556,7 +556,6 @@ fn sh_quote(path: &Path) -> String {
 /// the mock only through claudebox's proxy; the answer reaches stdout, in bounded time.
 /// Control: without `--allow-host`, nothing from inside reaches the mock.
 #[test]
-#[ignore = "needs 12b's loopback fix: claude honours NO_PROXY=127.0.0.1 and connects to the sandbox's own loopback"]
 fn allowlist_reaches_a_loopback_api_only_through_the_proxy() {
     for c in claude_versions() {
         let w = world_with(&c);

@@ -1,6 +1,7 @@
 //! What the lab found (issue 12), each with the real Claude Code (both versions) against
-//! the mock Messages API: the paths a moved conversation cites, Ctrl-C in `-p`, loopback
-//! hosts in allowlist mode.
+//! the mock Messages API: the paths a moved conversation cites, Ctrl-C in `-p`. (Loopback
+//! hosts in allowlist mode: tests/conversations.rs
+//! allowlist_reaches_a_loopback_api_only_through_the_proxy.)
 
 mod common;
 
@@ -161,25 +162,6 @@ fn paths_a_moved_conversation_cites_still_resolve() {
                 stderr(&o)
             );
         }
-    }
-}
-
-/// Allowlist mode with the API on the host's loopback (`ANTHROPIC_BASE_URL` =
-/// `http://127.0.0.1:PORT`, `--allow-host 127.0.0.1:PORT`): claude honours
-/// `NO_PROXY=127.0.0.1` and connects to the sandbox's own loopback, where claudebox listens
-/// and hands the connection to the proxy. Before, it hung for about 3 minutes, then failed.
-#[test]
-fn allowlist_mode_reaches_an_api_on_the_hosts_loopback() {
-    for c in claude_versions() {
-        let w = world_with(&c);
-        let p = w.dir("proj");
-        init_repo(&p);
-        let mock = MockApi::start(&json!(["LOOPBACK-ANSWER"]));
-        let allow = format!("127.0.0.1:{}", mock.port());
-        let o = claudebox(&w, &p, &mock, &["--allow-host", &allow, "-p", "hi"]);
-        let out = ok_run(&c, &o, &mock);
-        assert!(out.contains("LOOPBACK-ANSWER"), "[{}] {out}", c.label);
-        assert_eq!(mock.conversation(0).len(), 1, "[{}]", c.label);
     }
 }
 

@@ -683,3 +683,40 @@ fn the_names_lock_holds_whatever_way_the_conversation_is_picked() {
     ok(&by_uuid.wait_with_output().unwrap());
     ok(&launch(&w, &r, "rev", ""));
 }
+
+/// The link a move leaves, and the one it replaces: an agent that plants
+/// `<destination dir>/<uuid> -> outside` gets its link removed (never followed), the
+/// conversation's directory lands in place, and the old place links to it.
+#[test]
+fn a_planted_link_where_the_directory_goes_is_replaced_not_followed() {
+    let w = world();
+    let r = repo(&w);
+    let sub = w.dir("repo/sub");
+    let outside = w.dir("outside");
+    let uuid = conversation(&ok(&launch(&w, &r, "rev", ""))).1;
+    let conv = conversations(&w);
+    let old = fs::read_dir(&conv).unwrap().next().unwrap().unwrap().path();
+    assert!(old.join(&uuid).is_dir(), "the fake claude made no {uuid}/");
+    fs::write(old.join(&uuid).join("tool-results/out.txt"), "SAVED").unwrap();
+    let enc: String = sub
+        .to_str()
+        .unwrap()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let plant = format!(
+        "mkdir -p \"$HOME/.claude/projects/{enc}\" && ln -s '{}' \"$HOME/.claude/projects/{enc}/{uuid}\"",
+        outside.display()
+    );
+    ok(&w.run_claude(&r, ["--exec", "sh", "-c", &plant], ""));
+    ok(&launch(&w, &sub, "rev", ""));
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    let new = conv.join(&enc).join(&uuid);
+    assert!(fs::symlink_metadata(&new).unwrap().is_dir());
+    let link = fs::read_link(old.join(&uuid)).unwrap();
+    assert_eq!(link, Path::new("..").join(&enc).join(&uuid));
+    assert_eq!(
+        fs::read_to_string(old.join(&uuid).join("tool-results/out.txt")).unwrap(),
+        "SAVED"
+    );
+}

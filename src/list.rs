@@ -50,7 +50,7 @@ struct LastConversation {
 /// printed raw: only a UUID is reported.
 fn last_conversation(state_dir: &std::path::Path) -> Option<LastConversation> {
     let conversations = state_dir.join(crate::state::CONVERSATIONS_DIR);
-    let mut best: Option<(u64, String)> = None;
+    let mut best: Option<(std::time::Duration, String)> = None;
     for d in std::fs::read_dir(conversations).ok()?.flatten() {
         if !d.file_type().is_ok_and(|t| t.is_dir()) {
             continue;
@@ -75,7 +75,7 @@ fn last_conversation(state_dir: &std::path::Path) -> Option<LastConversation> {
                 .modified()
                 .ok()
                 .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_secs());
+                .unwrap_or_default();
             if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
                 best = Some((t, uuid.to_string()));
             }
@@ -83,8 +83,8 @@ fn last_conversation(state_dir: &std::path::Path) -> Option<LastConversation> {
     }
     best.map(|(t, uuid)| LastConversation {
         uuid,
-        time: utc(t, 'T', true) + "Z",
-        time_unix: t,
+        time: utc(t.as_secs(), 'T', true) + "Z",
+        time_unix: t.as_secs(),
     })
 }
 

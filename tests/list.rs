@@ -266,7 +266,7 @@ fn the_last_conversation_of_each_project_is_listed() {
             .args(["--session-id", u, "-p", "hi"])
             .output()
             .unwrap());
-        std::thread::sleep(std::time::Duration::from_millis(1100));
+        std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let id = id_of(&w, &repo);
     let conv = projects(&w).join(&id).join("claude-projects");

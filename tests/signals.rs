@@ -79,16 +79,29 @@ fn ctrl_c_reaches_the_agent_which_cleans_up_and_whose_status_is_the_sandboxs() {
     let proj = w.dir("proj");
     init_repo(&proj);
     let marker = proj.join("cleaned");
-    let mut cmd = w.cmd(&proj);
-    cmd.args(["--exec", "sh", "-c", TRAPPING, "sh"])
-        .arg(&marker);
-    let st = interrupt(start_job(cmd));
-    assert_eq!(
-        (st.code(), st.signal()),
-        (Some(7), None),
-        "the exit status is the agent's"
-    );
-    assert_eq!(fs::read_to_string(&marker).unwrap(), "cleaned\n");
+    // Open mode, and allowlist mode (claudebox's proxy step runs before the agent; the
+    // proxy itself is in its own session).
+    for mode in [
+        &["--network", "open"][..],
+        &["--allow-host", "example.com"][..],
+    ] {
+        let _ = fs::remove_file(&marker);
+        let mut cmd = w.cmd(&proj);
+        cmd.args(mode)
+            .args(["--exec", "sh", "-c", TRAPPING, "sh"])
+            .arg(&marker);
+        let st = interrupt(start_job(cmd));
+        assert_eq!(
+            (st.code(), st.signal()),
+            (Some(7), None),
+            "{mode:?}: the exit status is the agent's"
+        );
+        assert_eq!(
+            fs::read_to_string(&marker).unwrap(),
+            "cleaned\n",
+            "{mode:?}"
+        );
+    }
 
     // Control: the same sandbox started by a shell from the --dry-run line, without
     // claudebox ignoring the signal for bwrap: Ctrl-C kills bwrap and, through

@@ -261,6 +261,14 @@ fn print_mode_bash_tool_call_changes_the_project() {
             "[{}]",
             c.label
         );
+        // the key was sent, and the log keeps only its tail
+        let key = conv[0]["headers"]["x-api-key"].as_str().unwrap_or_default();
+        assert_eq!(key, "<redacted: 41 chars, ends '6789'>", "[{}]", c.label);
+        assert!(
+            !mock.log().iter().any(|r| r.to_string().contains(API_KEY)),
+            "[{}] the log holds the API key",
+            c.label
+        );
         // the conversation is kept by claudebox, per project
         let kept = kept_transcripts(&w);
         assert_eq!(

@@ -218,6 +218,22 @@ fn mock_api_plays_its_script_and_logs_every_request() {
     }
     assert!(messages_text(&log[0]).contains("hi\n"));
     assert_eq!(mock.conversation(1).len(), 2);
+
+    // loopback only: the host's own address on its outward interface gets no answer
+    let outward = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|u| u.connect("192.0.2.1:9").map(|_| u))
+        .and_then(|u| u.local_addr())
+        .map(|a| a.ip());
+    match outward {
+        Ok(ip) if !ip.is_loopback() && !ip.is_unspecified() => {
+            assert!(
+                TcpStream::connect_timeout(&(ip, mock.port()).into(), Duration::from_secs(2))
+                    .is_err(),
+                "the mock answers on {ip}"
+            );
+        }
+        other => eprintln!("no outward address to check the mock against: {other:?}"),
+    }
 }
 
 /// `claudebox -p` in open mode: the answer's Bash tool call creates a file in the work

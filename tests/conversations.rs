@@ -218,6 +218,22 @@ fn mock_api_plays_its_script_and_logs_every_request() {
     }
     assert!(messages_text(&log[0]).contains("hi\n"));
     assert_eq!(mock.conversation(1).len(), 2);
+
+    // loopback only: the host's own address on its outward interface gets no answer
+    let outward = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|u| u.connect("192.0.2.1:9").map(|_| u))
+        .and_then(|u| u.local_addr())
+        .map(|a| a.ip());
+    match outward {
+        Ok(ip) if !ip.is_loopback() && !ip.is_unspecified() => {
+            assert!(
+                TcpStream::connect_timeout(&(ip, mock.port()).into(), Duration::from_secs(2))
+                    .is_err(),
+                "the mock answers on {ip}"
+            );
+        }
+        other => eprintln!("no outward address to check the mock against: {other:?}"),
+    }
 }
 
 /// `claudebox -p` in open mode: the answer's Bash tool call creates a file in the work
@@ -259,6 +275,14 @@ fn print_mode_bash_tool_call_changes_the_project() {
         assert!(
             messages_text(&conv[1]).contains("tool_result"),
             "[{}]",
+            c.label
+        );
+        // the key was sent, and the log keeps only its tail
+        let key = conv[0]["headers"]["x-api-key"].as_str().unwrap_or_default();
+        assert_eq!(key, "<redacted: 41 chars, ends '6789'>", "[{}]", c.label);
+        assert!(
+            !mock.log().iter().any(|r| r.to_string().contains(API_KEY)),
+            "[{}] the log holds the API key",
             c.label
         );
         // the conversation is kept by claudebox, per project

@@ -620,19 +620,18 @@ fn the_sandbox_end_of_the_bridge_fails_closed_when_run_alone() {
     assert!(!proj.join("RAN").exists());
 }
 
+/// Both Claude Code versions (`CLAUDEBOX_TEST_CLAUDE`, `CLAUDEBOX_TEST_CLAUDE_LATEST`).
 #[test]
 fn real_claude_code_runs_in_allowlist_mode() {
-    let Some(claude) = std::env::var_os("CLAUDEBOX_TEST_CLAUDE") else {
-        assert!(
-            std::env::var_os("CLAUDEBOX_SKIP_E2E").is_some_and(|v| v == "1"),
-            "set CLAUDEBOX_TEST_CLAUDE to a real claude binary (scripts/test does), \
-             or CLAUDEBOX_SKIP_E2E=1"
-        );
-        return;
-    };
+    for c in common::lab::claude_versions() {
+        real_claude_code_runs_in_allowlist_mode_with(&c.bin);
+    }
+}
+
+fn real_claude_code_runs_in_allowlist_mode_with(claude: &std::path::Path) {
     let w = World::new();
     fs::remove_file(w.bin().join("claude")).unwrap();
-    std::os::unix::fs::symlink(&claude, w.bin().join("claude")).unwrap();
+    std::os::unix::fs::symlink(claude, w.bin().join("claude")).unwrap();
     let proj = project(&w);
     let run = |args: &[&str]| ok(&w.cmd(&proj).args(args).output().unwrap());
     let version = run(&["--network", "allowlist", "--", "--version"]);

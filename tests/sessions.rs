@@ -554,19 +554,18 @@ fn a_planted_symlink_does_not_carry_the_transcript_outside() {
     assert_eq!(conversation(&ok(&launch(&w, &r, "rev", ""))).0, "--resume");
 }
 
-/// With the real Claude Code CLI (`CLAUDEBOX_TEST_CLAUDE`, installed by scripts/test): it runs
-/// offline far enough to create the transcript and to look it up for `--resume` (2.1.197
-/// says "No conversation found" when the transcript is not where it looks).
+/// With the real Claude Code CLI, both versions (`CLAUDEBOX_TEST_CLAUDE` and
+/// `CLAUDEBOX_TEST_CLAUDE_LATEST`, installed by scripts/test): it runs offline far enough
+/// to create the transcript and to look it up for `--resume` (2.1.197 says "No
+/// conversation found" when the transcript is not where it looks).
 #[test]
 fn real_claude_resumes_from_another_directory_including_a_long_one() {
-    let Some(real) = std::env::var_os("CLAUDEBOX_TEST_CLAUDE").filter(|p| !p.is_empty()) else {
-        assert!(
-            std::env::var_os("CLAUDEBOX_SKIP_E2E").is_some_and(|v| v == "1"),
-            "CLAUDEBOX_TEST_CLAUDE is not set: run scripts/test, or set CLAUDEBOX_SKIP_E2E=1"
-        );
-        eprintln!("skipped: CLAUDEBOX_SKIP_E2E=1");
-        return;
-    };
+    for c in common::lab::claude_versions() {
+        resumes_from_another_directory_including_a_long_one(&c.bin);
+    }
+}
+
+fn resumes_from_another_directory_including_a_long_one(real: &Path) {
     let w = World::new();
     fs::remove_file(w.bin().join("claude")).unwrap();
     std::os::unix::fs::symlink(fs::canonicalize(real).unwrap(), w.bin().join("claude")).unwrap();

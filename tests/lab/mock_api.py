@@ -10,7 +10,7 @@ Python 3 standard library only. Listens on 127.0.0.1 only (never another address
   --port-file F   write the port there (atomically, with a newline) once listening
   --script F      the conversation to play, a JSON file (format below)
   --log F         append one JSON line per request: id (1, 2, ...), time, method, path,
-                  headers, body (parsed JSON, or text), kind and, for the conversation,
+                  headers (credentials shown as length and last 4 characters), body (parsed JSON, or text), kind and, for the conversation,
                   turn; and after each answer to a POST /v1/messages a line
                   {"kind": "end", "request_id": ID, "complete": BOOL} (false when the
                   client went away mid-answer)
@@ -126,6 +126,17 @@ def split(s, n):
     return [s[i:i + size] for i in range(0, len(s), size)] or [""]
 
 
+SECRET_HEADERS = ("x-api-key", "authorization", "proxy-authorization", "cookie")
+
+
+def redact(name, value):
+    """Credentials are logged as their length and last 4 characters only: a user who
+    points a logged-in claude at the mock should be able to share the log."""
+    if name.lower() in SECRET_HEADERS:
+        return "<redacted: %d chars, ends %r>" % (len(value), value[-4:])
+    return value
+
+
 def usage():
     return {"input_tokens": 10, "output_tokens": 10,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
@@ -148,7 +159,7 @@ class Handler(BaseHTTPRequestHandler):
             "time": time.time(),
             "method": self.command,
             "path": self.path,
-            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "headers": {k.lower(): redact(k, v) for k, v in self.headers.items()},
             "body": body,
             "kind": kind,
         }
@@ -181,6 +192,12 @@ class Handler(BaseHTTPRequestHandler):
     def do_GET(self):
         self.record(None, "other")
         self.not_found()
+
+    def do_other(self):
+        self.record(self.read_body(), "other")
+        self.not_found()
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_other
 
     def not_found(self):
         self.reply(404, {"type": "error",

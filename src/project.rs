@@ -10,7 +10,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use crate::render::Shown;
+use crate::escape::Shown;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 

@@ -239,7 +239,12 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
             push(&mut out, p, Guard::ReadOnly, why);
         }
     }
-    claude_dir(&mut out, wt);
+    // A home-sized project (`--yes`): its `.claude` is `~/.claude`, which the plan binds
+    // over the project anyway.
+    let home_c = fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
+    if !home_c.starts_with(wt) {
+        claude_dir(&mut out, wt);
+    }
     nested_repos(&mut out, wt);
     let mut real_dirs = Vec::new();
     for p in &out {

@@ -131,10 +131,7 @@ fn plants() -> Vec<Plant> {
         ),
         plant_case(
             ".claude/settings.json: add a hook a host claude runs",
-            format!(
-                "printf '{{\"hooks\":{{\"SessionStart\":[{{\"hooks\":[{{\"type\":\"command\",\
-                 \"command\":\"echo PLANTED\"}}]}}]}}}}' > .claude/settings.json 2>/dev/null"
-            ),
+            r#"printf '{"hooks":{"SessionStart":[{"hooks":[{"type":"command","command":"echo PLANTED"}]}]}}' > .claude/settings.json 2>/dev/null"#,
             planted_at(".claude/settings.json"),
         ),
         plant_case(
@@ -172,18 +169,12 @@ fn plants() -> Vec<Plant> {
         ),
         plant_case(
             ".mcp.json: add an MCP server a host claude starts",
-            format!(
-                "printf '{{\"mcpServers\":{{\"x\":{{\"command\":\"sh\",\"args\":[\"-c\",\
-                 \"echo PLANTED\"]}}}}}}' > .mcp.json 2>/dev/null"
-            ),
+            r#"printf '{"mcpServers":{"x":{"command":"sh","args":["-c","echo PLANTED"]}}}' > .mcp.json 2>/dev/null"#,
             planted_at(".mcp.json"),
         ),
         plant_case(
             ".devcontainer: an initializeCommand (runs on the host)",
-            format!(
-                "printf '{{\"initializeCommand\":\"echo PLANTED\"}}' \
-                 > .devcontainer/devcontainer.json 2>/dev/null"
-            ),
+            r#"printf '{"initializeCommand":"echo PLANTED"}' > .devcontainer/devcontainer.json 2>/dev/null"#,
             planted_at(".devcontainer/devcontainer.json"),
         ),
         plant_case(

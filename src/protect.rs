@@ -18,8 +18,9 @@
 //!   and `settings.local.json` the project's own copy in claudebox's state (see
 //!   [`Guard::LocalSettings`]), so that "always allow" keeps working and nothing the
 //!   sandbox writes there reaches a host `claude`;
-//! - git repositories nested in the work tree (vendored clones), found down to
-//!   [`NESTED_DEPTH`] levels: their `.git` pinned, `hooks/` and `config` read-only.
+//! - git repositories nested in the work tree (vendored clones) at its top level or one
+//!   level below a [`VENDOR_DIRS`] directory: their `.git` pinned, `hooks/` and `config`
+//!   read-only.
 //!
 //! A protected path that is a symlink, or that lies below one, cannot be protected by a
 //! mount (the link itself stays replaceable, and following it could expose a path outside
@@ -165,12 +166,26 @@ pub const CLAUDE_DIR: &str = ".claude";
 /// Where claude saves "always allow" rules, inside [`CLAUDE_DIR`].
 pub const LOCAL_SETTINGS: &str = "settings.local.json";
 
-/// How deep below the work tree nested git repositories are looked for, and how many
-/// directories at most (the walk is on the launch path).
-pub const NESTED_DEPTH: usize = 3;
-const NESTED_MAX_DIRS: usize = 2000;
-/// Directories the nested-repository walk does not enter: dependency trees and build
-/// output, large and rebuilt by tools.
+/// Top-level directories where vendored repositories conventionally live: nested
+/// repositories are also looked for one level below them.
+pub const VENDOR_DIRS: &[&str] = &[
+    "vendor",
+    "vendored",
+    "third_party",
+    "third-party",
+    "thirdparty",
+    "external",
+    "externals",
+    "extern",
+    "deps",
+    "lib",
+    "libs",
+    "packages",
+    "modules",
+    "contrib",
+    "submodules",
+];
+/// Top-level directories not looked into for nested repositories.
 const NESTED_SKIP: &[&str] = &[".git", "node_modules", "target", ".claude"];
 
 /// Finds the project's code-bearing paths. Fails on a protected path that is a symlink.
@@ -341,45 +356,39 @@ fn claude_dir(out: &mut Vec<Protected>, wt: &Path) {
 
 /// Git repositories nested in the work tree (not submodules, whose git dirs live in the
 /// common dir): their `.git` pinned, their hooks and config read-only, as the project's.
+/// Looked for (this is on the launch path, and a full walk of a large tree would cost
+/// more than the rest of the launch) in each top-level directory, and one level below
+/// the top-level directories where vendored code conventionally lives ([`VENDOR_DIRS`]).
 fn nested_repos(out: &mut Vec<Protected>, wt: &Path) {
-    let mut level = vec![wt.to_path_buf()];
-    let mut visited = 0;
-    for depth in 0..=NESTED_DEPTH {
-        let mut next = Vec::new();
-        for dir in level {
-            if visited >= NESTED_MAX_DIRS {
-                return;
-            }
-            visited += 1;
-            let Ok(rd) = fs::read_dir(&dir) else {
-                continue;
-            };
-            for e in rd.filter_map(|e| e.ok()) {
-                let name = e.file_name();
-                let Ok(t) = e.file_type() else { continue };
-                if name == ".git" && depth > 0 {
-                    let p = e.path();
-                    if t.is_dir() && p.join("HEAD").is_file() {
-                        pin(out, &p);
-                        git_dir_entries(out, &p, mentions_worktree_config(&p.join("config")));
-                    } else if t.is_file() && !out.iter().any(|q| q.path == p) {
-                        push(
-                            out,
-                            p,
-                            Guard::ReadOnly,
-                            "a nested repository's .git file: it names the git dir git uses",
-                        );
-                    }
-                } else if t.is_dir()
-                    && depth < NESTED_DEPTH
-                    && !NESTED_SKIP.iter().any(|s| name == *s)
-                {
-                    next.push(e.path());
-                }
+    for dir in subdirs(wt) {
+        let name = dir.file_name().unwrap_or_default();
+        if NESTED_SKIP.iter().any(|s| name == *s) {
+            continue;
+        }
+        nested_repo(out, &dir);
+        if VENDOR_DIRS.iter().any(|v| name == *v) {
+            for sub in subdirs(&dir) {
+                nested_repo(out, &sub);
             }
         }
-        next.sort();
-        level = next;
+    }
+}
+
+/// `dir/.git` when `dir` is a git work tree nested in the project.
+fn nested_repo(out: &mut Vec<Protected>, dir: &Path) {
+    let p = dir.join(".git");
+    match fs::symlink_metadata(&p) {
+        Ok(m) if m.is_dir() && p.join("HEAD").is_file() => {
+            pin(out, &p);
+            git_dir_entries(out, &p, mentions_worktree_config(&p.join("config")));
+        }
+        Ok(m) if m.is_file() && !out.iter().any(|q| q.path == p) => push(
+            out,
+            p,
+            Guard::ReadOnly,
+            "a nested repository's .git file: it names the git dir git uses",
+        ),
+        _ => {}
     }
 }
 

@@ -537,9 +537,9 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
         notes.push(format!(
             "gap: these do not exist in the work tree, so they are not protected and can be \
              created (a mount would leave an empty one in your project): {}; nor are git \
-             repositories created later, or nested deeper than {} levels",
-            names.join(", "),
-            crate::protect::NESTED_DEPTH
+             repositories created later, or nested elsewhere than at the top level or in \
+             vendor/, third_party/, lib/, ... (see protect::VENDOR_DIRS)",
+            names.join(", ")
         ));
     }
 }

@@ -327,7 +327,19 @@ fn claude_dir(out: &mut Vec<Protected>, wt: &Path) {
             push(out, dir, Guard::ReadOnly, why);
             return;
         }
-        _ => push(out, dir.clone(), Guard::Scratch, why),
+        Ok(_) => push(out, dir.clone(), Guard::Scratch, why),
+        // A work tree the user cannot write: bwrap could not make the mount point, and the
+        // agent cannot make a `.claude` either.
+        Err(_)
+            if nix::unistd::access(
+                wt,
+                nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+            )
+            .is_err() =>
+        {
+            return
+        }
+        Err(_) => push(out, dir.clone(), Guard::Scratch, why),
     }
     if let Ok(rd) = fs::read_dir(&dir) {
         let mut entries: Vec<PathBuf> = rd

@@ -337,3 +337,61 @@ fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
     }
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_settings_copy_keeps_the_hosts_file_and_only_saved_permissions() {
+        let d = tempfile::tempdir().unwrap();
+        let state = ProjectState {
+            dir: d.path().to_path_buf(),
+        };
+        let host = d.path().join("host.json");
+        fs::write(
+            &host,
+            r#"{"permissions": {"allow": ["Bash(ls:*)"]}, "model": "x"}"#,
+        )
+        .unwrap();
+        // What a sandbox left in the copy: a rule claude saved, and a planted hook.
+        fs::write(
+            state.local_settings(),
+            r#"{"permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"],
+                "defaultMode": "bypassPermissions"},
+               "hooks": {"SessionStart": []}, "enableAllProjectMcpServers": true}"#,
+        )
+        .unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&fs::read(state.local_settings()).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"]},
+                "model": "x"
+            })
+        );
+        // The host's file is not written; a missing or broken one counts as {}.
+        assert!(fs::read_to_string(&host)
+            .unwrap()
+            .contains("\"model\": \"x\""));
+        fs::write(&host, "not json").unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&fs::read(state.local_settings()).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"]}})
+        );
+        // A symlinked host file is not followed.
+        fs::remove_file(&host).unwrap();
+        let secret = d.path().join("secret.json");
+        fs::write(&secret, r#"{"token": "SECRET"}"#).unwrap();
+        std::os::unix::fs::symlink(&secret, &host).unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        assert!(!fs::read_to_string(state.local_settings())
+            .unwrap()
+            .contains("SECRET"));
+    }
+}

@@ -18,7 +18,8 @@ use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
 use crate::sessions;
-use crate::settings;
+use crate::settings::{self, ExtraKind};
+use crate::sources;
 use crate::state::{self, StateHome};
 use crate::{ipc, protect};
 
@@ -178,10 +179,35 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
         None => None,
     };
     plan.sync_fd = Some(in_use.fd());
-    let argv = render::argv(&plan);
+    // Every bind source opened and checked now, and mounted by that descriptor.
+    let opened = sources::open(&plan, &writable_areas(inp))?;
+    let table = opened.table();
+    let argv = render::argv_with(&plan, render::Sources::Fds(&table));
+    // Only claudebox's own descriptors cross into bwrap, none inherited from the shell.
+    let mut keep = opened.fds();
+    keep.push(in_use.fd());
+    if plan.proxy.is_some() {
+        keep.push(crate::network::SANDBOX_NET_FD);
+    }
+    sources::keep_only(&keep)?;
     let err = crate::exec::replace_with(&argv);
-    drop((in_use, session));
+    drop((in_use, session, opened));
     Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
+}
+
+/// The directories a sandbox of this project can write (canonical): a bind source there,
+/// or reached through there, must be exactly the path the plan names.
+pub fn writable_areas(inp: &Inputs) -> Vec<std::path::PathBuf> {
+    let mut areas = vec![inp.project.work_tree.clone()];
+    areas.extend(inp.project.outside_git_dirs());
+    areas.push(guard::canonical_lossy(&inp.home.join(".claude")));
+    areas.push(guard::canonical_lossy(&inp.state.conversations()));
+    for m in &inp.settings.mounts {
+        if m.kind == ExtraKind::Rw {
+            areas.push(m.source.clone());
+        }
+    }
+    areas
 }
 
 /// Makes sure the mount points bwrap needs exist on the host, so bwrap does not create

@@ -25,6 +25,7 @@ mod protect;
 mod proxy;
 mod render;
 mod sessions;
+mod sources;
 mod settings;
 mod shell;
 mod state;

@@ -300,6 +300,12 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
         out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));
         out.push(b'\n');
     }
+    out.extend_from_slice(
+        b"# the launch opens each bind source once, checks it, and has bwrap mount that \
+          descriptor (--bind-fd/--ro-bind-fd), so a path swapped meanwhile is never \
+          mounted; the line below names the sources instead, and only claudebox's own \
+          descriptors cross into a launch\n",
+    );
     out.extend_from_slice(b"# command\n");
     out.extend_from_slice(&shell_line(&argv(plan)));
     out.push(b'\n');

@@ -101,7 +101,10 @@ fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
     let mounts = parse_mountinfo(&table);
     for (path, read_only) in checks {
         let found = mount_at(path).ok().and_then(|(id, reached)| {
-            let (point, ro) = mounts.iter().find(|(i, _, _)| *i == id).map(|(_, p, r)| (p, *r))?;
+            let (point, ro) = mounts
+                .iter()
+                .find(|(i, _, _)| *i == id)
+                .map(|(_, p, r)| (p, *r))?;
             Some((reached, point.clone(), ro))
         });
         let ok = matches!(&found, Some((reached, point, ro))
@@ -112,7 +115,11 @@ fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
                  have been swapped for a symlink while the sandbox started, by another \
                  sandbox of this project); refusing to start: look at that path",
                 show(path),
-                if *read_only { "read-only" } else { "read-write" },
+                if *read_only {
+                    "read-only"
+                } else {
+                    "read-write"
+                },
             );
         }
     }
@@ -163,7 +170,10 @@ fn unescape(s: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len());
     let mut i = 0;
     while i < s.len() {
-        if s[i] == b'\\' && i + 3 < s.len() && s[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+        if s[i] == b'\\'
+            && i + 3 < s.len()
+            && s[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
             out.push((s[i + 1] - b'0') * 64 + (s[i + 2] - b'0') * 8 + (s[i + 3] - b'0'));
             i += 4;
         } else {
@@ -236,7 +246,8 @@ mod tests {
 
     #[test]
     fn mountinfo_rows_are_read_with_escapes() {
-        let t = b"36 25 0:32 / /a\\040b\\012c ro,nosuid - tmpfs x rw\n37 25 0:32 / /d rw - x y rw\n";
+        let t =
+            b"36 25 0:32 / /a\\040b\\012c ro,nosuid - tmpfs x rw\n37 25 0:32 / /d rw - x y rw\n";
         let rows = parse_mountinfo(t);
         assert_eq!(rows[0], (36, PathBuf::from("/a b\nc"), true));
         assert_eq!(rows[1], (37, PathBuf::from("/d"), false));

@@ -25,9 +25,9 @@ mod protect;
 mod proxy;
 mod render;
 mod sessions;
-mod sources;
 mod settings;
 mod shell;
+mod sources;
 mod state;
 mod transcripts;
 

@@ -14,7 +14,7 @@ use crate::plan::{EnvOp, MountKind, Plan};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bind {
     /// Not a bind mount (tmpfs, symlink, dev, proc, empty-ro).
-    NotABind,
+    Other,
     /// An optional source that does not exist: left out.
     Skip,
     /// Bound from this descriptor, opened and checked by the launch.
@@ -52,7 +52,7 @@ pub fn argv_with(plan: &Plan, sources: Sources) -> Vec<OsString> {
     for (i, m) in plan.mounts.iter().enumerate() {
         if let Sources::Fds(table) = sources {
             match table[i] {
-                Bind::NotABind => {}
+                Bind::Other => {}
                 Bind::Skip => continue,
                 Bind::Fd(fd) => {
                     let flag = match m.kind {
@@ -123,12 +123,14 @@ pub fn argv_with(plan: &Plan, sources: Sources) -> Vec<OsString> {
             a.push(confine::SCOPE_FLAG.into());
         }
         for check in &c.mount_checks {
-            a.push(if check.read_only {
-                confine::EXPECT_RO
-            } else {
-                confine::EXPECT_RW
-            }
-            .into());
+            a.push(
+                if check.read_only {
+                    confine::EXPECT_RO
+                } else {
+                    confine::EXPECT_RW
+                }
+                .into(),
+            );
             a.push(check.path.clone().into_os_string());
         }
         a.push("--".into());

@@ -39,7 +39,7 @@ pub struct Opened {
 }
 
 enum Entry {
-    NotABind,
+    Other,
     Skip,
     Fd(OwnedFd),
 }
@@ -50,7 +50,7 @@ impl Opened {
         self.entries
             .iter()
             .map(|e| match e {
-                Entry::NotABind => Bind::NotABind,
+                Entry::Other => Bind::Other,
                 Entry::Skip => Bind::Skip,
                 Entry::Fd(fd) => Bind::Fd(fd.as_raw_fd()),
             })
@@ -83,7 +83,7 @@ pub fn open(plan: &Plan, areas: &[PathBuf]) -> Result<Opened> {
     let mut entries = Vec::with_capacity(plan.mounts.len());
     for m in &plan.mounts {
         let (true, Some(src)) = (is_bind(&m.kind), &m.source) else {
-            entries.push(Entry::NotABind);
+            entries.push(Entry::Other);
             continue;
         };
         match open_one(src, &m.kind, areas)? {
@@ -246,7 +246,10 @@ mod tests {
         std::os::unix::fs::symlink(root.join("home"), proj.join("link")).unwrap();
         let areas = vec![proj.clone()];
         let ok = open_one(&proj.join("real/hooks"), &MountKind::Ro, &areas).unwrap();
-        assert_eq!(reached(ok.unwrap().as_raw_fd()).unwrap(), proj.join("real/hooks"));
+        assert_eq!(
+            reached(ok.unwrap().as_raw_fd()).unwrap(),
+            proj.join("real/hooks")
+        );
         for bad in ["link", "link/x"] {
             std::fs::create_dir_all(root.join("home/x")).unwrap();
             let e = open_one(&proj.join(bad), &MountKind::Rw, &areas)

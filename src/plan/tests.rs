@@ -357,7 +357,10 @@ mod hardening {
         // then the mounts it checks from inside, each once, the visible one per path
         let end = pos(&a, &["--", "sh"]);
         assert_eq!(end + 2, a.len());
-        let checks: Vec<&str> = a[init + 4..end].iter().map(|x| x.to_str().unwrap()).collect();
+        let checks: Vec<&str> = a[init + 4..end]
+            .iter()
+            .map(|x| x.to_str().unwrap())
+            .collect();
         for window in [
             &["--expect-rw", "/p"][..],
             &["--expect-rw", "/p/.git"],
@@ -365,7 +368,10 @@ mod hardening {
             &["--expect-ro", "/p/.git/config"],
             &["--expect-rw", "/h/.claude/projects"],
         ] {
-            assert!(checks.windows(2).any(|w| w == window), "{window:?} in {checks:?}");
+            assert!(
+                checks.windows(2).any(|w| w == window),
+                "{window:?} in {checks:?}"
+            );
         }
         assert!(!checks.contains(&"/h/.claude"), "{checks:?}");
         pos(&a, &["--ro-bind", "/opt/cb/claudebox", "/opt/cb/claudebox"]);

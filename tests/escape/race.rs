@@ -14,6 +14,8 @@ use std::time::{Duration, Instant};
 
 /// A2 launches per target and per mode: bounded, each with a timeout.
 const LAUNCHES: usize = 30;
+/// The control stops at its first success; this many launches at most.
+const CONTROL_LAUNCHES: usize = 100;
 const LAUNCH_TIMEOUT: Duration = Duration::from_secs(20);
 const HOME_MARK: &str = "SECRET-RACE-HOME";
 
@@ -38,7 +40,7 @@ if ino < 0 or libc.inotify_add_watch(ino, bwrap, 0x20) < 0:
     raise OSError(ctypes.get_errno(), "inotify")
 print("READY", flush=True)
 deadline = time.time() + 300
-holds = [0.0003, 0.0006, 0.001, 0.0015, 0.002, 0.003, 0.005]
+holds = [0.0003, 0.0006, 0.001, 0.0015, 0.002, 0.003, 0.005, 0.008]
 n = 0
 while time.time() < deadline and not os.path.exists(stop):
     r, _, _ = select.select([ino], [], [], 0.05)
@@ -190,11 +192,14 @@ impl Race {
     }
 }
 
-/// Successes out of `LAUNCHES` against `target`, by descriptor or by name.
-fn race(target: &str, by_name: bool) -> usize {
+/// Successes out of `launches` against `target`, by descriptor or by name; with
+/// `until_won`, stops at the first success.
+fn race(target: &str, by_name: bool, launches: usize, until_won: bool) -> usize {
     let r = Race::start(target);
     let mut wins = 0;
-    for _ in 0..LAUNCHES {
+    let mut tries = 0;
+    while tries < launches && !(until_won && wins > 0) {
+        tries += 1;
         let won = if by_name {
             r.launch_by_name()
         } else {
@@ -204,8 +209,12 @@ fn race(target: &str, by_name: bool) -> usize {
     }
     let a1 = r.finish();
     println!(
-        "race on {target}, {}: {wins} of {LAUNCHES} launches got the home ({})",
-        if by_name { "bound by name" } else { "bound by descriptor" },
+        "race on {target}, {}: {wins} of {tries} launches got the home ({})",
+        if by_name {
+            "bound by name"
+        } else {
+            "bound by descriptor"
+        },
         a1.trim()
     );
     wins
@@ -218,24 +227,92 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
     let mut v = Vec::new();
     for t in TARGETS {
         let name: &'static str = match *t {
-            ".vscode" => "race: swap a new .vscode for a symlink to HOME while the next launch starts",
-            _ => "race: swap a new .git/worktrees for a symlink to HOME while the next launch starts",
+            ".vscode" => {
+                "race: swap a new .vscode for a symlink to HOME while the next launch starts"
+            }
+            _ => {
+                "race: swap a new .git/worktrees for a symlink to HOME while the next launch starts"
+            }
         };
-        v.push((name, race(t, false) > 0));
+        v.push((name, race(t, false, LAUNCHES, false) > 0));
     }
     v.push(inherited_home_fd());
+    v.push((
+        "a protecting mount moved elsewhere by a symlink in its destination",
+        moved_destination(true).0,
+    ));
     v
+}
+
+/// bwrap follows a symlink in a destination: a read-only mount meant for
+/// `proj/link/hooks` lands in `proj/other/hooks` when `link` is (made) a symlink to
+/// `other` while the sandbox starts. With the check (`--expect-ro`, as a launch renders
+/// it for every protected path) the first step inside refuses to start the command.
+/// Returns whether the command ran, and its output.
+fn moved_destination(check: bool) -> (bool, String) {
+    let w = World::new();
+    let proj = w.dir("proj");
+    fs::create_dir_all(proj.join("real/hooks")).unwrap();
+    fs::create_dir_all(proj.join("other/hooks")).unwrap();
+    std::os::unix::fs::symlink("other", proj.join("link")).unwrap();
+    let dest = proj.join("link/hooks");
+    let empty = w.dir("empty");
+    let mut c = Command::new("bwrap");
+    c.args([
+        "--ro-bind",
+        "/",
+        "/",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--bind",
+    ])
+    .arg(&proj)
+    .arg(&proj)
+    .arg("--ro-bind")
+    .arg(&empty)
+    .arg(&dest)
+    .arg(BIN)
+    .arg("--sandbox-init");
+    if check {
+        c.arg("--expect-ro").arg(&dest);
+    }
+    let out = c
+        .args([
+            "--",
+            "sh",
+            "-c",
+            "echo RAN; grep -F /hooks /proc/self/mountinfo",
+        ])
+        .output()
+        .unwrap();
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    if check {
+        assert!(!out.status.success(), "{text}");
+        assert_eq!(stderr(&out).lines().count(), 1, "{text}");
+        assert!(
+            stderr(&out).contains("link/hooks is not the read-only mount"),
+            "{text}"
+        );
+    }
+    (stdout(&out).contains("RAN"), text)
 }
 
 /// The same races with the sources bound by name: each must succeed at least once.
 pub(crate) fn controls() {
     for t in TARGETS {
         assert!(
-            race(t, true) > 0,
+            race(t, true, CONTROL_LAUNCHES, true) > 0,
             "control: the race on {t} never won with sources bound by name"
         );
     }
     inherited_fd_control();
+    let (ran, text) = moved_destination(false);
+    assert!(
+        ran && text.contains("/other/hooks ro,"),
+        "control: the mount did not move: {text}"
+    );
 }
 
 /// Python that runs argv[2:] with the directory argv[1] open on descriptor 7, the way
@@ -278,10 +355,11 @@ fn inherited_home_fd() -> (&'static str, bool) {
     assert!(out.status.success(), "{}", stderr(&out));
     // Only 0, 1, 2 (and ls's own directory) are open in the command.
     let fds = stdout(&out).lines().last().unwrap_or("").to_string();
-    let only_stdio = fds.split_whitespace().all(|n| n.parse::<u32>().unwrap() <= 3);
-    let escaped = stdout(&out).contains("SECRET-FD-KEY")
-        || w.home().join("PWNED-FD").exists()
-        || !only_stdio;
+    let only_stdio = fds
+        .split_whitespace()
+        .all(|n| n.parse::<u32>().unwrap() <= 3);
+    let escaped =
+        stdout(&out).contains("SECRET-FD-KEY") || w.home().join("PWNED-FD").exists() || !only_stdio;
     (
         "an inherited descriptor of the home (exec 7< ~): read ~/.ssh, write there, via the command's or pid 1's fds",
         escaped,
@@ -326,8 +404,8 @@ fn inherited_fd_control() {
 #[ignore]
 fn race_figures() {
     for t in TARGETS {
-        race(t, false);
-        race(t, true);
+        race(t, false, LAUNCHES, false);
+        race(t, true, LAUNCHES, false);
     }
     let (_, escaped) = inherited_home_fd();
     println!("inherited descriptor: escaped = {escaped}");

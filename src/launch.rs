@@ -189,6 +189,11 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     if plan.proxy.is_some() {
         keep.push(crate::network::SANDBOX_NET_FD);
     }
+    // A named session's lock is held by the sandbox's processes for their life (bwrap's
+    // pid 1 keeps only the sync fd), so it reaches the command: a known gap (README).
+    if let Some(lock) = &session {
+        keep.push(std::os::fd::AsRawFd::as_raw_fd(&**lock));
+    }
     sources::keep_only(&keep)?;
     let err = crate::exec::replace_with(&argv);
     drop((in_use, session, opened));

@@ -328,7 +328,9 @@ const THROUGH_FDS: &str = r#"for f in /proc/$$/fd/* /proc/1/fd/*; do
   cat "$f/.ssh/id_ed25519" 2>/dev/null
   echo PLANTED > "$f/PWNED-FD" 2>/dev/null && echo "wrote through $f"
 done
-ls /proc/$$/fd | tr '\n' ' '; echo"#;
+echo FDS
+ls /proc/$$/fd
+echo END"#;
 
 fn home_with_key(w: &World) {
     fs::create_dir_all(w.home().join(".ssh")).unwrap();
@@ -353,11 +355,19 @@ fn inherited_home_fd() -> (&'static str, bool) {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    // Only 0, 1, 2 (and ls's own directory) are open in the command.
-    let fds = stdout(&out).lines().last().unwrap_or("").to_string();
-    let only_stdio = fds
-        .split_whitespace()
-        .all(|n| n.parse::<u32>().unwrap() <= 3);
+    // Only 0, 1, 2 are open in the command's shell (listed without a pipe, whose ends
+    // the shell would hold while ls reads the list).
+    let text = stdout(&out);
+    let fds: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "FDS")
+        .skip(1)
+        .take_while(|l| *l != "END")
+        .collect();
+    let only_stdio = fds == ["0", "1", "2"];
+    if std::env::var_os("RACE_DEBUG").is_some() {
+        eprintln!("fd attempt: {text}{}", stderr(&out));
+    }
     let escaped =
         stdout(&out).contains("SECRET-FD-KEY") || w.home().join("PWNED-FD").exists() || !only_stdio;
     (

@@ -15,6 +15,12 @@
 //!   the project that swaps a directory on the way for a symlink while this one starts
 //!   would move a protecting mount elsewhere. Each must be a mount point at its exact
 //!   path (reached with no symlink), read-only as planned, or nothing starts.
+//! - with `--default-signals`, SIGINT and SIGQUIT back at their default disposition. The
+//!   launcher ignores them before it execs bwrap, so a Ctrl-C in the terminal (sent to the
+//!   whole foreground process group) no longer kills bwrap, which would take the agent
+//!   down mid-cleanup through `--die-with-parent`; bwrap's processes inherit the ignored
+//!   disposition and only the agent, given the default back here, sees the signal. This
+//!   step is essential: a non-interactive shell cannot trap a signal ignored on entry.
 //!
 //! It runs as a step of the printed command line, so `--dry-run` shows it and pasting that
 //! line applies it too. Any failure ends the launch: nothing runs unconfined.
@@ -31,6 +37,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use landlock::{CompatLevel, Compatible, Ruleset, RulesetAttr, Scope};
 use nix::libc;
+use nix::sys::signal::{signal, SigHandler, Signal};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
@@ -42,6 +49,11 @@ pub const SCOPE_FLAG: &str = "--scope-abstract-unix";
 /// symlink, read-only (or not).
 pub const EXPECT_RO: &str = "--expect-ro";
 pub const EXPECT_RW: &str = "--expect-rw";
+pub const SIGNALS_FLAG: &str = "--default-signals";
+
+/// The signals a terminal sends to its foreground process group from the keyboard, which
+/// the launcher ignores and the first step inside gives back to the agent.
+pub const TERMINAL_SIGNALS: [Signal; 2] = [Signal::SIGINT, Signal::SIGQUIT];
 
 /// `TIOCLINUX` (console ioctl multiplexer; its subcode 2 pastes the selection as input).
 const TIOCLINUX: u64 = 0x541C;
@@ -60,6 +72,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
 fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
     let mut scope = false;
     let mut checks: Vec<(PathBuf, bool)> = Vec::new();
+    let mut default_signals = false;
     let mut rest = args;
     loop {
         match rest.first().and_then(|a| a.to_str()) {
@@ -68,13 +81,14 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
                 checks.push((PathBuf::from(&rest[1]), flag == EXPECT_RO));
                 rest = &rest[1..];
             }
+            Some(SIGNALS_FLAG) => default_signals = true,
             Some("--") => {
                 rest = &rest[1..];
                 break;
             }
             _ => bail!(
-                "usage: claudebox {INIT_FLAG} [{SCOPE_FLAG}] [{EXPECT_RO}|{EXPECT_RW} PATH]... \
-                 -- CMD [ARGS...]"
+                "usage: claudebox {INIT_FLAG} [{SCOPE_FLAG}] [{SIGNALS_FLAG}] \
+                 [{EXPECT_RO}|{EXPECT_RW} PATH]... -- CMD [ARGS...]"
             ),
         }
         rest = &rest[1..];
@@ -90,6 +104,13 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
     }
     let filter = filter()?;
     seccompiler::apply_filter(&filter).context("cannot install the seccomp filter")?;
+    if default_signals {
+        for sig in TERMINAL_SIGNALS {
+            // SAFETY: SIG_DFL installs no handler.
+            unsafe { signal(sig, SigHandler::SigDfl) }
+                .with_context(|| format!("cannot restore the default action of {sig}"))?;
+        }
+    }
     let err = crate::exec::replace_with(rest);
     Err(err).with_context(|| format!("cannot run {}", cmd.to_string_lossy()))
 }

@@ -81,6 +81,37 @@ pub fn serve(listener: TcpListener, cfg: Config) -> io::Result<()> {
     }
 }
 
+/// A loopback forward (see `network::LoopbackForward`): each connection accepted on
+/// `listener`, a socket on the sandbox's own loopback, is decided by the allowlist as
+/// `host:port` and tunnelled, blind, to that address on the host. Runs on its own
+/// thread, with its own bound of [`MAX_CONNECTIONS`].
+pub fn serve_forward(listener: TcpListener, host: String, port: u16, cfg: Arc<Config>) {
+    let slots = Arc::new(Slots::new(MAX_CONNECTIONS));
+    let _ = thread::Builder::new()
+        .stack_size(STACK_SIZE)
+        .spawn(move || loop {
+            slots.acquire();
+            let slot = Slot(slots.clone());
+            let conn = match listener.accept() {
+                Ok((c, _)) => c,
+                Err(e) if e.raw_os_error() == Some(nix::libc::EBADF) => return,
+                Err(_) => {
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            let (cfg, host) = (cfg.clone(), host.clone());
+            let _ = thread::Builder::new()
+                .stack_size(STACK_SIZE)
+                .spawn(move || {
+                    let _slot = slot;
+                    if let Ok(upstream) = decide_and_connect(&cfg, "TCP", &host, port) {
+                        pump(conn, upstream);
+                    }
+                });
+        });
+}
+
 /// A counting semaphore bounding concurrent connections.
 struct Slots {
     free: Mutex<usize>,

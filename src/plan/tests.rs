@@ -28,6 +28,7 @@ pub(crate) fn test_inputs() -> Inputs {
         protected: Vec::new(),
         unprotected_missing: Vec::new(),
         ipc_vars: Vec::new(),
+        preset_vars: Vec::new(),
         ssh_agent: None,
         own_exe: "/opt/cb/claudebox".into(),
         landlock_abi: 7,
@@ -352,12 +353,13 @@ mod hardening {
                 "/opt/cb/claudebox",
                 "--sandbox-init",
                 "--scope-abstract-unix",
+                "--default-signals",
             ],
         );
         // then the mounts it checks from inside, each once, the visible one per path
         let end = pos(&a, &["--", "sh"]);
         assert_eq!(end + 2, a.len());
-        let checks: Vec<&str> = a[init + 4..end]
+        let checks: Vec<&str> = a[init + 5..end]
             .iter()
             .map(|x| x.to_str().unwrap())
             .collect();

@@ -248,10 +248,12 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
             }
         }
     }
+    // One read of the work tree's top level: the table's entries and the nested
+    // repositories are looked up in it (one `getdents` instead of an `lstat` per row).
+    let top = top_level(wt);
     for (name, why) in WORK_TREE_ENTRIES {
-        let p = wt.join(name);
-        if fs::symlink_metadata(&p).is_ok() {
-            push(&mut out, p, Guard::ReadOnly, why);
+        if top.iter().any(|(n, _)| n == name) {
+            push(&mut out, wt.join(name), Guard::ReadOnly, why);
         }
     }
     // A home-sized project (`--yes`): its `.claude` is `~/.claude`, which the plan binds
@@ -260,7 +262,7 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
     if !home_c.starts_with(wt) {
         claude_dir(&mut out, wt);
     }
-    nested_repos(&mut out, wt);
+    nested_repos(&mut out, wt, &top);
     let mut real_dirs = Vec::new();
     for p in &out {
         check_no_symlink(&p.path, &mut real_dirs).map_err(|e| match &p.named_by {
@@ -327,7 +329,10 @@ fn claude_dir(out: &mut Vec<Protected>, wt: &Path) {
             push(out, dir, Guard::ReadOnly, why);
             return;
         }
-        Ok(_) => push(out, dir.clone(), Guard::Scratch, why),
+        Ok(_) => {
+            push(out, dir.clone(), Guard::Scratch, why);
+            claude_entries(out, &dir);
+        }
         // A work tree the user cannot write: bwrap could not make the mount point, and the
         // agent cannot make a `.claude` either.
         Err(_)
@@ -341,7 +346,19 @@ fn claude_dir(out: &mut Vec<Protected>, wt: &Path) {
         }
         Err(_) => push(out, dir.clone(), Guard::Scratch, why),
     }
-    if let Ok(rd) = fs::read_dir(&dir) {
+    push(
+        out,
+        dir.join(LOCAL_SETTINGS),
+        Guard::LocalSettings,
+        "claude saves \"always allow\" rules here: the project's copy in claudebox's state, \
+         never the host's file",
+    );
+}
+
+/// The host's entries of an existing `.claude`, read-only in the scratch one (all but
+/// `settings.local.json`).
+fn claude_entries(out: &mut Vec<Protected>, dir: &Path) {
+    if let Ok(rd) = fs::read_dir(dir) {
         let mut entries: Vec<PathBuf> = rd
             .filter_map(|e| e.ok())
             .filter(|e| e.file_name() != LOCAL_SETTINGS)
@@ -357,13 +374,6 @@ fn claude_dir(out: &mut Vec<Protected>, wt: &Path) {
             );
         }
     }
-    push(
-        out,
-        dir.join(LOCAL_SETTINGS),
-        Guard::LocalSettings,
-        "claude saves \"always allow\" rules here: the project's copy in claudebox's state, \
-         never the host's file",
-    );
 }
 
 /// Git repositories nested in the work tree (not submodules, whose git dirs live in the
@@ -371,12 +381,12 @@ fn claude_dir(out: &mut Vec<Protected>, wt: &Path) {
 /// Looked for (this is on the launch path, and a full walk of a large tree would cost
 /// more than the rest of the launch) in each top-level directory, and one level below
 /// the top-level directories where vendored code conventionally lives ([`VENDOR_DIRS`]).
-fn nested_repos(out: &mut Vec<Protected>, wt: &Path) {
-    for dir in subdirs(wt) {
-        let name = dir.file_name().unwrap_or_default();
-        if NESTED_SKIP.iter().any(|s| name == *s) {
+fn nested_repos(out: &mut Vec<Protected>, wt: &Path, top: &[(std::ffi::OsString, bool)]) {
+    for (name, is_dir) in top {
+        if !is_dir || NESTED_SKIP.iter().any(|s| name == *s) {
             continue;
         }
+        let dir = wt.join(name);
         nested_repo(out, &dir);
         if VENDOR_DIRS.iter().any(|v| name == *v) {
             for sub in subdirs(&dir) {
@@ -554,6 +564,23 @@ fn mentions_worktree_config_in(text: &[u8]) -> bool {
     text.to_ascii_lowercase()
         .windows(14)
         .any(|w| w == b"worktreeconfig")
+}
+
+/// The names in `dir`, each with whether it is a directory (not following symlinks),
+/// sorted.
+fn top_level(dir: &Path) -> Vec<(std::ffi::OsString, bool)> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<(std::ffi::OsString, bool)> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            (e.file_name(), is_dir)
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 fn subdirs(dir: &Path) -> Vec<PathBuf> {

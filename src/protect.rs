@@ -264,7 +264,10 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
     }
     nested_repos(&mut out, wt, &top);
     let mut real_dirs = Vec::new();
-    for p in &out {
+    // The host's `.claude/settings.local.json` is never mounted (the state's copy goes in
+    // its place in the scratch `.claude`, whose own path is checked): a symlink there is
+    // fine.
+    for p in out.iter().filter(|p| p.guard != Guard::LocalSettings) {
         check_no_symlink(&p.path, &mut real_dirs).map_err(|e| match &p.named_by {
             Some(f) => anyhow::anyhow!(
                 "{e}; that path comes from {}: look there",

@@ -41,6 +41,8 @@ const MAX_SLOTS: usize = 4096;
 /// open without close-on-exec so that bwrap inherits it.
 pub struct InUse {
     file: Flock<File>,
+    /// This launch made the project's state directory (its first launch).
+    pub created: bool,
 }
 
 impl InUse {
@@ -78,11 +80,15 @@ fn same_file(f: &File, path: &Path) -> bool {
 pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse> {
     let lock_path = state.lock();
     let mut last_err = None;
+    let mut created = false;
     for _ in 0..ATTEMPTS {
         // Fails half-way when `--gc` moves the directory away meanwhile: start over.
-        if let Err(e) = state::ensure_project_dir(home, state, root) {
-            last_err = Some(e);
-            continue;
+        match state::ensure_project_dir(home, state, root) {
+            Ok(made) => created |= made,
+            Err(e) => {
+                last_err = Some(e);
+                continue;
+            }
         }
         let f = match open_for_lock(&lock_path, false) {
             Ok(f) => f,
@@ -101,7 +107,12 @@ pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse
             continue;
         }
         let _ = lock.set_modified(SystemTime::now());
-        return register(state);
+        let registered = register(state).map(|file| InUse { file, created });
+        if registered.is_err() && created {
+            drop(lock);
+            state::remove_unused(state);
+        }
+        return registered;
     }
     if let Some(e) = last_err {
         return Err(e);
@@ -114,7 +125,7 @@ pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse
 
 /// Takes the lowest free slot. Call only while holding `lock`: then no other launch is
 /// between opening a slot and locking it.
-fn register(state: &ProjectState) -> Result<InUse> {
+fn register(state: &ProjectState) -> Result<Flock<File>> {
     let dir = running_dir(state);
     for slot in 0..MAX_SLOTS {
         let path = dir.join(slot.to_string());
@@ -139,7 +150,7 @@ fn register(state: &ProjectState) -> Result<InUse> {
         // std opens files close-on-exec; clear it so that bwrap inherits the lock.
         fcntl(file.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
             .with_context(|| format!("cannot pass {} to bwrap", path.display()))?;
-        return Ok(InUse { file });
+        return Ok(file);
     }
     bail!(
         "{} has {MAX_SLOTS} sandboxes running on it; stop some first",

@@ -17,6 +17,7 @@ mod inventory;
 mod ipc;
 mod launch;
 mod list;
+mod mounts;
 mod netbridge;
 mod network;
 mod plan;
@@ -87,10 +88,10 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
         return check::run();
     }
     if cli.gc {
-        return gc::run(cli.dry_run);
+        return gc::run(cli.dry_run, cli.gc_margin.as_deref());
     }
     if cli.list {
-        return list::run(cli.json);
+        return list::run(cli.json, cli.gc_margin.as_deref());
     }
     if cli.forget.is_some() {
         return session_command(cli);

@@ -27,6 +27,7 @@ use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 
+use crate::holders::{self, Holder};
 use crate::state::{self, ProjectState, StateHome};
 
 pub const RUNNING_DIR: &str = "running";
@@ -158,19 +159,42 @@ fn register(state: &ProjectState) -> Result<Flock<File>> {
     )
 }
 
-/// Whether a file is locked by someone else (a running sandbox). Errors other than "it is
-/// locked" count as locked: when in doubt, in use.
+/// Whether a file is locked by a running sandbox. A lock still held after the launch that
+/// took it has exited (bwrap's pid 1 tearing down, or a bwrap stuck at start: see
+/// `holders.rs`) does not count. Errors other than "it is locked" count as locked: when
+/// in doubt, in use.
 pub fn is_locked(path: &Path) -> bool {
+    match holder(path) {
+        Holder::Free | Holder::Ended | Holder::Stuck(_) => false,
+        Holder::Running => true,
+    }
+}
+
+/// Who holds a file's lock now.
+pub fn holder(path: &Path) -> Holder {
     let f = match open_for_lock(path, false) {
         Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return false,
-        Err(_) => return true,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Holder::Free,
+        Err(_) => return Holder::Running,
     };
     match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-        Ok(_) => false,
-        Err((_, Errno::EWOULDBLOCK)) => true,
-        Err(_) => true,
+        Ok(_) => Holder::Free,
+        Err((_, Errno::EWOULDBLOCK)) => holders::of_held(path),
+        Err(_) => Holder::Running,
     }
+}
+
+/// Slots of the project in `dir` held by bwraps stuck at start, with their pids.
+pub fn stuck(dir: &Path) -> Vec<(PathBuf, Vec<i32>)> {
+    let Ok(rd) = fs::read_dir(dir.join(RUNNING_DIR)) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| match holder(&e.path()) {
+            Holder::Stuck(p) => Some((e.path(), p)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// How many sandboxes run on the project in `dir` now. Changes nothing.

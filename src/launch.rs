@@ -102,6 +102,13 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         log_denied: cli.log_denied,
     };
     let plan = plan::build(&inputs);
+    host::check_path_lengths(
+        plan.mounts
+            .iter()
+            .flat_map(|m| [Some(m.target.as_path()), m.source.as_deref()])
+            .flatten()
+            .chain([plan.cwd.as_path()]),
+    )?;
     Ok(Prepared {
         inputs,
         state_home,

@@ -52,6 +52,12 @@ pub fn run(json: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
     for s in &inv.skipped {
         eprintln!("claudebox: list: skipped {}: {}", show(&s.path), s.why);
     }
+    for e in &inv.entries {
+        for (slot, pids) in crate::inuse::stuck(&e.dir) {
+            let what = show(&slot);
+            eprintln!("claudebox: list: {}", crate::holders::stuck_message(&pids, &what));
+        }
+    }
     // Most recently used first.
     inv.entries
         .sort_by(|a, b| b.last_used.cmp(&a.last_used).then(a.id.cmp(&b.id)));

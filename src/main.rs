@@ -11,6 +11,7 @@ mod entry;
 mod exec;
 mod gc;
 mod guard;
+mod holders;
 mod host;
 mod inuse;
 mod inventory;

@@ -356,7 +356,10 @@ fn collect(e: &Entry, dry_run: bool, why: String) -> Result<Outcome> {
     }
     for (slot, pids) in inuse::stuck(&e.dir) {
         let what = show(&slot);
-        eprintln!("claudebox: gc: {}", crate::holders::stuck_message(&pids, &what));
+        eprintln!(
+            "claudebox: gc: {}",
+            crate::holders::stuck_message(&pids, &what)
+        );
     }
     // Decided under the lock: the root may have come back since the scan.
     match inventory::read_root(&e.id, &e.dir) {

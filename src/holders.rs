@@ -132,7 +132,11 @@ fn holds(pid: i32, dev: u64, ino: u64) -> bool {
 
 /// Blocked in `read(2)` (syscall 0 on x86-64, 63 on aarch64) on an eventfd.
 fn stuck_in_eventfd_read(pid: i32) -> bool {
-    const READ: &str = if cfg!(target_arch = "aarch64") { "63" } else { "0" };
+    const READ: &str = if cfg!(target_arch = "aarch64") {
+        "63"
+    } else {
+        "0"
+    };
     let Ok(sc) = fs::read_to_string(format!("/proc/{pid}/syscall")) else {
         return false;
     };

@@ -55,7 +55,10 @@ pub fn run(json: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
     for e in &inv.entries {
         for (slot, pids) in crate::inuse::stuck(&e.dir) {
             let what = show(&slot);
-            eprintln!("claudebox: list: {}", crate::holders::stuck_message(&pids, &what));
+            eprintln!(
+                "claudebox: list: {}",
+                crate::holders::stuck_message(&pids, &what)
+            );
         }
     }
     // Most recently used first.

@@ -189,7 +189,10 @@ mod tests {
         let mut with = mounted.clone();
         with.push((mp.clone(), "ext4".into()));
         fs::write(mp.join("other"), "x").unwrap();
-        assert_eq!(why_unknown_with(&root, &with, std::slice::from_ref(&mp)), None);
+        assert_eq!(
+            why_unknown_with(&root, &with, std::slice::from_ref(&mp)),
+            None
+        );
         // An empty mount point right above: unknown.
         fs::remove_file(mp.join("other")).unwrap();
         let why = why_unknown_with(&root, &with, &[]).unwrap();

@@ -35,25 +35,29 @@ pub enum Holder {
     Stuck(Vec<i32>),
 }
 
-/// Who holds the lock on `path`, given that a non-blocking lock attempt failed.
-pub fn of_held(path: &Path) -> Holder {
+/// Who holds the lock on `path`, given that a non-blocking lock attempt failed. `None`:
+/// `/proc/locks` shows no lock on it (released since, or a file system whose device
+/// numbers `/proc/locks` shows differently): the caller tries the lock again.
+pub fn of_held(path: &Path) -> Option<Holder> {
     let Ok(m) = fs::metadata(path) else {
-        return Holder::Running;
+        return Some(Holder::Running);
     };
-    let takers = takers(m.dev(), m.ino());
     // Unknown (no /proc/locks): in doubt, running.
-    let Some(takers) = takers else {
-        return Holder::Running;
+    let Some(takers) = takers(m.dev(), m.ino()) else {
+        return Some(Holder::Running);
     };
-    if takers.is_empty() || takers.iter().any(|p| alive(*p)) {
-        return Holder::Running;
+    if takers.is_empty() {
+        return None;
+    }
+    if takers.iter().any(|p| alive(*p)) {
+        return Some(Holder::Running);
     }
     let stuck = stuck_holders(m.dev(), m.ino());
-    if stuck.is_empty() {
+    Some(if stuck.is_empty() {
         Holder::Ended
     } else {
         Holder::Stuck(stuck)
-    }
+    })
 }
 
 /// The pids that took a flock on (dev, ino), waiters excluded; `None` without /proc/locks.

@@ -172,16 +172,23 @@ pub fn is_locked(path: &Path) -> bool {
 
 /// Who holds a file's lock now.
 pub fn holder(path: &Path) -> Holder {
-    let f = match open_for_lock(path, false) {
+    let mut f = match open_for_lock(path, false) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Holder::Free,
         Err(_) => return Holder::Running,
     };
-    match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-        Ok(_) => Holder::Free,
-        Err((_, Errno::EWOULDBLOCK)) => holders::of_held(path),
-        Err(_) => Holder::Running,
+    for _ in 0..2 {
+        f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(_) => return Holder::Free,
+            Err((f, Errno::EWOULDBLOCK)) => match holders::of_held(path) {
+                Some(h) => return h,
+                // Released meanwhile (or not shown): look again.
+                None => f,
+            },
+            Err(_) => return Holder::Running,
+        };
     }
+    Holder::Running
 }
 
 /// Slots of the project in `dir` held by bwraps stuck at start, with their pids.

@@ -52,7 +52,7 @@ pub fn lock_name(state: &ProjectState, name: &str) -> Result<Option<Flock<File>>
             Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
         };
         let Some(lock) = lock_exclusive(f, &path)? else {
-            match holders::of_held(&path) {
+            match holders::of_held(&path).unwrap_or(Holder::Ended) {
                 Holder::Ended | Holder::Free if std::time::Instant::now() < deadline => {
                     std::thread::sleep(std::time::Duration::from_millis(5));
                     continue;
@@ -109,7 +109,7 @@ pub fn is_running(state: &ProjectState, name: &str) -> bool {
     matches!(
         Flock::lock(f, FlockArg::LockSharedNonblock),
         Err((_, Errno::EWOULDBLOCK))
-    ) && holders::of_held(&lock_path(state, name)) == Holder::Running
+    ) && holders::of_held(&lock_path(state, name)).unwrap_or(Holder::Running) == Holder::Running
 }
 
 pub fn read_run_info(state: &ProjectState, name: &str) -> Option<RunInfo> {

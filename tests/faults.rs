@@ -91,6 +91,16 @@ fn clear_stuck(pid: i32) {
     }
 }
 
+/// Waits for every sandbox under the world's state to end, first clearing (as claudebox
+/// says to) any bwrap stuck at start that `--list` names. Returns how many it cleared.
+fn settle_clearing_stuck(w: &World) -> usize {
+    let pids = named_stuck_pids(&stderr(&run(w, &["--list"])));
+    let n = pids.len();
+    pids.into_iter().for_each(clear_stuck);
+    settle(&w.state());
+    n
+}
+
 /// Files and directories under `dir` whose name marks an unfinished write or creation.
 fn leftovers(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -182,7 +192,7 @@ fn kills_at_random_points_of_a_launch_leave_nothing_that_blocks() {
         assert!(again.is_some(), "the session never started again");
         relaunched += 1;
     }
-    settle(&w.state());
+    stuck_named += settle_clearing_stuck(&w);
     let left = leftovers(&w.state());
     for p in &left {
         age_hour(p);
@@ -254,7 +264,7 @@ fn kills_during_session_record_writes_leave_whole_records() {
         sigkill(child.id());
         child.wait().unwrap();
     }
-    settle(&w.state());
+    let stuck = settle_clearing_stuck(&w);
     let rows = list_json(&w);
     let sessions = rows[0]["sessions"].as_array().unwrap();
     let problems: Vec<_> = sessions
@@ -262,14 +272,27 @@ fn kills_during_session_record_writes_leave_whole_records() {
         .filter(|s| !s["problem"].is_null())
         .collect();
     let tmp = leftovers(&w.state());
-    for p in &tmp {
+    // The next launch of a name removes its own leftovers (it holds the name's lock).
+    let mut relaunch_cleaned = 0;
+    if let Some(t) = tmp
+        .iter()
+        .find(|p| p.to_string_lossy().contains(".json.tmp."))
+    {
+        let file = t.file_name().unwrap().to_string_lossy().into_owned();
+        let name = file[1..].split(".json.tmp.").next().unwrap().to_string();
+        ok(&w.cmd(&dir).args(["--session", &name]).output().unwrap());
+        assert!(!t.exists(), "the launch of `{name}` left {}", t.display());
+        relaunch_cleaned += 1;
+    }
+    for p in tmp.iter().filter(|p| p.exists()) {
         age_hour(p);
     }
     let err = stderr(&run(&w, &["--gc"]));
     let after = leftovers(&w.state());
     println!(
         "record kills: {rounds} kills, {} records written whole, {} unreadable, {} temporary \
-         files left by killed writes, {} after --gc",
+         files left by killed writes ({relaunch_cleaned} removed by its name's next launch, the \
+         rest by --gc), {} after --gc, {stuck} stuck bwraps named and cleared",
         sessions.len(),
         problems.len(),
         tmp.len(),

@@ -248,7 +248,9 @@ pub fn claim(
     let Some(lock) = lock_name(state, name)? else {
         bail!("{}", busy(state, name));
     };
-    fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
+    fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+        .with_context(|| format!("cannot pass the lock of session `{name}` to bwrap"))?;
+    remove_own_temporaries(state, name);
     let fresh = match planned.start {
         Start::Resume { .. } => new_uuid()?,
         Start::New | Start::Fresh { .. } => planned.uuid.clone(),
@@ -294,6 +296,36 @@ pub fn claim(
     };
     write_run_info(state, name, &info)?;
     Ok(Claimed { launch, lock })
+}
+
+/// Removes the temporary files of writes of this name's record and run note that a kill
+/// interrupted (`.NAME.json.tmp.*`, `.NAME.running.tmp.*`). Only the holder of the name's
+/// lock writes them, so under the lock any that exist are leftovers.
+fn remove_own_temporaries(state: &ProjectState, name: &str) {
+    let Ok(rd) = fs::read_dir(state.sessions()) else {
+        return;
+    };
+    let prefixes = [
+        format!(".{name}.json.tmp."),
+        format!(".{name}.running.tmp."),
+    ];
+    for e in rd.flatten() {
+        let file = e.file_name();
+        let b = file.as_bytes();
+        // The rest is `<pid>.<n>`: another name's files never match.
+        let ours = prefixes.iter().any(|p| {
+            b.strip_prefix(p.as_bytes()).is_some_and(|rest| {
+                let mut parts = rest.split(|c| *c == b'.');
+                let digits = |x: Option<&[u8]>| {
+                    x.is_some_and(|x| !x.is_empty() && x.iter().all(u8::is_ascii_digit))
+                };
+                digits(parts.next()) && digits(parts.next()) && parts.next().is_none()
+            })
+        });
+        if ours && e.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 /// `--forget NAME`: removes the record (the transcript stays). Refused while it runs.

@@ -520,6 +520,7 @@ impl Probe {
                 protected: Vec::new(),
                 unprotected_missing: Vec::new(),
                 ipc_vars: crate::ipc::present(),
+                preset_vars: Vec::new(),
                 ssh_agent: None,
                 own_exe: host::own_exe()?,
                 landlock_abi: host::landlock_abi(),

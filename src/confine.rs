@@ -10,6 +10,13 @@
 //!   `@/tmp/.X11-unix/X0` and authorise the same user by uid; some D-Bus buses), which the
 //!   shared network namespace otherwise leaves reachable.
 //!
+//! - with `--default-signals`, SIGINT and SIGQUIT back at their default disposition. The
+//!   launcher ignores them before it execs bwrap, so a Ctrl-C in the terminal (sent to the
+//!   whole foreground process group) no longer kills bwrap, which would take the agent
+//!   down mid-cleanup through `--die-with-parent`; bwrap's processes inherit the ignored
+//!   disposition and only the agent, given the default back here, sees the signal. This
+//!   step is essential: a non-interactive shell cannot trap a signal ignored on entry.
+//!
 //! It runs as a step of the printed command line, so `--dry-run` shows it and pasting that
 //! line applies it too. Any failure ends the launch: nothing runs unconfined.
 
@@ -20,6 +27,7 @@ use std::process::ExitCode;
 use anyhow::{bail, Context, Result};
 use landlock::{CompatLevel, Compatible, Ruleset, RulesetAttr, Scope};
 use nix::libc;
+use nix::sys::signal::{signal, SigHandler, Signal};
 use seccompiler::{
     BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
     SeccompRule, TargetArch,
@@ -27,6 +35,11 @@ use seccompiler::{
 
 pub const INIT_FLAG: &str = "--sandbox-init";
 pub const SCOPE_FLAG: &str = "--scope-abstract-unix";
+pub const SIGNALS_FLAG: &str = "--default-signals";
+
+/// The signals a terminal sends to its foreground process group from the keyboard, which
+/// the launcher ignores and the first step inside gives back to the agent.
+pub const TERMINAL_SIGNALS: [Signal; 2] = [Signal::SIGINT, Signal::SIGQUIT];
 
 /// `TIOCLINUX` (console ioctl multiplexer; its subcode 2 pastes the selection as input).
 const TIOCLINUX: u64 = 0x541C;
@@ -44,15 +57,19 @@ pub fn main(args: &[OsString]) -> ExitCode {
 
 fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
     let mut scope = false;
+    let mut default_signals = false;
     let mut rest = args;
     loop {
         match rest.first().and_then(|a| a.to_str()) {
             Some(SCOPE_FLAG) => scope = true,
+            Some(SIGNALS_FLAG) => default_signals = true,
             Some("--") => {
                 rest = &rest[1..];
                 break;
             }
-            _ => bail!("usage: claudebox {INIT_FLAG} [{SCOPE_FLAG}] -- CMD [ARGS...]"),
+            _ => bail!(
+                "usage: claudebox {INIT_FLAG} [{SCOPE_FLAG}] [{SIGNALS_FLAG}] -- CMD [ARGS...]"
+            ),
         }
         rest = &rest[1..];
     }
@@ -64,6 +81,13 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
     }
     let filter = filter()?;
     seccompiler::apply_filter(&filter).context("cannot install the seccomp filter")?;
+    if default_signals {
+        for sig in TERMINAL_SIGNALS {
+            // SAFETY: SIG_DFL installs no handler.
+            unsafe { signal(sig, SigHandler::SigDfl) }
+                .with_context(|| format!("cannot restore the default action of {sig}"))?;
+        }
+    }
     let err = crate::exec::replace_with(rest);
     Err(err).with_context(|| format!("cannot run {}", cmd.to_string_lossy()))
 }

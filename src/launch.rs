@@ -68,6 +68,16 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             yes: cli.yes,
         },
     )?;
+    if let crate::network::NetworkMode::Allowlist(list) = &settings.network {
+        crate::network::loopback_forwards(list)?;
+        for e in crate::network::portless_loopback(list) {
+            eprintln!(
+                "claudebox: network: warning: --allow-host {e} names no port; loopback inside \
+                 the sandbox is its own and clients send it past the proxy (NO_PROXY), so \
+                 name the host's service with its port, e.g. --allow-host {e}:8080"
+            );
+        }
+    }
     let protect_project_metadata = settings.writable_project_config.is_none();
     let (protected, unprotected_missing) = if protect_project_metadata {
         let protected = protect::probe(&project, &home)?;
@@ -96,6 +106,11 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         protected,
         unprotected_missing,
         ipc_vars: ipc::present(),
+        preset_vars: plan::DEFAULT_ENV
+            .iter()
+            .filter(|(n, _, _)| std::env::var_os(n).is_some())
+            .map(|(n, _, _)| n.into())
+            .collect(),
         ssh_agent,
         own_exe: host::own_exe()?,
         landlock_abi: host::landlock_abi(),
@@ -194,13 +209,43 @@ fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::I
             }
             Some(claimed.lock)
         }
-        None => None,
+        // claude's own --resume/--continue may pick a named session's conversation.
+        None => match &inp.command {
+            Command::Claude(args) => {
+                // As claude gets them: the configured defaults, then the user's own.
+                let all: Vec<std::ffi::OsString> = (inp.settings.claude_args.iter())
+                    .flat_map(|d| d.args.iter().cloned())
+                    .chain(args.iter().cloned())
+                    .collect();
+                sessions::guard_picked(&inp.state, &all, &inp.project.cwd, &inp.instance_id)?
+            }
+            Command::Exec(_) => None,
+        },
     };
     plan.sync_fd = Some(in_use.fd());
+    if let Some(c) = &mut plan.confine {
+        c.default_signals = ignore_terminal_signals();
+    }
     let argv = render::argv(&plan);
     let err = crate::exec::replace_with(&argv);
     drop((in_use, session));
     Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
+}
+
+/// Ignores SIGINT and SIGQUIT for claudebox and bwrap, which inherit the disposition (see
+/// src/confine.rs). Returns whether the agent should get the default back: not when
+/// claudebox itself was started with SIGINT ignored (a background job of a shell), which
+/// then stays ignored for the agent too.
+fn ignore_terminal_signals() -> bool {
+    use nix::sys::signal::{signal, SigHandler};
+    let mut was_ignored = false;
+    for sig in crate::confine::TERMINAL_SIGNALS {
+        // SAFETY: SIG_IGN installs no handler.
+        let old = unsafe { signal(sig, SigHandler::SigIgn) };
+        was_ignored |=
+            sig == nix::sys::signal::Signal::SIGINT && matches!(old, Ok(SigHandler::SigIgn));
+    }
+    !was_ignored
 }
 
 /// Makes sure the mount points bwrap needs exist on the host, so bwrap does not create

@@ -38,6 +38,61 @@ struct Row<'a> {
     gc_reason: Option<String>,
     /// When a "waiting" project becomes removable if its root stays missing and unused.
     gc_removable_after: Option<String>,
+    /// The newest transcript of the project: `claudebox --resume <uuid>` from the
+    /// project continues it. `null` when there is none.
+    last_conversation: Option<LastConversation>,
+}
+
+/// A project's most recently written conversation.
+#[derive(Serialize)]
+struct LastConversation {
+    uuid: String,
+    /// When its transcript was last written.
+    time: String,
+    time_unix: u64,
+}
+
+/// The newest `<uuid>.jsonl` (a regular file named by a UUID) in the project's
+/// conversations directories. Names the agent could have planted are checked, never
+/// printed raw: only a UUID is reported.
+fn last_conversation(state_dir: &std::path::Path) -> Option<LastConversation> {
+    let conversations = state_dir.join(crate::state::CONVERSATIONS_DIR);
+    let mut best: Option<(std::time::Duration, String)> = None;
+    for d in std::fs::read_dir(conversations).ok()?.flatten() {
+        if !d.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(files) = std::fs::read_dir(d.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let name = f.file_name();
+            let Some(uuid) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".jsonl"))
+                .filter(|u| crate::sessions::is_uuid(u))
+            else {
+                continue;
+            };
+            let Ok(meta) = f.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            let t = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .unwrap_or_default();
+            if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+                best = Some((t, uuid.to_string()));
+            }
+        }
+    }
+    best.map(|(t, uuid)| LastConversation {
+        uuid,
+        time: utc(t.as_secs(), 'T', true) + "Z",
+        time_unix: t.as_secs(),
+    })
 }
 
 pub fn run(json: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
@@ -151,6 +206,7 @@ fn row(e: &Entry, v: Verdict) -> Row<'_> {
                 Some(w)
             }
         },
+        last_conversation: last_conversation(&e.dir),
     }
 }
 
@@ -200,6 +256,14 @@ fn table(entries: &[Entry], margin: std::time::Duration, now: SystemTime) -> Str
             gc,
             root
         ));
+        if let Some(c) = last_conversation(&e.dir) {
+            s.push_str(&format!(
+                "{:<16}  last conversation\t{}\t{}\n",
+                "",
+                c.uuid,
+                utc(c.time_unix, ' ', false)
+            ));
+        }
         for n in &e.sessions {
             let text = |k: &str| n.get(k).and_then(|v| v.as_str()).unwrap_or("-").to_string();
             let state = match (n.get("running").and_then(|v| v.as_bool()), n.get("problem")) {

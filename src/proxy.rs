@@ -127,6 +127,37 @@ fn shared_slots() -> Arc<Slots> {
         .clone()
 }
 
+/// A loopback forward (see `network::LoopbackForward`): each connection accepted on
+/// `listener`, a socket on the sandbox's own loopback, is decided by the allowlist as
+/// `host:port` and tunnelled, blind, to that address on the host. Runs on its own
+/// thread, under the proxy's one bound on connections (sized from its descriptors).
+pub fn serve_forward(listener: TcpListener, host: String, port: u16, cfg: Arc<Config>) {
+    let slots = shared_slots();
+    let _ = thread::Builder::new()
+        .stack_size(STACK_SIZE)
+        .spawn(move || loop {
+            slots.acquire();
+            let slot = Slot(slots.clone());
+            let conn = match listener.accept() {
+                Ok((c, _)) => c,
+                Err(e) if e.raw_os_error() == Some(nix::libc::EBADF) => return,
+                Err(_) => {
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            let (cfg, host) = (cfg.clone(), host.clone());
+            let _ = thread::Builder::new()
+                .stack_size(STACK_SIZE)
+                .spawn(move || {
+                    let _slot = slot;
+                    if let Ok(upstream) = decide_and_connect(&cfg, "TCP", &host, port) {
+                        pump(conn, upstream);
+                    }
+                });
+        });
+}
+
 /// A counting semaphore bounding concurrent connections.
 struct Slots {
     free: Mutex<usize>,

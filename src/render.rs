@@ -71,6 +71,9 @@ pub fn argv(plan: &Plan) -> Vec<OsString> {
         if c.scope_abstract_unix {
             a.push(confine::SCOPE_FLAG.into());
         }
+        if c.default_signals {
+            a.push(confine::SIGNALS_FLAG.into());
+        }
         a.push("--".into());
     }
     a.extend(plan.argv.iter().cloned());
@@ -200,7 +203,13 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
     };
     for e in &plan.env {
         match e {
-            EnvOp::Set(k, v) => line("set", k.as_bytes(), Some(v.as_bytes()), "default"),
+            EnvOp::Set(k, v) => {
+                let from = match crate::plan::default_env_reason(k) {
+                    Some(why) => format!("default: {why}"),
+                    None => "default".to_string(),
+                };
+                line("set", k.as_bytes(), Some(v.as_bytes()), &from)
+            }
             EnvOp::Unset(k) => line("unset", k.as_bytes(), None, "default"),
         }
     }
@@ -221,6 +230,11 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
                 b"landlock\tno connect() to the host's abstract unix sockets (X11, D-Bus)\n",
             );
         }
+        if c.default_signals {
+            out.extend_from_slice(
+                b"signals\tSIGINT, SIGQUIT back to default: claudebox and bwrap ignore them, so a Ctrl-C reaches the agent alone and its exit status is the sandbox's\n",
+            );
+        }
     }
     if !plan.notes.is_empty() {
         out.extend_from_slice(b"# opt-ins and gaps\n");
@@ -235,6 +249,24 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
     if let Some(proxy) = &plan.proxy {
         for e in &proxy.allowlist.entries {
             out.extend_from_slice(format!("allow\t{}\t{}\n", e.pattern, e.source).as_bytes());
+        }
+        if let Ok(forwards) = network::loopback_forwards(&proxy.allowlist) {
+            for f in forwards {
+                out.extend_from_slice(
+                    format!(
+                        "forward\t{} inside -> the host's {}:{} through the proxy{}\n",
+                        f.listen,
+                        network::show_host(&f.host),
+                        f.port,
+                        if f.optional {
+                            " (if the sandbox has IPv6)"
+                        } else {
+                            ""
+                        }
+                    )
+                    .as_bytes(),
+                );
+            }
         }
         out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first program hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
         out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));

@@ -120,6 +120,22 @@ pub enum EnvOp {
     Set(OsString, OsString),
 }
 
+/// Variables claudebox sets inside unless the user set them (in the host environment or
+/// with `--env`), each with its reason, shown by `--dry-run`.
+pub const DEFAULT_ENV: &[(&str, &str, &str)] = &[(
+    "DISABLE_AUTOUPDATER",
+    "1",
+    "claude's installation is read-only inside, so its auto-updater can only fail",
+)];
+
+/// The reason claudebox sets `name` by default, if it is one of [`DEFAULT_ENV`].
+pub fn default_env_reason(name: &OsStr) -> Option<&'static str> {
+    DEFAULT_ENV
+        .iter()
+        .find(|(n, _, _)| OsStr::new(n) == name)
+        .map(|(_, _, why)| *why)
+}
+
 /// What runs inside.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -152,6 +168,8 @@ pub struct Inputs {
     pub unprotected_missing: Vec<PathBuf>,
     /// Host IPC variables present in the environment, to unset inside.
     pub ipc_vars: Vec<OsString>,
+    /// Variables of [`DEFAULT_ENV`] the host environment already sets: the user's stand.
+    pub preset_vars: Vec<OsString>,
     /// `--ssh-agent`: the host agent's socket, bound at [`SSH_AGENT_SOCK`].
     pub ssh_agent: Option<PathBuf>,
     /// claudebox's own executable, run inside as the first step.
@@ -172,6 +190,11 @@ pub struct Confine {
     pub exe: PathBuf,
     /// Block `connect()` to the host's abstract unix sockets (Landlock ABI 6+).
     pub scope_abstract_unix: bool,
+    /// Give SIGINT/SIGQUIT their default action back before the command: the launcher
+    /// ignores them so that a terminal's Ctrl-C reaches the agent alone (src/confine.rs).
+    /// The launch clears it when claudebox was started with SIGINT already ignored (a
+    /// background job), so the agent inherits that choice.
+    pub default_signals: bool,
 }
 
 /// The typed sandbox plan.
@@ -397,6 +420,13 @@ pub fn build(inp: &Inputs) -> Plan {
         Some(s) => set("CLAUDEBOX_SESSION", OsStr::new(&s.name)),
         None => EnvOp::Unset("CLAUDEBOX_SESSION".into()),
     });
+    for (name, value, _) in DEFAULT_ENV {
+        let user_set = inp.preset_vars.iter().any(|v| v == name)
+            || inp.settings.env.iter().any(|e| e.name == *name);
+        if !user_set {
+            env.push(set(name, OsStr::new(value)));
+        }
+    }
 
     let scope_abstract_unix = inp.landlock_abi >= 6;
     if !scope_abstract_unix {
@@ -432,8 +462,12 @@ pub fn build(inp: &Inputs) -> Plan {
         }
     };
 
-    let argv = match proxy {
-        Some(_) => netbridge::listen_argv(inp.own_exe.as_os_str(), &argv),
+    let argv = match &proxy {
+        Some(spec) => {
+            // An allowlist with a forward on the proxy's port is refused at the edge.
+            let forwards = crate::network::loopback_forwards(&spec.allowlist).unwrap_or_default();
+            netbridge::listen_argv(inp.own_exe.as_os_str(), &forwards, &argv)
+        }
         None => argv,
     };
 
@@ -446,6 +480,7 @@ pub fn build(inp: &Inputs) -> Plan {
         confine: Some(Confine {
             exe: inp.own_exe.clone(),
             scope_abstract_unix,
+            default_signals: true,
         }),
         argv,
         settings: inp.settings.clone(),

@@ -28,6 +28,7 @@ pub(crate) fn test_inputs() -> Inputs {
         protected: Vec::new(),
         unprotected_missing: Vec::new(),
         ipc_vars: Vec::new(),
+        preset_vars: Vec::new(),
         ssh_agent: None,
         own_exe: "/opt/cb/claudebox".into(),
         landlock_abi: 7,
@@ -352,11 +353,12 @@ mod hardening {
                 "/opt/cb/claudebox",
                 "--sandbox-init",
                 "--scope-abstract-unix",
+                "--default-signals",
                 "--",
                 "sh",
             ],
         );
-        assert_eq!(init + 6, a.len());
+        assert_eq!(init + 7, a.len());
         pos(&a, &["--ro-bind", "/opt/cb/claudebox", "/opt/cb/claudebox"]);
         pos(&a, &["--unsetenv", "SSH_AUTH_SOCK"]);
         pos(&a, &["--unsetenv", "DISPLAY"]);

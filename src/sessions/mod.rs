@@ -328,6 +328,151 @@ fn remove_own_temporaries(state: &ProjectState, name: &str) {
     }
 }
 
+/// Which conversation claude's own options pick, when they pick one (no `--session`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Picked {
+    /// `--resume U`, `-r U`, `--session-id U` (with `=` too).
+    Uuid(String),
+    /// `--continue`/`-c`: the newest conversation of the current directory.
+    Latest,
+    /// `--resume`/`-r` without a UUID: claude's picker, decided inside.
+    Picker,
+}
+
+/// Reads claude's arguments the way [`check_claude_args`] does. `--fork-session` writes a
+/// new conversation, so it picks none to append to.
+pub fn picked_by_args(args: &[OsString]) -> Option<Picked> {
+    let mut picked = None;
+    let mut it = args.iter().map(|a| a.as_bytes()).peekable();
+    while let Some(b) = it.next() {
+        if b == b"--" {
+            break;
+        }
+        if b == b"--fork-session" {
+            return None;
+        }
+        let value_of = |flag: &[u8]| -> Option<Option<&[u8]>> {
+            if b == flag {
+                Some(None)
+            } else {
+                b.strip_prefix(flag)
+                    .and_then(|r| r.strip_prefix(b"="))
+                    .map(Some)
+            }
+        };
+        let uuid_or = |v: Option<&[u8]>, next: Option<&&[u8]>, otherwise: Picked| match v
+            .or(next.copied())
+            .and_then(|v| std::str::from_utf8(v).ok())
+        {
+            Some(u) if is_uuid(u) => Picked::Uuid(u.to_ascii_lowercase()),
+            _ => otherwise,
+        };
+        if let Some(v) = value_of(b"--resume") {
+            let next = if v.is_none() { it.peek() } else { None };
+            picked = Some(uuid_or(v, next, Picked::Picker));
+        } else if let Some(v) = value_of(b"--session-id") {
+            let next = if v.is_none() { it.peek() } else { None };
+            if let Picked::Uuid(u) = uuid_or(v, next, Picked::Picker) {
+                picked = Some(Picked::Uuid(u));
+            }
+        } else if b == b"--continue" {
+            picked = Some(Picked::Latest);
+        } else if b.len() >= 2 && b[0] == b'-' && b[1] != b'-' {
+            if let Some(rest) = b.strip_prefix(b"-r") {
+                let v = (!rest.is_empty()).then_some(rest);
+                let next = if v.is_none() { it.peek() } else { None };
+                picked = Some(uuid_or(v, next, Picked::Picker));
+            } else if b[1..].iter().all(u8::is_ascii_alphabetic) {
+                if b[1..].contains(&b'r') {
+                    picked = Some(Picked::Picker);
+                } else if b[1..].contains(&b'c') {
+                    picked = Some(Picked::Latest);
+                }
+            }
+        }
+    }
+    picked
+}
+
+/// The newest transcript of `cwd`'s conversations directory, as `--continue` picks it.
+fn latest_here(state: &ProjectState, cwd: &Path) -> Option<String> {
+    let dir = state.conversations().join(transcripts::dir_name(cwd));
+    let mut best: Option<(std::time::SystemTime, String)> = None;
+    for e in fs::read_dir(dir).ok()?.flatten() {
+        let name = e.file_name();
+        let Some(uuid) = name.as_bytes().strip_suffix(b".jsonl") else {
+            continue;
+        };
+        let Ok(uuid) = std::str::from_utf8(uuid) else {
+            continue;
+        };
+        let Ok(meta) = e.metadata() else { continue };
+        if !meta.is_file() || !is_uuid(uuid) {
+            continue;
+        }
+        let t = meta.modified().unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+        if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+            best = Some((t, uuid.to_string()));
+        }
+    }
+    best.map(|(_, u)| u)
+}
+
+/// A launch without `--session` whose claude options pick a conversation: when that
+/// conversation is a named session's, takes the name's lock for the sandbox's life, so
+/// that the session and this launch never append to one transcript at once; refuses,
+/// naming the running session, when it is held. Claude's picker (`--resume` without a
+/// UUID) is refused while any named session of the project runs.
+pub fn guard_picked(
+    state: &ProjectState,
+    args: &[OsString],
+    cwd: &Path,
+    instance_id: &str,
+) -> Result<Option<Flock<File>>> {
+    let uuid = match picked_by_args(args) {
+        None => return Ok(None),
+        Some(Picked::Uuid(u)) => u,
+        Some(Picked::Latest) => match latest_here(state, cwd) {
+            Some(u) => u,
+            None => return Ok(None),
+        },
+        Some(Picked::Picker) => {
+            for s in list::list(state)? {
+                if s.running {
+                    bail!(
+                        "{} (claude's --resume picker could choose its conversation; name the \
+                         conversation with --resume <uuid>, or quit the session first)",
+                        busy(state, &s.name)
+                    );
+                }
+            }
+            return Ok(None);
+        }
+    };
+    let Some(name) = list::list(state)?
+        .into_iter()
+        .find(|s| s.uuid.as_deref() == Some(uuid.as_str()))
+        .map(|s| s.name)
+    else {
+        return Ok(None);
+    };
+    let Some(lock) = lock_name(state, &name)? else {
+        bail!(
+            "conversation {uuid} is session `{name}`'s: {}",
+            busy(state, &name)
+        );
+    };
+    fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
+    let info = RunInfo {
+        pid: std::process::id(),
+        instance: instance_id.to_string(),
+        started: now(),
+        cwd: cwd.to_string_lossy().into_owned(),
+    };
+    write_run_info(state, &name, &info)?;
+    Ok(Some(lock))
+}
+
 /// `--forget NAME`: removes the record (the transcript stays). Refused while it runs.
 pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<String> {
     let name = check_name(name)?;
@@ -363,6 +508,26 @@ pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn which_conversation_claudes_options_pick() {
+        let u = "0123abcd-0000-4000-8000-00000000beef";
+        let pick =
+            |args: &[&str]| picked_by_args(&args.iter().map(OsString::from).collect::<Vec<_>>());
+        let uuid = Some(Picked::Uuid(u.into()));
+        assert_eq!(pick(&["--resume", u]), uuid);
+        assert_eq!(pick(&[&format!("--resume={u}")]), uuid);
+        assert_eq!(pick(&["-r", u, "-p", "x"]), uuid);
+        assert_eq!(pick(&[&format!("-r{u}")]), uuid);
+        assert_eq!(pick(&["--session-id", u]), uuid);
+        assert_eq!(pick(&["--continue"]), Some(Picked::Latest));
+        assert_eq!(pick(&["-pc", "x"]), Some(Picked::Latest));
+        assert_eq!(pick(&["--resume"]), Some(Picked::Picker));
+        assert_eq!(pick(&["-r", "search words"]), Some(Picked::Picker));
+        assert_eq!(pick(&["--resume", u, "--fork-session"]), None);
+        assert_eq!(pick(&["-p", "--", "--resume", u]), None);
+        assert_eq!(pick(&["-p", "hi"]), None);
+    }
 
     #[test]
     fn names() {

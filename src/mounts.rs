@@ -40,9 +40,15 @@ const ON_DEMAND_FS: &[(&str, &str)] = &[
 
 /// Why a root that `lstat` says is missing may still exist, or `None` when it is gone.
 pub fn why_unknown(root: &Path) -> Option<String> {
-    let mountinfo = fs::read("/proc/self/mountinfo").unwrap_or_default();
-    let fstab = fs::read("/etc/fstab").unwrap_or_default();
-    why_unknown_with(root, &parse_mountinfo(&mountinfo), &parse_fstab(&fstab))
+    // Read once per run: `--gc` over thousands of missing roots asks again and again.
+    type Tables = (Vec<(PathBuf, String)>, Vec<PathBuf>);
+    static TABLES: std::sync::OnceLock<Tables> = std::sync::OnceLock::new();
+    let (mounted, fstab) = TABLES.get_or_init(|| {
+        let mountinfo = fs::read("/proc/self/mountinfo").unwrap_or_default();
+        let fstab = fs::read("/etc/fstab").unwrap_or_default();
+        (parse_mountinfo(&mountinfo), parse_fstab(&fstab))
+    });
+    why_unknown_with(root, mounted, fstab)
 }
 
 /// [`why_unknown`] with the mount table and fstab given (the decision, testable).

@@ -141,4 +141,5 @@ pub fn write_run_info(state: &ProjectState, name: &str, info: &RunInfo) -> Resul
     let mut bytes = serde_json::to_vec(info)?;
     bytes.push(b'\n');
     state::write_atomic_volatile(&running_path(state, name), &bytes, 0o600)
+        .with_context(|| format!("noting who runs session `{name}`"))
 }

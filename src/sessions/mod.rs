@@ -244,10 +244,41 @@ pub fn claim(
     instance_id: &str,
 ) -> Result<Claimed> {
     let name = &planned.name;
+    let sessions_existed = fs::symlink_metadata(state.sessions()).is_ok();
+    let lock_existed = fs::symlink_metadata(lock_path(state, name)).is_ok();
     crate::state::mkdir_private(&state.sessions())?;
     let Some(lock) = lock_name(state, name)? else {
+        if !sessions_existed {
+            let _ = fs::remove_dir(state.sessions());
+        }
         bail!("{}", busy(state, name));
     };
+    match claim_locked(state, planned, cwd, instance_id, &lock) {
+        Ok(launch) => Ok(Claimed { launch, lock }),
+        Err(e) => {
+            // A failed launch leaves what it found: the name's lock file and the sessions
+            // directory go again if it made them (unlinked while held, as --forget does).
+            if !lock_existed {
+                let _ = fs::remove_file(lock_path(state, name));
+            }
+            drop(lock);
+            if !sessions_existed {
+                let _ = fs::remove_dir(state.sessions());
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The part of [`claim`] done under the name's lock.
+fn claim_locked(
+    state: &ProjectState,
+    planned: &Launch,
+    cwd: &Path,
+    instance_id: &str,
+    lock: &Flock<File>,
+) -> Result<Launch> {
+    let name = &planned.name;
     fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
         .with_context(|| format!("cannot pass the lock of session `{name}` to bwrap"))?;
     remove_own_temporaries(state, name);
@@ -295,7 +326,7 @@ pub fn claim(
         cwd: cwd.to_string_lossy().into_owned(),
     };
     write_run_info(state, name, &info)?;
-    Ok(Claimed { launch, lock })
+    Ok(launch)
 }
 
 /// Removes the temporary files of writes of this name's record and run note that a kill

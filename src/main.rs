@@ -88,6 +88,9 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
     if cli.check {
         return check::run();
     }
+    if cli.gc_margin.is_some() && !cli.gc && !cli.list {
+        anyhow::bail!("--gc-margin goes with --gc or --list (see claudebox --help)");
+    }
     if cli.gc {
         return gc::run(cli.dry_run, cli.gc_margin.as_deref());
     }

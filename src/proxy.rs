@@ -658,3 +658,16 @@ fn utc_now() -> String {
         rem % 60
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_bound_follows_the_descriptors() {
+        assert_eq!(capacity(1024), MAX_CONNECTIONS);
+        assert_eq!(capacity(128), 32);
+        assert_eq!(capacity(20), 1);
+        assert_eq!(capacity(1 << 20), MAX_CONNECTIONS);
+    }
+}

@@ -27,6 +27,7 @@ mod render;
 mod sessions;
 mod settings;
 mod shell;
+mod sources;
 mod state;
 mod transcripts;
 

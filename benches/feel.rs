@@ -863,6 +863,17 @@ fn idle_tui(bin: &Path, c: &Claude, mock: &MockApi) -> Vec<MemRow> {
         t.args(["-L", &sock, "-f", "/dev/null"]).args(args);
         t
     };
+    // the tmux server outlives the bench unless killed: kill it on every way out
+    struct KillServer<'a>(&'a str);
+    impl Drop for KillServer<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("tmux")
+                .args(["-L", self.0, "kill-server"])
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+    let _server = KillServer(&sock);
     let allow = format!("127.0.0.1:{}", mock.port());
     let mut rows = Vec::new();
     for (mode, args) in [
@@ -905,7 +916,6 @@ fn idle_tui(bin: &Path, c: &Claude, mock: &MockApi) -> Vec<MemRow> {
                 break;
             }
             if Instant::now() > deadline {
-                let _ = tmux(&["kill-server"]).status();
                 die(&format!("no prompt in the TUI ({mode}):\n{screen}"));
             }
             std::thread::sleep(Duration::from_millis(200));

@@ -118,6 +118,13 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         log_denied: cli.log_denied,
     };
     let plan = plan::build(&inputs);
+    host::check_path_lengths(
+        plan.mounts
+            .iter()
+            .flat_map(|m| [Some(m.target.as_path()), m.source.as_deref()])
+            .flatten()
+            .chain([plan.cwd.as_path()]),
+    )?;
     Ok(Prepared {
         inputs,
         state_home,
@@ -175,6 +182,18 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     }
     // Creates the project's state and registers this sandbox as running on it.
     let in_use = inuse::mark(&p.state_home, &inp.state, &inp.project.root)?;
+    let created = in_use.created;
+    let err = exec_registered(p, in_use).unwrap_err();
+    // A first launch that failed leaves no project directory behind.
+    if created {
+        state::remove_unused(&inp.state);
+    }
+    Err(err)
+}
+
+/// The rest of [`exec`], once registered; returns only on error (the slot is released).
+fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::Infallible> {
+    let inp = &p.inputs;
     if inp.settings.hides_a_file() {
         state::ensure_empty_file(&inp.state)?;
     }

@@ -257,16 +257,14 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
     }
     if let Some(c) = &plan.confine {
         out.extend_from_slice(b"# inside, before the command (claudebox --sandbox-init)\n");
-        out.extend_from_slice(
-            b"seccomp\tioctl TIOCSTI, TIOCLINUX -> EPERM: no typing into your terminal\n",
-        );
-        out.extend_from_slice(
-            b"seccomp\tadd_key, keyctl, request_key -> EPERM: the host session's kernel keyring\n",
-        );
+        for l in crate::confine::seccomp_lines() {
+            out.extend_from_slice(l.as_bytes());
+            out.push(b'\n');
+        }
         if c.scope_abstract_unix {
-            out.extend_from_slice(
-                b"landlock\tno connect() to the host's abstract unix sockets (X11, D-Bus)\n",
-            );
+            out.extend_from_slice(b"landlock\t");
+            out.extend_from_slice(crate::confine::LANDLOCK_SCOPE.as_bytes());
+            out.push(b'\n');
         }
         if c.default_signals {
             out.extend_from_slice(

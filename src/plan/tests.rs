@@ -448,3 +448,33 @@ mod hardening {
         assert!(dry.contains("opt-in --ssh-agent"));
     }
 }
+
+/// `--dry-run` shows the seccomp filter and the Landlock scope from their tables: each
+/// row once, and no seccomp or landlock line that is not a row.
+#[test]
+fn dry_run_shows_the_confinement_tables_exactly() {
+    let text = |abi: u32| {
+        let plan = build(&Inputs {
+            landlock_abi: abi,
+            ..test_inputs()
+        });
+        String::from_utf8(crate::render::dry_run(&plan)).unwrap()
+    };
+    let only = |t: &str, prefix: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(str::to_string)
+            .collect()
+    };
+    let dry = text(6);
+    assert_eq!(only(&dry, "seccomp"), crate::confine::seccomp_lines());
+    assert_eq!(
+        only(&dry, "landlock"),
+        [format!("landlock\t{}", crate::confine::LANDLOCK_SCOPE)]
+    );
+    for row in crate::confine::SECCOMP {
+        assert_eq!(dry.matches(&row.shown()).count(), 1, "{}", row.shown());
+    }
+    // Without Landlock scopes (ABI 5), no landlock line claims one.
+    assert!(only(&text(5), "landlock").is_empty());
+}

@@ -18,7 +18,8 @@ use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
 use crate::sessions;
-use crate::settings;
+use crate::settings::{self, ExtraKind};
+use crate::sources;
 use crate::state::{self, StateHome};
 use crate::{ipc, protect};
 
@@ -207,10 +208,40 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     if let Some(c) = &mut plan.confine {
         c.default_signals = ignore_terminal_signals();
     }
-    let argv = render::argv(&plan);
+    // Every bind source opened and checked now, and mounted by that descriptor.
+    let opened = sources::open(&plan, &writable_areas(inp))?;
+    let table = opened.table();
+    let argv = render::argv_with(&plan, render::Sources::Fds(&table));
+    // Only claudebox's own descriptors cross into bwrap, none inherited from the shell.
+    let mut keep = opened.fds();
+    keep.push(in_use.fd());
+    if plan.proxy.is_some() {
+        keep.push(crate::network::SANDBOX_NET_FD);
+    }
+    // A named session's lock is held by the sandbox's processes for their life (bwrap's
+    // pid 1 keeps only the sync fd), so it reaches the command: a known gap (README).
+    if let Some(lock) = &session {
+        keep.push(std::os::fd::AsRawFd::as_raw_fd(&**lock));
+    }
+    sources::keep_only(&keep)?;
     let err = crate::exec::replace_with(&argv);
-    drop((in_use, session));
+    drop((in_use, session, opened));
     Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
+}
+
+/// The directories a sandbox of this project can write (canonical): a bind source there,
+/// or reached through there, must be exactly the path the plan names.
+pub fn writable_areas(inp: &Inputs) -> Vec<std::path::PathBuf> {
+    let mut areas = vec![inp.project.work_tree.clone()];
+    areas.extend(inp.project.outside_git_dirs());
+    areas.push(guard::canonical_lossy(&inp.home.join(".claude")));
+    areas.push(guard::canonical_lossy(&inp.state.conversations()));
+    for m in &inp.settings.mounts {
+        if m.kind == ExtraKind::Rw {
+            areas.push(m.source.clone());
+        }
+    }
+    areas
 }
 
 /// Ignores SIGINT and SIGQUIT for claudebox and bwrap, which inherit the disposition (see

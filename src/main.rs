@@ -24,6 +24,7 @@ mod render;
 mod sessions;
 mod settings;
 mod shell;
+mod sources;
 mod state;
 mod transcripts;
 

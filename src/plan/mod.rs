@@ -195,6 +195,18 @@ pub struct Confine {
     /// The launch clears it when claudebox was started with SIGINT already ignored (a
     /// background job), so the agent inherits that choice.
     pub default_signals: bool,
+    /// Mounts whose destination lies where a sandbox can write (the project, its git
+    /// dirs, `~/.claude`): checked from inside before the command starts, since bwrap
+    /// follows symlinks in a destination and another sandbox can swap one in.
+    pub mount_checks: Vec<MountCheck>,
+}
+
+/// One mount the first step inside verifies: `path` is a mount point, reached without a
+/// symlink, read-only or not as planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountCheck {
+    pub path: PathBuf,
+    pub read_only: bool,
 }
 
 /// The typed sandbox plan.
@@ -286,6 +298,7 @@ pub fn build(inp: &Inputs) -> Plan {
     let (extra_before, extra_after) =
         place_extras(&inp.settings.mounts, p, &inp.state.empty_file());
     m.extend(extra_before);
+    let project_mount = m.len();
     m.push(Mount::same(
         MountKind::Rw,
         &p.work_tree,
@@ -471,6 +484,7 @@ pub fn build(inp: &Inputs) -> Plan {
         None => argv,
     };
 
+    let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &claude_dir);
     Plan {
         bwrap: inp.bwrap.clone(),
         flags,
@@ -480,6 +494,7 @@ pub fn build(inp: &Inputs) -> Plan {
         confine: Some(Confine {
             exe: inp.own_exe.clone(),
             scope_abstract_unix,
+            mount_checks,
             default_signals: true,
         }),
         argv,
@@ -488,6 +503,42 @@ pub fn build(inp: &Inputs) -> Plan {
         sync_fd: None,
         proxy,
     }
+}
+
+fn project_dirs(p: &Project) -> Vec<PathBuf> {
+    let mut v = vec![p.work_tree.clone()];
+    v.extend(p.outside_git_dirs());
+    v
+}
+
+/// The mounts from the project's on whose destination lies in a directory a sandbox can
+/// write: the project and its git dirs (and anything in them), entries of `~/.claude`.
+/// A mount that a later one covers (same path or a parent) is not visible, so not checked.
+fn mount_checks(
+    m: &[Mount],
+    from: usize,
+    project_dirs: &[PathBuf],
+    claude_dir: &Path,
+) -> Vec<MountCheck> {
+    let mut out = Vec::new();
+    for (i, mount) in m.iter().enumerate().skip(from) {
+        let read_only = match mount.kind {
+            MountKind::Ro | MountKind::EmptyRo => true,
+            MountKind::Rw | MountKind::File | MountKind::Tmpfs => false,
+            MountKind::RoTry | MountKind::Symlink | MountKind::Dev | MountKind::Proc => continue,
+        };
+        let t = &mount.target;
+        let reachable = project_dirs.iter().any(|d| t.starts_with(d))
+            || (t.starts_with(claude_dir) && t != claude_dir);
+        let covered = m[i + 1..].iter().any(|later| t.starts_with(&later.target));
+        if reachable && !covered {
+            out.push(MountCheck {
+                path: t.clone(),
+                read_only,
+            });
+        }
+    }
+    out
 }
 
 /// Step 4's second half: read-only mounts over the project's code-bearing paths.

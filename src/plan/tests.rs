@@ -354,11 +354,28 @@ mod hardening {
                 "--sandbox-init",
                 "--scope-abstract-unix",
                 "--default-signals",
-                "--",
-                "sh",
             ],
         );
-        assert_eq!(init + 7, a.len());
+        // then the mounts it checks from inside, each once, the visible one per path
+        let end = pos(&a, &["--", "sh"]);
+        assert_eq!(end + 2, a.len());
+        let checks: Vec<&str> = a[init + 5..end]
+            .iter()
+            .map(|x| x.to_str().unwrap())
+            .collect();
+        for window in [
+            &["--expect-rw", "/p"][..],
+            &["--expect-rw", "/p/.git"],
+            &["--expect-ro", "/p/.git/hooks"],
+            &["--expect-ro", "/p/.git/config"],
+            &["--expect-rw", "/h/.claude/projects"],
+        ] {
+            assert!(
+                checks.windows(2).any(|w| w == window),
+                "{window:?} in {checks:?}"
+            );
+        }
+        assert!(!checks.contains(&"/h/.claude"), "{checks:?}");
         pos(&a, &["--ro-bind", "/opt/cb/claudebox", "/opt/cb/claudebox"]);
         pos(&a, &["--unsetenv", "SSH_AUTH_SOCK"]);
         pos(&a, &["--unsetenv", "DISPLAY"]);

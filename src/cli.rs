@@ -80,8 +80,9 @@ pub struct Cli {
     pub ssh_agent: bool,
 
     /// Leave the project's code-bearing config writable: .git/hooks, .git/config (and the
-    /// worktree and submodule equivalents), core.hooksPath, .envrc, .vscode, .idea. Tools on
-    /// the host run code from these.
+    /// worktree, submodule and nested-repository equivalents), core.hooksPath, .envrc,
+    /// .vscode, .idea, .claude, .mcp.json, .husky, lefthook and pre-commit config,
+    /// .gitmodules, .devcontainer. Tools on the host run code from these.
     #[arg(long)]
     pub writable_project_config: bool,
 
@@ -94,6 +95,12 @@ pub struct Cli {
     /// what would be removed).
     #[arg(long, conflicts_with_all = ["list", "exec", "args"])]
     pub gc: bool,
+
+    /// With --gc (and --list): how long a project's root must have been seen missing, and
+    /// the project unused, before --gc removes its state (e.g. `14d`, `12h`, `0` for at
+    /// once). Default: `gc_margin` in the config file, else 7 days.
+    #[arg(long, value_name = "DURATION", conflicts_with_all = ["exec", "args", "session", "forget", "check"])]
+    pub gc_margin: Option<String>,
 
     /// List the state of every project: root, size, last use, running sandboxes.
     #[arg(long, conflicts_with_all = ["exec", "dry_run", "args", "session", "forget"])]

@@ -11,6 +11,7 @@
 //! claude_args = ["--model", "opus"]         # before the arguments given to claudebox
 //! pass_env = ["GITHUB_TOKEN"]               # the host's value, passed explicitly
 //! env = { RUST_BACKTRACE = "1" }            # set inside the sandbox
+//! gc_margin = "7d"                          # --gc: how long a missing root is waited for
 //!
 //! [[project]]                               # applies only to this project
 //! root = "~/src/website"
@@ -27,6 +28,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::render::Shown;
 use crate::settings::Network;
 
 /// `$XDG_CONFIG_HOME/claudebox/config.toml`; `~/.config` when `XDG_CONFIG_HOME` is unset,
@@ -63,6 +65,9 @@ pub struct Section {
     pub ssh_agent: Option<Spanned<bool>>,
     /// Opt-out of the project write protection (as `--writable-project-config`).
     pub writable_project_config: Option<Spanned<bool>>,
+    /// Only at the top level: how long `--gc` waits before removing the state of a
+    /// project whose root is missing (`"7d"`, `"12h"`, `"0"`).
+    pub gc_margin: Option<Spanned<String>>,
     /// Only in a `[[project]]` section: the project it applies to.
     pub root: Option<Spanned<String>>,
     /// Only at the top level: the per-project sections, in file order.
@@ -82,7 +87,7 @@ impl File {
     /// `PATH:LINE:COL` of a byte span, for messages.
     pub fn at(&self, span: &Range<usize>) -> String {
         let (line, col) = line_col(&self.text, span.start);
-        format!("{}:{line}:{col}", self.path.display())
+        format!("{}:{line}:{col}", self.path.shown())
     }
 
     /// The 1-based line of a byte span.
@@ -101,19 +106,14 @@ pub fn load(path: &Path) -> Result<Option<File>> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(anyhow!(
-                "cannot read the config file {}: {e}",
-                path.display()
-            ))
-        }
+        Err(e) => return Err(anyhow!("cannot read the config file {}: {e}", path.shown())),
     };
     let text = String::from_utf8(bytes).map_err(|e| {
         let (line, col) = line_col(
             &String::from_utf8_lossy(e.as_bytes()),
             e.utf8_error().valid_up_to(),
         );
-        anyhow!("{}:{line}:{col}: not valid UTF-8", path.display())
+        anyhow!("{}:{line}:{col}: not valid UTF-8", path.shown())
     })?;
     parse(path, text).map(Some)
 }
@@ -143,6 +143,9 @@ pub fn parse(path: &Path, text: String) -> Result<File> {
                 &p.span(),
                 "this [[project]] section has no `root` (the project it applies to)",
             ));
+        }
+        if let Some(m) = &p.get_ref().gc_margin {
+            return Err(file.error(&m.span(), "`gc_margin` belongs at the top level"));
         }
         if let Some(inner) = p.get_ref().project.first() {
             return Err(file.error(&inner.span(), "[[project]] sections do not nest"));
@@ -215,7 +218,7 @@ mod tests {
         assert_eq!(
             err("ro = []\nrox = 1\n"),
             "/c/config.toml:2:1: unknown field `rox`, expected one of `ro`, `rw`, `hide`, \
-             `env`, `pass_env`, `network`, `allow_hosts`, `claude_args`, `ssh_agent`, `writable_project_config`, `root`, `project`"
+             `env`, `pass_env`, `network`, `allow_hosts`, `claude_args`, `ssh_agent`, `writable_project_config`, `gc_margin`, `root`, `project`"
         );
         assert_eq!(
             err("ro = 5\n"),

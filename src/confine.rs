@@ -29,7 +29,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -112,7 +112,7 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
         }
     }
     let err = crate::exec::replace_with(rest);
-    Err(err).with_context(|| format!("cannot run {}", cmd.to_string_lossy()))
+    Err(err).with_context(|| format!("cannot run {}", crate::render::shown(cmd)))
 }
 
 /// Each `(path, read_only)` must be a mount point at exactly `path`, reached with no
@@ -148,7 +148,7 @@ fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
 }
 
 fn show(p: &Path) -> String {
-    String::from_utf8_lossy(&crate::render::escape_bytes(p.as_os_str().as_bytes())).into_owned()
+    crate::render::shown(p)
 }
 
 /// The id of the mount `path` is on (its last component not followed), and the path the

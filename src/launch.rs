@@ -17,6 +17,7 @@ use crate::netbridge;
 use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
+use crate::render::Shown;
 use crate::sessions;
 use crate::settings::{self, ExtraKind};
 use crate::sources;
@@ -118,6 +119,13 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         log_denied: cli.log_denied,
     };
     let plan = plan::build(&inputs);
+    host::check_path_lengths(
+        plan.mounts
+            .iter()
+            .flat_map(|m| [Some(m.target.as_path()), m.source.as_deref()])
+            .flatten()
+            .chain([plan.cwd.as_path()]),
+    )?;
     Ok(Prepared {
         inputs,
         state_home,
@@ -136,7 +144,7 @@ fn ssh_agent_socket() -> Result<std::path::PathBuf> {
         Ok(m) if m.file_type().is_socket() => Ok(fs::canonicalize(&path)?),
         _ => bail!(
             "--ssh-agent: SSH_AUTH_SOCK is {} but that is not a socket; check your ssh agent or drop --ssh-agent",
-            path.display()
+            path.shown()
         ),
     }
 }
@@ -151,7 +159,7 @@ fn refuse_dangerous_root(work_tree: &Path, home: &Path, yes: bool) -> Result<()>
         bail!(
             "refusing to use {} as the project: it would bind {} read-write into the sandbox; \
              cd into a project directory, or pass --yes if you really mean it",
-            work_tree.display(),
+            work_tree.shown(),
             if work_tree == Path::new("/") {
                 "the whole file system"
             } else {
@@ -175,8 +183,29 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     }
     // Creates the project's state and registers this sandbox as running on it.
     let in_use = inuse::mark(&p.state_home, &inp.state, &inp.project.root)?;
+    let created = in_use.created;
+    let err = exec_registered(p, in_use).unwrap_err();
+    // A first launch that failed leaves no project directory behind.
+    if created {
+        state::remove_unused(&inp.state);
+    }
+    Err(err)
+}
+
+/// The rest of [`exec`], once registered; returns only on error (the slot is released).
+fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::Infallible> {
+    let inp = &p.inputs;
     if inp.settings.hides_a_file() {
         state::ensure_empty_file(&inp.state)?;
+    }
+    if inp.protect_project_metadata {
+        if let Some(p) = inp
+            .protected
+            .iter()
+            .find(|p| p.guard == protect::Guard::LocalSettings)
+        {
+            state::refresh_local_settings(&inp.state, &p.path)?;
+        }
     }
     // A named session is decided again under its own lock; replan if that changed it.
     let mut plan = p.plan.clone();
@@ -226,7 +255,7 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     sources::keep_only(&keep)?;
     let err = crate::exec::replace_with(&argv);
     drop((in_use, session, opened));
-    Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
+    Err(err).with_context(|| format!("cannot run {}", argv[0].shown()))
 }
 
 /// The directories a sandbox of this project can write (canonical): a bind source there,
@@ -276,7 +305,7 @@ fn ensure_claude_mount_points(home: &Path) -> Result<()> {
             continue;
         }
         b.create(&d)
-            .with_context(|| format!("cannot create {}", d.display()))?;
+            .with_context(|| format!("cannot create {}", d.shown()))?;
     }
     create_if_missing(&claude.join("history.jsonl"), b"")?;
     create_if_missing(&home.join(".claude.json"), b"{}\n")?;
@@ -295,8 +324,8 @@ fn create_if_missing(path: &Path, content: &[u8]) -> Result<()> {
     {
         Ok(mut f) => f
             .write_all(content)
-            .with_context(|| format!("cannot write {}", path.display())),
+            .with_context(|| format!("cannot write {}", path.shown())),
         Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.shown())),
     }
 }

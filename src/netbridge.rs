@@ -227,9 +227,10 @@ fn run_proxy(args: &[OsString]) -> Result<()> {
     served
 }
 
-/// Keeps the denied log bounded: past 1 MiB it becomes `<name>.old` (replacing the last).
+/// Keeps the denied log bounded: past the cap it becomes `<name>.old` (replacing the last).
 fn rotate(log: &std::path::Path) {
-    if std::fs::symlink_metadata(log).is_ok_and(|m| m.is_file() && m.len() > 1 << 20) {
+    if std::fs::symlink_metadata(log).is_ok_and(|m| m.is_file() && m.len() > proxy::DENIED_LOG_CAP)
+    {
         let mut old = log.as_os_str().to_os_string();
         old.push(".old");
         let _ = std::fs::rename(log, old);
@@ -368,7 +369,7 @@ fn listen_and_exec(args: &[OsString]) -> Result<()> {
     let _ = nix::unistd::close(fd);
     drop(listeners);
     let err = crate::exec::replace_with(cmd);
-    bail!("cannot run {}: {err}", cmd[0].to_string_lossy())
+    bail!("cannot run {}: {err}", crate::render::shown(&cmd[0]))
 }
 
 /// The proxy variables set inside in allowlist mode; `NODE_USE_ENV_PROXY` makes Node.js

@@ -11,7 +11,11 @@
 //!         ├── lock              mutex between a launch registering and --gc; its mtime
 //!         │                     is the project's last use
 //!         ├── running/0, 1, ...      slots: one flock per running sandbox, held by its pid 1
-//!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode)
+//!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode),
+//!         │                       at most 256 KiB, plus one rotated `.1`
+//!         ├── root-missing-since  when `--gc` first found the root missing (see gc.rs)
+//!         ├── claude-settings.local.json  mounted at <project>/.claude/settings.local.json:
+//!         │                     "always allow" rules saved inside, never the host's file
 //!         └── sessions/         named sessions (`--session NAME`), see `sessions/`
 //! ```
 //!
@@ -24,6 +28,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::render::Shown;
 use anyhow::{bail, Context, Result};
 
 pub const ROOT_FILE: &str = "project-root";
@@ -33,6 +38,12 @@ pub const LOCK_FILE: &str = "lock";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";
 pub const DENIED_LOG: &str = "network-denied.log";
+/// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
+pub const LOCAL_SETTINGS_FILE: &str = "claude-settings.local.json";
+/// When `--gc` first found the project's root missing (seconds since the epoch).
+pub const MISSING_FILE: &str = "root-missing-since";
+/// Prefix of a project directory being made (renamed into place when whole).
+pub const NEW_PREFIX: &str = ".new-";
 
 /// The paths of one state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -91,6 +102,10 @@ impl ProjectState {
     pub fn denied_log(&self) -> PathBuf {
         self.dir.join(DENIED_LOG)
     }
+    /// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
+    pub fn local_settings(&self) -> PathBuf {
+        self.dir.join(LOCAL_SETTINGS_FILE)
+    }
 }
 
 /// Creates (or empties) the file mounted over hidden files.
@@ -102,12 +117,82 @@ pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
         .mode(0o400)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(&path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
-    if f.metadata()?.len() != 0 {
+        .with_context(|| format!("cannot create {}", path.shown()))?;
+    let len = f
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.shown()))?
+        .len();
+    if len != 0 {
         f.set_len(0)
-            .with_context(|| format!("cannot empty {}", path.display()))?;
+            .with_context(|| format!("cannot empty {}", path.shown()))?;
     }
     Ok(())
+}
+
+/// The permission lists that carry over from one sandbox to the next in the project's copy
+/// of `.claude/settings.local.json`: what "always allow" (and `/permissions`) save.
+const CARRIED_PERMISSIONS: &[&str] = &["allow", "deny", "ask", "additionalDirectories"];
+
+/// Rebuilds the sandbox's `.claude/settings.local.json` (the project's copy in the state):
+/// the host's file as it is now, plus the permission rules saved in the copy by earlier
+/// sandboxes. Nothing else the sandbox wrote there (hooks, MCP servers, env) survives, and
+/// nothing goes back to the host's file. A host file that is missing, a symlink or not a
+/// JSON object counts as `{}`.
+pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<()> {
+    use serde_json::{Map, Value};
+    let read_object = |p: &Path| -> Map<String, Value> {
+        let Ok(f) = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(p)
+        else {
+            return Map::new();
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            return Map::new();
+        }
+        match serde_json::from_reader(std::io::BufReader::new(f)) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        }
+    };
+    let copy = state.local_settings();
+    let mut out = read_object(host_file);
+    let prev = read_object(&copy);
+    if let Some(Value::Object(saved)) = prev.get("permissions") {
+        let perms = out
+            .entry("permissions")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !perms.is_object() {
+            *perms = Value::Object(Map::new());
+        }
+        let perms = perms.as_object_mut().expect("made an object above");
+        for key in CARRIED_PERMISSIONS {
+            let Some(Value::Array(rules)) = saved.get(*key) else {
+                continue;
+            };
+            let list = perms
+                .entry(*key)
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if !list.is_array() {
+                *list = Value::Array(Vec::new());
+            }
+            let list = list.as_array_mut().expect("made an array above");
+            for r in rules.iter().filter(|r| r.is_string()) {
+                if !list.contains(r) {
+                    list.push(r.clone());
+                }
+            }
+        }
+    }
+    let mut bytes = serde_json::to_vec_pretty(&Value::Object(out))?;
+    bytes.push(b'\n');
+    if fs::symlink_metadata(&copy).is_ok_and(|m| m.is_file())
+        && fs::read(&copy).ok().as_deref() == Some(&bytes[..])
+    {
+        return Ok(());
+    }
+    write_atomic(&copy, &bytes, 0o600)
 }
 
 /// Creates a 0700 directory, or accepts an existing directory (never a symlink to one).
@@ -120,7 +205,7 @@ pub fn mkdir_private(path: &Path) -> Result<()> {
         } else {
             Err(anyhow::anyhow!(
                 "{} exists and is not a directory",
-                path.display()
+                path.shown()
             ))
         }
     };
@@ -129,15 +214,19 @@ pub fn mkdir_private(path: &Path) -> Result<()> {
     }
     match DirBuilder::new().mode(0o700).create(path) {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            exists_as_dir(fs::symlink_metadata(path)?)
-        }
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => exists_as_dir(
+            fs::symlink_metadata(path).with_context(|| format!("cannot read {}", path.shown()))?,
+        ),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.shown())),
     }
 }
 
 /// Creates the state home and one project's directory, files and lock file. Idempotent.
-pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -> Result<()> {
+/// Returns whether the project's directory was made by this call. A project directory
+/// appears whole or not at all (made under a temporary name, then renamed into place),
+/// and when this fails nothing it made stays: not the project directory, not `projects/`,
+/// not the state home.
+pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -> Result<bool> {
     let meta = fs::metadata(&home.dir);
     let existed = meta.is_ok();
     // The state home itself may be a symlink the user made (`~/.claudebox -> /data/cb`);
@@ -147,20 +236,121 @@ pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -
         mkdir_private(&home.dir).with_context(|| {
             format!(
                 "the state directory {} cannot be created; set CLAUDEBOX_HOME to a writable directory",
-                home.dir.display()
+                home.dir.shown()
             )
         })?;
     }
-    if !existed {
-        fs::set_permissions(&home.dir, fs::Permissions::from_mode(0o700))?;
+    let projects = home.projects();
+    let projects_existed = fs::symlink_metadata(&projects).is_ok();
+    let result = (|| -> Result<bool> {
+        if !existed {
+            fs::set_permissions(&home.dir, fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("cannot make {} private (mode 0700)", home.dir.shown()))?;
+        }
+        mkdir_private(&projects)?;
+        let made = match fs::symlink_metadata(&state.dir) {
+            Ok(_) => false,
+            Err(_) => create_whole(home, state, root)?,
+        };
+        mkdir_private(&state.dir)?;
+        mkdir_private(&state.conversations())?;
+        write_root_file(state, root)?;
+        touch(&state.history(), 0o600)?;
+        touch(&state.lock(), 0o600)?;
+        Ok(made)
+    })();
+    if result.is_err() {
+        if !projects_existed {
+            let _ = fs::remove_dir(&projects);
+        }
+        if !existed {
+            let _ = fs::remove_dir(&home.dir);
+        }
     }
-    mkdir_private(&home.projects())?;
-    mkdir_private(&state.dir)?;
-    mkdir_private(&state.conversations())?;
-    write_root_file(state, root)?;
-    touch(&state.history(), 0o600)?;
-    touch(&state.lock(), 0o600)?;
-    Ok(())
+    result
+}
+
+/// Makes a project's directory under a temporary name (`projects/.new-<id>.<pid>.<n>`)
+/// and renames it into place. `Ok(false)`: another launch made it first.
+fn create_whole(home: &StateHome, state: &ProjectState, root: &Path) -> Result<bool> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = state
+        .dir
+        .file_name()
+        .context("state directory has no name")?;
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = std::ffi::OsString::from(NEW_PREFIX);
+    name.push(id);
+    name.push(format!(".{}.{seq}", std::process::id()));
+    let tmp = home.projects().join(name);
+    let doing = || format!("creating the state of project {}", root.shown());
+    DirBuilder::new()
+        .mode(0o700)
+        .create(&tmp)
+        .with_context(|| format!("cannot create {} ({})", tmp.shown(), doing()))?;
+    let tmp_state = ProjectState { dir: tmp.clone() };
+    let filled = (|| -> Result<()> {
+        mkdir_private(&tmp_state.conversations())?;
+        let path = tmp_state.root_file();
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create {} ({})", path.shown(), doing()))?;
+        f.write_all(root.as_os_str().as_bytes())
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("cannot write {} ({})", path.shown(), doing()))?;
+        touch(&tmp_state.history(), 0o600)?;
+        touch(&tmp_state.lock(), 0o600)?;
+        Ok(())
+    })();
+    let placed = filled.and_then(|()| match fs::rename(&tmp, &state.dir) {
+        Ok(()) => {
+            File::open(home.projects()).and_then(|d| d.sync_all()).ok();
+            Ok(true)
+        }
+        // Another launch made it meanwhile: theirs is as good as ours.
+        Err(e)
+            if e.kind() == ErrorKind::AlreadyExists
+                || e.raw_os_error() == Some(nix::libc::ENOTEMPTY) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "cannot rename {} to {} ({})",
+                tmp.shown(),
+                state.dir.shown(),
+                doing()
+            )
+        }),
+    });
+    if !matches!(placed, Ok(true)) {
+        let _ = fs::remove_dir_all(&tmp);
+    }
+    placed
+}
+
+/// Removes a project directory this launch made, when the launch failed before anyone
+/// else used it (no conversation in it, no other sandbox registered). Best effort.
+pub fn remove_unused(state: &ProjectState) {
+    let conversations_empty = fs::read_dir(state.conversations())
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true);
+    if !conversations_empty || crate::inuse::count_running(&state.dir) > 0 {
+        return;
+    }
+    let Some(projects) = state.dir.parent() else {
+        return;
+    };
+    let mut name = std::ffi::OsString::from(".gc-");
+    name.push(state.dir.file_name().unwrap_or_default());
+    name.push(format!("-{}", std::process::id()));
+    let trash = projects.join(name);
+    if fs::rename(&state.dir, &trash).is_ok() {
+        let _ = fs::remove_dir_all(&trash);
+    }
 }
 
 /// Checks that the state directory is (or can be made) writable, without creating it.
@@ -185,8 +375,8 @@ pub fn check_writable(home: &StateHome) -> Result<()> {
         bail!(
             "the state directory {} is not writable ({} is not a writable directory); \
              fix its permissions or set CLAUDEBOX_HOME to a writable directory",
-            home.dir.display(),
-            probe.display()
+            home.dir.shown(),
+            probe.shown()
         );
     }
     Ok(())
@@ -204,7 +394,7 @@ fn touch(path: &Path, mode: u32) -> Result<()> {
         .mode(mode)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
+        .with_context(|| format!("cannot create {}", path.shown()))?;
     Ok(())
 }
 
@@ -246,12 +436,11 @@ fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
             .create_new(true)
             .mode(mode)
             .open(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
-        f.write_all(bytes)?;
-        if durable {
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+            .with_context(|| format!("cannot create {}", tmp.shown()))?;
+        f.write_all(bytes)
+            .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
+            .with_context(|| format!("cannot write {}", tmp.shown()))?;
+        fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.shown()))?;
         if durable {
             // Make the rename itself durable: a record must survive a reboot.
             File::open(dir).and_then(|d| d.sync_all()).ok();
@@ -262,4 +451,62 @@ fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_settings_copy_keeps_the_hosts_file_and_only_saved_permissions() {
+        let d = tempfile::tempdir().unwrap();
+        let state = ProjectState {
+            dir: d.path().to_path_buf(),
+        };
+        let host = d.path().join("host.json");
+        fs::write(
+            &host,
+            r#"{"permissions": {"allow": ["Bash(ls:*)"]}, "model": "x"}"#,
+        )
+        .unwrap();
+        // What a sandbox left in the copy: a rule claude saved, and a planted hook.
+        fs::write(
+            state.local_settings(),
+            r#"{"permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"],
+                "defaultMode": "bypassPermissions"},
+               "hooks": {"SessionStart": []}, "enableAllProjectMcpServers": true}"#,
+        )
+        .unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&fs::read(state.local_settings()).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"]},
+                "model": "x"
+            })
+        );
+        // The host's file is not written; a missing or broken one counts as {}.
+        assert!(fs::read_to_string(&host)
+            .unwrap()
+            .contains("\"model\": \"x\""));
+        fs::write(&host, "not json").unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&fs::read(state.local_settings()).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"]}})
+        );
+        // A symlinked host file is not followed.
+        fs::remove_file(&host).unwrap();
+        let secret = d.path().join("secret.json");
+        fs::write(&secret, r#"{"token": "SECRET"}"#).unwrap();
+        std::os::unix::fs::symlink(&secret, &host).unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        assert!(!fs::read_to_string(state.local_settings())
+            .unwrap()
+            .contains("SECRET"));
+    }
 }

@@ -306,16 +306,19 @@ mod hardening {
                     path: "/p/.git".into(),
                     guard: Guard::Pin,
                     why: "pin",
+                    named_by: None,
                 },
                 Protected {
                     path: "/p/.git/hooks".into(),
                     guard: Guard::EmptyDir,
                     why: "hooks",
+                    named_by: None,
                 },
                 Protected {
                     path: "/p/.git/config".into(),
                     guard: Guard::ReadOnly,
                     why: "config",
+                    named_by: None,
                 },
             ],
             unprotected_missing: vec!["/p/.envrc".into()],
@@ -379,6 +382,43 @@ mod hardening {
         pos(&a, &["--ro-bind", "/opt/cb/claudebox", "/opt/cb/claudebox"]);
         pos(&a, &["--unsetenv", "SSH_AUTH_SOCK"]);
         pos(&a, &["--unsetenv", "DISPLAY"]);
+    }
+
+    #[test]
+    fn the_projects_claude_dir_is_a_scratch_tmpfs_with_the_state_copy_of_local_settings() {
+        let mut i = inputs();
+        for (path, guard) in [
+            ("/p/.claude", Guard::Scratch),
+            ("/p/.claude/settings.json", Guard::ReadOnly),
+            ("/p/.claude/settings.local.json", Guard::LocalSettings),
+        ] {
+            i.protected.push(Protected {
+                path: path.into(),
+                guard,
+                why: "claude",
+                named_by: None,
+            });
+        }
+        let copy = i.state.local_settings();
+        let a = render::argv(&build(&i));
+        let scratch = pos(&a, &["--tmpfs", "/p/.claude"]);
+        let shared = pos(
+            &a,
+            &[
+                "--ro-bind",
+                "/p/.claude/settings.json",
+                "/p/.claude/settings.json",
+            ],
+        );
+        let local = pos(
+            &a,
+            &[
+                "--bind",
+                copy.to_str().unwrap(),
+                "/p/.claude/settings.local.json",
+            ],
+        );
+        assert!(pos(&a, &["--bind", "/p", "/p"]) < scratch && scratch < shared && shared < local);
     }
 
     #[test]

@@ -31,6 +31,7 @@ use crate::host;
 use crate::state::ProjectState;
 use crate::transcripts::{self, Found};
 
+use crate::render::Shown;
 use lock::{busy, is_running, lock_name, write_run_info, RunInfo};
 use record::{now, read_record, write_record, Record};
 
@@ -204,17 +205,17 @@ pub fn dry_run_note(state: &ProjectState, l: &Launch, cwd: &Path) -> String {
         Start::New => format!(
             "session `{n}`: would start a new conversation {} and record it in {}",
             l.uuid,
-            record_path(state, n).display()
+            record_path(state, n).shown()
         ),
         Start::Resume { from: None } => format!("session `{n}`: would resume {}", l.uuid),
         Start::Resume { from: Some(d) } => format!(
             "session `{n}`: would resume {} after moving its transcript from {} to {}",
             l.uuid,
-            state.conversations().join(d).display(),
+            state.conversations().join(d).shown(),
             state
                 .conversations()
                 .join(transcripts::dir_name(cwd))
-                .display()
+                .shown()
         ),
         Start::Fresh { lost } => gone_note(n, lost, &l.uuid, "would start"),
     }
@@ -244,11 +245,44 @@ pub fn claim(
     instance_id: &str,
 ) -> Result<Claimed> {
     let name = &planned.name;
+    let sessions_existed = fs::symlink_metadata(state.sessions()).is_ok();
+    let lock_existed = fs::symlink_metadata(lock_path(state, name)).is_ok();
     crate::state::mkdir_private(&state.sessions())?;
     let Some(lock) = lock_name(state, name)? else {
+        if !sessions_existed {
+            let _ = fs::remove_dir(state.sessions());
+        }
         bail!("{}", busy(state, name));
     };
-    fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
+    match claim_locked(state, planned, cwd, instance_id, &lock) {
+        Ok(launch) => Ok(Claimed { launch, lock }),
+        Err(e) => {
+            // A failed launch leaves what it found: the name's lock file and the sessions
+            // directory go again if it made them (unlinked while held, as --forget does).
+            if !lock_existed {
+                let _ = fs::remove_file(lock_path(state, name));
+            }
+            drop(lock);
+            if !sessions_existed {
+                let _ = fs::remove_dir(state.sessions());
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The part of [`claim`] done under the name's lock.
+fn claim_locked(
+    state: &ProjectState,
+    planned: &Launch,
+    cwd: &Path,
+    instance_id: &str,
+    lock: &Flock<File>,
+) -> Result<Launch> {
+    let name = &planned.name;
+    fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+        .with_context(|| format!("cannot pass the lock of session `{name}` to bwrap"))?;
+    remove_own_temporaries(state, name);
     let fresh = match planned.start {
         Start::Resume { .. } => new_uuid()?,
         Start::New | Start::Fresh { .. } => planned.uuid.clone(),
@@ -293,7 +327,37 @@ pub fn claim(
         cwd: cwd.to_string_lossy().into_owned(),
     };
     write_run_info(state, name, &info)?;
-    Ok(Claimed { launch, lock })
+    Ok(launch)
+}
+
+/// Removes the temporary files of writes of this name's record and run note that a kill
+/// interrupted (`.NAME.json.tmp.*`, `.NAME.running.tmp.*`). Only the holder of the name's
+/// lock writes them, so under the lock any that exist are leftovers.
+fn remove_own_temporaries(state: &ProjectState, name: &str) {
+    let Ok(rd) = fs::read_dir(state.sessions()) else {
+        return;
+    };
+    let prefixes = [
+        format!(".{name}.json.tmp."),
+        format!(".{name}.running.tmp."),
+    ];
+    for e in rd.flatten() {
+        let file = e.file_name();
+        let b = file.as_bytes();
+        // The rest is `<pid>.<n>`: another name's files never match.
+        let ours = prefixes.iter().any(|p| {
+            b.strip_prefix(p.as_bytes()).is_some_and(|rest| {
+                let mut parts = rest.split(|c| *c == b'.');
+                let digits = |x: Option<&[u8]>| {
+                    x.is_some_and(|x| !x.is_empty() && x.iter().all(u8::is_ascii_digit))
+                };
+                digits(parts.next()) && digits(parts.next()) && parts.next().is_none()
+            })
+        });
+        if ours && e.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 /// Which conversation claude's own options pick, when they pick one (no `--session`).
@@ -452,7 +516,7 @@ pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<Strin
     let kept = match &uuid {
         Some(u) => format!(
             "its conversation {u} stays in {}",
-            state.conversations().display()
+            state.conversations().shown()
         ),
         None => "its record was unreadable".to_string(),
     };
@@ -465,7 +529,7 @@ pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<Strin
     let Some(lock) = lock_name(state, &name)? else {
         bail!("{}", busy(state, &name));
     };
-    fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+    fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.shown()))?;
     let _ = fs::remove_file(running_path(state, &name));
     let _ = fs::remove_file(lock_path(state, &name));
     File::open(state.sessions()).and_then(|d| d.sync_all()).ok();

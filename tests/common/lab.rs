@@ -173,7 +173,14 @@ impl MockApi {
     /// request_id, complete}` line.
     pub fn log(&self) -> Vec<Value> {
         let text = fs::read_to_string(self.dir.path().join("requests.jsonl")).unwrap_or_default();
-        text.lines()
+        // The mock may be half-way through writing a long line (Python writes it in
+        // several system calls): only lines that end in a newline are whole.
+        let whole = match text.rfind('\n') {
+            Some(end) => &text[..end],
+            None => "",
+        };
+        whole
+            .lines()
             .filter(|l| !l.is_empty())
             .map(|l| serde_json::from_str(l).expect("a JSON line in the mock's log"))
             .collect()

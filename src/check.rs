@@ -490,6 +490,7 @@ impl Probe {
                 home.join(".claude/sessions"),
                 work.clone(),
                 state.conversations(),
+                state.claude_config(),
             ] {
                 fs::DirBuilder::new()
                     .recursive(true)
@@ -499,6 +500,12 @@ impl Probe {
             fs::write(home.join(".claude/history.jsonl"), b"")?;
             fs::write(home.join(".claude.json"), b"{}\n")?;
             fs::write(state.history(), b"")?;
+            fs::write(state.empty_file(), b"")?;
+            let claude_home = crate::claude_home::HostClaude {
+                dir: home.join(".claude"),
+                json: home.join(".claude.json"),
+                entries: Vec::new(),
+            };
             Ok(Inputs {
                 project: Project {
                     root: work.clone(),
@@ -516,6 +523,8 @@ impl Probe {
                 bwrap: bwrap.to_path_buf(),
                 session: None,
                 settings: Default::default(),
+                claude_home,
+                writable_claude_setup: false,
                 protect_project_metadata: false,
                 protected: Vec::new(),
                 unprotected_missing: Vec::new(),

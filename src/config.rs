@@ -63,6 +63,8 @@ pub struct Section {
     pub ssh_agent: Option<Spanned<bool>>,
     /// Opt-out of the project write protection (as `--writable-project-config`).
     pub writable_project_config: Option<Spanned<bool>>,
+    /// Opt-out of the read-only Claude Code setup (as `--writable-claude-setup`).
+    pub writable_claude_setup: Option<Spanned<bool>>,
     /// Only in a `[[project]]` section: the project it applies to.
     pub root: Option<Spanned<String>>,
     /// Only at the top level: the per-project sections, in file order.
@@ -215,7 +217,7 @@ mod tests {
         assert_eq!(
             err("ro = []\nrox = 1\n"),
             "/c/config.toml:2:1: unknown field `rox`, expected one of `ro`, `rw`, `hide`, \
-             `env`, `pass_env`, `network`, `allow_hosts`, `claude_args`, `ssh_agent`, `writable_project_config`, `root`, `project`"
+             `env`, `pass_env`, `network`, `allow_hosts`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `root`, `project`"
         );
         assert_eq!(
             err("ro = 5\n"),

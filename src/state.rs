@@ -7,6 +7,9 @@
 //!         ├── project-root      the canonical project root, raw bytes, no newline
 //!         ├── claude-projects/  mounted at ~/.claude/projects inside the sandbox
 //!         ├── history.jsonl     mounted at ~/.claude/history.jsonl
+//!         ├── claude-config/    mounted at ~/.claude: what claude writes while it works,
+//!         │                     this project's .claude.json (see `claude_home`)
+//!         ├── claude-json-host.json  the host's .claude.json as last synced (filtered)
 //!         ├── empty             an empty read-only file, mounted over hidden files
 //!         ├── lock              mutex between a launch registering and --gc; its mtime
 //!         │                     is the project's last use
@@ -29,6 +32,8 @@ use anyhow::{bail, Context, Result};
 pub const ROOT_FILE: &str = "project-root";
 pub const CONVERSATIONS_DIR: &str = "claude-projects";
 pub const HISTORY_FILE: &str = "history.jsonl";
+pub const CLAUDE_CONFIG_DIR: &str = "claude-config";
+pub const CLAUDE_JSON_BASE: &str = "claude-json-host.json";
 pub const LOCK_FILE: &str = "lock";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";
@@ -76,6 +81,18 @@ impl ProjectState {
     }
     pub fn history(&self) -> PathBuf {
         self.dir.join(HISTORY_FILE)
+    }
+    /// Mounted at `~/.claude` (see `claude_home`).
+    pub fn claude_config(&self) -> PathBuf {
+        self.dir.join(CLAUDE_CONFIG_DIR)
+    }
+    /// The project's `.claude.json` (`CLAUDE_CONFIG_DIR` inside points at its dir).
+    pub fn claude_json(&self) -> PathBuf {
+        self.claude_config().join(".claude.json")
+    }
+    /// The host's `.claude.json` as last synced, for the next three-way merge.
+    pub fn claude_json_base(&self) -> PathBuf {
+        self.dir.join(CLAUDE_JSON_BASE)
     }
     pub fn lock(&self) -> PathBuf {
         self.dir.join(LOCK_FILE)

@@ -92,7 +92,7 @@ fn a_worktree_shares_conversations_with_its_main_checkout() {
 }
 
 #[test]
-fn skills_plugins_settings_and_credentials_are_visible_and_claude_dir_writable() {
+fn skills_plugins_settings_and_credentials_are_visible_and_writes_stay_with_the_project() {
     let w = World::new();
     let c = w.home().join(".claude");
     fs::create_dir_all(c.join("skills/my-skill")).unwrap();
@@ -105,12 +105,38 @@ fn skills_plugins_settings_and_credentials_are_visible_and_claude_dir_writable()
     let out = ok(&w.run_claude(
         &p,
         [] as [&str; 0],
-        "cat ~/.claude/skills/my-skill/SKILL.md ~/.claude/plugins/p1/plugin.json ~/.claude/settings.json ~/.claude/.credentials.json; echo; echo new > ~/.claude/new-file",
+        "cat ~/.claude/skills/my-skill/SKILL.md ~/.claude/plugins/p1/plugin.json ~/.claude/settings.json ~/.claude/.credentials.json; echo; \
+         echo new > ~/.claude/new-file && echo NEW-OK; echo x >> ~/.claude/settings.json || echo SETTINGS-RO; \
+         echo refreshed > ~/.claude/.credentials.json && echo CRED-OK",
     ));
-    for s in ["skill-body", "plugin-body", "{\"s\":1}", "cred-body"] {
+    for s in [
+        "skill-body",
+        "plugin-body",
+        "{\"s\":1}",
+        "cred-body",
+        "NEW-OK",
+        "SETTINGS-RO",
+        "CRED-OK",
+    ] {
         assert!(out.contains(s), "missing {s}:\n{out}");
     }
-    assert_eq!(fs::read_to_string(c.join("new-file")).unwrap(), "new\n");
+    // What claude writes stays with the project; the setup is unchanged; the login is shared.
+    assert!(!c.join("new-file").exists());
+    let id = env_in_dry_run(&dry_run(&w, &p), "CLAUDEBOX_PROJECT_ID").unwrap();
+    let mine = w
+        .state()
+        .join("projects")
+        .join(&id)
+        .join("claude-config/new-file");
+    assert_eq!(fs::read_to_string(mine).unwrap(), "new\n");
+    assert_eq!(
+        fs::read_to_string(c.join("settings.json")).unwrap(),
+        "{\"s\":1}"
+    );
+    assert_eq!(
+        fs::read_to_string(c.join(".credentials.json")).unwrap(),
+        "refreshed\n"
+    );
 }
 
 #[test]
@@ -155,20 +181,48 @@ fn sessions_registry_is_private_to_each_launch() {
 }
 
 #[test]
-fn claude_json_is_shared_both_ways() {
+fn claude_json_is_the_projects_own_and_follows_the_host() {
     let w = World::new();
-    fs::write(w.home().join(".claude.json"), "{\"host\":true}").unwrap();
+    let host = w.home().join(".claude.json");
+    fs::write(
+        &host,
+        "{\"host\":1,\"projects\":{\"/elsewhere\":{\"lastSessionId\":\"SECRET-B\"}}}",
+    )
+    .unwrap();
     let p = w.dir("p");
     let out = ok(&w.run_claude(
         &p,
         [] as [&str; 0],
-        "cat ~/.claude.json; echo; printf '{\"inside\":true}' > ~/.claude.json",
+        "cat ~/.claude.json; echo; echo \"$CLAUDE_CONFIG_DIR\"; \
+         printf '{\"host\":1,\"inside\":true}' > ~/.claude/.claude.json",
     ));
-    assert!(out.contains("{\"host\":true}"), "{out}");
-    assert_eq!(
-        fs::read_to_string(w.home().join(".claude.json")).unwrap(),
-        "{\"inside\":true}"
+    assert!(
+        out.contains("\"host\": 1") && !out.contains("SECRET-B"),
+        "{out}"
     );
+    assert!(
+        out.contains(&format!("{}/.claude\n", w.home().display())),
+        "{out}"
+    );
+    // The host's file is untouched; a host change shows at the next launch, beside the
+    // project's own change.
+    assert!(fs::read_to_string(&host).unwrap().contains("SECRET-B"));
+    fs::write(&host, "{\"host\":2}").unwrap();
+    let out = ok(&w.run_claude(&p, [] as [&str; 0], "cat ~/.claude.json"));
+    let v: serde_json::Value = serde_json::from_str(
+        out.lines()
+            .skip_while(|l| !l.starts_with('{'))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .as_str(),
+    )
+    .unwrap();
+    assert_eq!(v["host"], 2, "{out}");
+    assert_eq!(v["inside"], true, "{out}");
+    // Another project does not see it.
+    let q = w.dir("q");
+    let out = ok(&w.run_claude(&q, [] as [&str; 0], "cat ~/.claude.json"));
+    assert!(!out.contains("\"inside\""), "{out}");
 }
 
 #[test]

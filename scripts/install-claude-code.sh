@@ -1,13 +1,22 @@
 #!/usr/bin/env bash
-# Install a pinned Claude Code CLI from npm into a cache directory outside the
+# Install a Claude Code CLI from npm into a cache directory outside the
 # repository, and print the absolute path of its `claude` binary on stdout.
 #
-#   scripts/install-claude-code.sh            # -> /…/claude-code-2.1.197/node_modules/.bin/claude
+#   scripts/install-claude-code.sh            # the pinned version
+#   scripts/install-claude-code.sh pinned     # -> /…/claude-code-2.1.197/node_modules/.bin/claude
+#   scripts/install-claude-code.sh latest     # -> /…/claude-code-2.1.330/node_modules/.bin/claude
+#   scripts/install-claude-code.sh 2.1.300    # any named version
+#
+# The tests run with two: the pinned version, and the newest on npm when it was last
+# checked (LATEST_VERSION below; claude changes weekly and users have the newest). The
+# latest is always named: npm on node 20 otherwise picks an older release (the newest
+# ones declare a newer node engine, and install with only a warning when named).
 #
 # Environment:
 #   CLAUDEBOX_CI_CACHE            cache base directory
 #                                 (default: ${XDG_CACHE_HOME:-$HOME/.cache}/claudebox-ci)
-#   CLAUDEBOX_CLAUDE_CODE_VERSION version to install (default: the pinned one below)
+#   CLAUDEBOX_CLAUDE_CODE_VERSION version to install when no argument is given
+#                                 (default: the pinned one below)
 #
 # The install is idempotent: when the cache already holds a working binary of
 # the pinned version nothing is downloaded. A fresh install goes into a temporary
@@ -18,9 +27,16 @@
 set -euo pipefail
 
 readonly PINNED_VERSION="2.1.197"
+readonly LATEST_VERSION="2.1.330"
 readonly PACKAGE="@anthropic-ai/claude-code"
 
-version="${CLAUDEBOX_CLAUDE_CODE_VERSION:-$PINNED_VERSION}"
+case "${1:-}" in
+    "") version="${CLAUDEBOX_CLAUDE_CODE_VERSION:-$PINNED_VERSION}" ;;
+    pinned) version="$PINNED_VERSION" ;;
+    latest) version="$LATEST_VERSION" ;;
+    [0-9]*.[0-9]*.[0-9]*) version="$1" ;;
+    *) printf 'install-claude-code: error: unknown argument %q (pinned, latest or a version)\n' "$1" >&2; exit 2 ;;
+esac
 cache_base="${CLAUDEBOX_CI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/claudebox-ci}"
 
 log() { printf 'install-claude-code: %s\n' "$*" >&2; }

@@ -2,8 +2,9 @@
 //! sandbox, sees a user-scope MCP server configured on the host, and `claude mcp add -s
 //! user` inside reaches the host's `~/.claude.json`, which stays valid JSON.
 //!
-//! The CLI comes from `CLAUDEBOX_TEST_CLAUDE` (scripts/test installs a pinned version);
-//! without it the test fails, unless `CLAUDEBOX_SKIP_E2E=1` says to skip it.
+//! The CLI comes from `CLAUDEBOX_TEST_CLAUDE` (the pinned version) and
+//! `CLAUDEBOX_TEST_CLAUDE_LATEST` (the newest; scripts/test installs both); the test runs
+//! with each. Without them it fails, unless `CLAUDEBOX_SKIP_E2E=1` says to skip it.
 
 mod common;
 
@@ -12,20 +13,6 @@ use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
 use common::*;
-
-fn real_claude() -> Option<PathBuf> {
-    match std::env::var_os("CLAUDEBOX_TEST_CLAUDE") {
-        Some(p) if !p.is_empty() => Some(PathBuf::from(p)),
-        _ if std::env::var_os("CLAUDEBOX_SKIP_E2E").is_some_and(|v| v == "1") => {
-            eprintln!("skipping: CLAUDEBOX_SKIP_E2E=1");
-            None
-        }
-        _ => panic!(
-            "CLAUDEBOX_TEST_CLAUDE is not set: run the tests with scripts/test (which installs a \
-             pinned Claude Code), or set CLAUDEBOX_SKIP_E2E=1 to skip the end-to-end test"
-        ),
-    }
-}
 
 /// A world whose `claude` is the real CLI, linked the way npm links it.
 fn world_with_real_claude(claude: &PathBuf) -> World {
@@ -37,8 +24,13 @@ fn world_with_real_claude(claude: &PathBuf) -> World {
 
 #[test]
 fn real_claude_runs_inside_and_shares_user_mcp_config_with_the_host() {
-    let Some(claude) = real_claude() else { return };
-    let w = world_with_real_claude(&claude);
+    for c in common::lab::claude_versions() {
+        shares_user_mcp_config_with_the_host(&c.bin);
+    }
+}
+
+fn shares_user_mcp_config_with_the_host(claude: &PathBuf) {
+    let w = world_with_real_claude(claude);
     let host_cfg = w.home().join(".claude.json");
     fs::write(
         &host_cfg,

@@ -227,4 +227,5 @@ if [ -n "${FAKE_CLAUDE_SCRIPT:-}" ]; then
 fi
 "#;
 
+pub mod lab;
 pub mod maintenance;

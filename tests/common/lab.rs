@@ -1,0 +1,297 @@
+//! The lab: the real Claude Code against a local mock of the Anthropic Messages API
+//! (`tests/lab/mock_api.py`, Python 3 stdlib). A test starts the mock with a script,
+//! points claude at `base_url()`, and reads back every request claude sent.
+//!
+//! The Claude Code binaries come from `CLAUDEBOX_TEST_CLAUDE` (the pinned version) and
+//! `CLAUDEBOX_TEST_CLAUDE_LATEST` (the newest on npm); `scripts/test` installs and exports
+//! both. A test that needs them fails when they are missing, unless `CLAUDEBOX_SKIP_E2E=1`.
+
+use std::fs;
+use std::io::Read;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+pub const MOCK_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/mock_api.py");
+
+/// The API key the tests give claude (and approve in the seeded `~/.claude.json`).
+pub const API_KEY: &str = "sk-ant-api03-claudebox-lab-key-0123456789";
+
+/// One Claude Code under test: a short label for messages, and its binary.
+#[derive(Clone, Debug)]
+pub struct Claude {
+    pub label: &'static str,
+    pub bin: PathBuf,
+}
+
+/// Both Claude Code versions the tests run with: the pinned one (`CLAUDEBOX_TEST_CLAUDE`)
+/// and the newest (`CLAUDEBOX_TEST_CLAUDE_LATEST`). Empty (the test returns early) only
+/// with `CLAUDEBOX_SKIP_E2E=1`; otherwise a missing variable fails the test.
+pub fn claude_versions() -> Vec<Claude> {
+    let skip = std::env::var_os("CLAUDEBOX_SKIP_E2E").is_some_and(|v| v == "1");
+    let mut out = Vec::new();
+    for (label, var) in [
+        ("pinned", "CLAUDEBOX_TEST_CLAUDE"),
+        ("latest", "CLAUDEBOX_TEST_CLAUDE_LATEST"),
+    ] {
+        match std::env::var_os(var) {
+            Some(p) if !p.is_empty() => out.push(Claude {
+                label,
+                bin: PathBuf::from(p),
+            }),
+            _ if skip => {
+                eprintln!("skipping: CLAUDEBOX_SKIP_E2E=1");
+                return Vec::new();
+            }
+            _ => panic!(
+                "{var} is not set: run the tests with scripts/test (which installs the pinned \
+                 and the newest Claude Code and exports CLAUDEBOX_TEST_CLAUDE and \
+                 CLAUDEBOX_TEST_CLAUDE_LATEST), or set CLAUDEBOX_SKIP_E2E=1 to skip the \
+                 end-to-end tests"
+            ),
+        }
+    }
+    out
+}
+
+/// A running mock API. Killed (SIGKILL, then reaped) on drop; also dies with the thread
+/// that started it (`PR_SET_PDEATHSIG`), so a test that is killed leaves none behind.
+pub struct MockApi {
+    child: Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl MockApi {
+    /// Starts the mock playing `script` (see `tests/lab/mock_api.py` for the format:
+    /// a list of turns, or `{"turns": [...], "final_text": ..., "chunk_delay_ms": ...}`).
+    pub fn start(script: &Value) -> MockApi {
+        let dir = tempfile::Builder::new()
+            .prefix("claudebox-mock-api-")
+            .tempdir()
+            .expect("tempdir for the mock");
+        let script_path = dir.path().join("script.json");
+        fs::write(&script_path, serde_json::to_vec(script).unwrap()).unwrap();
+        let port_file = dir.path().join("port");
+        let log = dir.path().join("requests.jsonl");
+        let err = fs::File::create(dir.path().join("stderr")).unwrap();
+        let mut cmd = Command::new("python3");
+        cmd.arg(MOCK_API)
+            .arg("--port-file")
+            .arg(&port_file)
+            .arg("--script")
+            .arg(&script_path)
+            .arg("--log")
+            .arg(&log)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(err);
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd
+            .spawn()
+            .expect("start python3 tests/lab/mock_api.py (is python3 installed?)");
+        let mut mock = MockApi {
+            child,
+            dir,
+            port: 0,
+        };
+        let deadline = Instant::now() + Duration::from_secs(15);
+        loop {
+            if let Ok(text) = fs::read_to_string(&port_file) {
+                if let Ok(port) = text.trim().parse() {
+                    mock.port = port;
+                    return mock;
+                }
+            }
+            if let Ok(Some(status)) = mock.child.try_wait() {
+                panic!(
+                    "the mock API exited at start ({status}):\n{}",
+                    fs::read_to_string(mock.dir.path().join("stderr")).unwrap_or_default()
+                );
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the mock API did not start listening within 15 s"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `http://127.0.0.1:PORT`, for `ANTHROPIC_BASE_URL`.
+    pub fn base_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Every request so far, oldest first: `{id, time, method, path, headers, body,
+    /// kind[, turn]}` where kind is `conversation` (took a script turn), `title`,
+    /// `classifier`, `side`, `head` or `other`.
+    pub fn requests(&self) -> Vec<Value> {
+        self.log()
+            .into_iter()
+            .filter(|r| r["kind"] != "end")
+            .collect()
+    }
+
+    /// Whether the answer to request `id` was sent in full (`Some(false)`: the client
+    /// went away mid-answer; `None`: not over yet).
+    pub fn answer_complete(&self, id: &Value) -> Option<bool> {
+        self.log()
+            .iter()
+            .find(|r| r["kind"] == "end" && &r["request_id"] == id)
+            .and_then(|r| r["complete"].as_bool())
+    }
+
+    /// The whole log: the requests and, after each answer to a POST, an `{kind: "end",
+    /// request_id, complete}` line.
+    pub fn log(&self) -> Vec<Value> {
+        let text = fs::read_to_string(self.dir.path().join("requests.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter(|l| !l.is_empty())
+            .map(|l| serde_json::from_str(l).expect("a JSON line in the mock's log"))
+            .collect()
+    }
+
+    /// The requests of the conversation itself (the ones that took a script turn or the
+    /// final text), from the `skip`-th on (pass a count taken earlier to see one run's).
+    pub fn conversation(&self, skip: usize) -> Vec<Value> {
+        self.requests()
+            .into_iter()
+            .filter(|r| r["kind"] == "conversation")
+            .skip(skip)
+            .collect()
+    }
+
+    /// The mock's own stderr (tracebacks), for failure messages.
+    pub fn stderr(&self) -> String {
+        fs::read_to_string(self.dir.path().join("stderr")).unwrap_or_default()
+    }
+}
+
+impl Drop for MockApi {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// All the text of a request's messages (text blocks, tool inputs and tool results), one
+/// string, to look for what an earlier turn said.
+pub fn messages_text(request: &Value) -> String {
+    let mut out = String::new();
+    fn walk(v: &Value, out: &mut String) {
+        match v {
+            Value::String(s) => {
+                out.push_str(s);
+                out.push('\n');
+            }
+            Value::Array(a) => a.iter().for_each(|x| walk(x, out)),
+            Value::Object(o) => o.values().for_each(|x| walk(x, out)),
+            _ => {}
+        }
+    }
+    walk(&request["body"]["messages"], &mut out);
+    out
+}
+
+/// The `~/.claude.json` a TUI run needs to go straight to the prompt offline: onboarding
+/// done, `API_KEY` approved, each of `projects` trusted, 2.1.330's notices seen.
+pub fn claude_json_seed(projects: &[&Path]) -> Value {
+    let key = API_KEY;
+    let tail = &key[key.len().saturating_sub(20)..];
+    let mut p = serde_json::Map::new();
+    for dir in projects {
+        p.insert(
+            dir.to_str().expect("a UTF-8 project path").to_string(),
+            json!({"hasTrustDialogAccepted": true, "hasCompletedProjectOnboarding": true}),
+        );
+    }
+    json!({
+        "hasCompletedOnboarding": true,
+        "lastOnboardingVersion": "2.1.330",
+        "theme": "dark",
+        "customApiKeyResponses": {"approved": [tail], "rejected": []},
+        "hasSeenAutoDefaultNotice": true,
+        "autoModeClassifierBillingNoticeAcknowledgedAt": 1,
+        "projects": p,
+    })
+}
+
+/// Writes `claude_json_seed(projects)` to `home/.claude.json`.
+pub fn seed_claude_json(home: &Path, projects: &[&Path]) {
+    fs::write(
+        home.join(".claude.json"),
+        serde_json::to_vec_pretty(&claude_json_seed(projects)).unwrap(),
+    )
+    .unwrap();
+}
+
+/// Runs `cmd` (stdin null, output captured) in its own process group and waits at most
+/// `limit`; on timeout the whole group is killed and `Err` carries what it printed.
+pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output, String> {
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = cmd.spawn().map_err(|e| format!("spawn: {e}"))?;
+    let pgid = nix::unistd::Pid::from_raw(child.id() as i32);
+    let out = reader(child.stdout.take().unwrap());
+    let err = reader(child.stderr.take().unwrap());
+    let deadline = Instant::now() + limit;
+    let status: Option<ExitStatus> = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break Some(s),
+            Ok(None) if Instant::now() >= deadline => break None,
+            Ok(None) => std::thread::sleep(Duration::from_millis(25)),
+            Err(e) => return Err(format!("wait: {e}")),
+        }
+    };
+    // Whatever of the group is left (all of it on a timeout) goes, so the pipes close.
+    let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
+    let status = match status {
+        Some(s) => s,
+        None => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+                String::from_utf8_lossy(&collect(out)),
+                String::from_utf8_lossy(&collect(err))
+            ));
+        }
+    };
+    Ok(Output {
+        status,
+        stdout: collect(out),
+        stderr: collect(err),
+    })
+}
+
+/// Reads a pipe to its end on a thread.
+fn reader(mut r: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<Vec<u8>> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut v = Vec::new();
+        let _ = r.read_to_end(&mut v);
+        let _ = tx.send(v);
+    });
+    rx
+}
+
+/// What a `reader` read; waits at most 5 s more (a process outside the group, such as a
+/// sandbox in its own session, could hold the pipe open).
+fn collect(rx: std::sync::mpsc::Receiver<Vec<u8>>) -> Vec<u8> {
+    rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default()
+}

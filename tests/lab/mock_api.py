@@ -1,0 +1,309 @@
+#!/usr/bin/env python3
+"""A mock of the Anthropic Messages API for running the real Claude Code offline.
+
+Python 3 standard library only. Listens on 127.0.0.1 only (never another address).
+
+    python3 tests/lab/mock_api.py [--port N] [--port-file F] [--script F] [--log F]
+                                  [--final-text T]
+
+  --port N        port to listen on (default 0: the kernel picks a free one)
+  --port-file F   write the port there (atomically, with a newline) once listening
+  --script F      the conversation to play, a JSON file (format below)
+  --log F         append one JSON line per request: id (1, 2, ...), time, method, path,
+                  headers, body (parsed JSON, or text), kind and, for the conversation,
+                  turn; and after each answer to a POST /v1/messages a line
+                  {"kind": "end", "request_id": ID, "complete": BOOL} (false when the
+                  client went away mid-answer)
+  --final-text T  what to answer once the script is used up (default below)
+
+It also prints `mock-api listening on http://127.0.0.1:PORT` on stdout. Point claude
+at it with ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=anything.
+
+Script format: a JSON list of turns, or an object {"turns": [...], "final_text": "...",
+"chunk_delay_ms": N}. Each request of the conversation itself (a POST /v1/messages that
+offers tools) takes the next turn; when none is left it gets the final text. A turn is
+
+  "some text"                                      an answer in text
+  {"text": "...", "chunks": N, "chunk_delay_ms": M} the same, streamed in N pieces with
+                                                   M ms between them (so a test can
+                                                   interrupt it mid-answer)
+  {"bash": {"command": "...", "description": "..."}}   a tool_use of claude's Bash tool
+  {"write": {"file_path": "/abs/path", "content": "..."}} a tool_use of its Write tool
+  {"tool": "Name", "input": {...}}                 a tool_use of any other tool
+
+A tool turn may also carry "text" (said before the call) and "chunk_delay_ms". After a
+tool turn claude runs the tool and sends its result in the next request, which takes the
+next turn: [{"bash": ...}, "done"] is a tool call followed by a closing answer.
+
+Side calls never take a turn: requests without tools are claude's own helpers (session
+titles ask for JSON through output_config.format -> a JSON title; the auto-mode
+classifier of 2.1.330 is stream false -> "<block>no</block>", which lets a tool call
+through; anything else -> a short text). HEAD / and HEAD /api/hello answer 200; any
+other path answers 404 with an error body.
+"""
+
+import argparse
+import json
+import os
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+DEFAULT_FINAL_TEXT = "MOCK: the script is over."
+MODEL = "claude-mock-1"
+
+
+class Script:
+    def __init__(self, turns, final_text, chunk_delay_ms):
+        self.turns = list(turns)
+        self.final_text = final_text
+        self.chunk_delay_ms = chunk_delay_ms
+        self.next = 0
+        self.lock = threading.Lock()
+
+    @staticmethod
+    def load(path, final_text):
+        turns, delay = [], 0
+        if path:
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            if isinstance(data, dict):
+                turns = data.get("turns", [])
+                final_text = data.get("final_text", final_text)
+                delay = int(data.get("chunk_delay_ms", 0))
+            else:
+                turns = data
+        return Script(turns, final_text, delay)
+
+    def take(self):
+        """The next turn (and its index), or the final text (index None)."""
+        with self.lock:
+            if self.next < len(self.turns):
+                i = self.next
+                self.next += 1
+                return i, self.turns[i]
+        return None, self.final_text
+
+
+def blocks_of(turn):
+    """(content blocks, stop_reason, chunks, delay) of a script turn."""
+    if isinstance(turn, str):
+        turn = {"text": turn}
+    blocks = []
+    if turn.get("text"):
+        blocks.append({"type": "text", "text": turn["text"]})
+    tool = None
+    if "bash" in turn:
+        tool = ("Bash", turn["bash"])
+    elif "write" in turn:
+        tool = ("Write", turn["write"])
+    elif "tool" in turn:
+        tool = (turn["tool"], turn.get("input", {}))
+    if tool:
+        blocks.append({"type": "tool_use", "id": "toolu_mock_%d_%d" % (os.getpid(), next_id()),
+                       "name": tool[0], "input": tool[1]})
+    if not blocks:
+        blocks.append({"type": "text", "text": ""})
+    stop = "tool_use" if tool else "end_turn"
+    return blocks, stop, max(1, int(turn.get("chunks", 1))), turn.get("chunk_delay_ms")
+
+
+_ids = [0]
+_ids_lock = threading.Lock()
+
+
+def next_id():
+    with _ids_lock:
+        _ids[0] += 1
+        return _ids[0]
+
+
+def split(s, n):
+    n = max(1, min(n, len(s))) if s else 1
+    size = -(-len(s) // n) if s else 1
+    return [s[i:i + size] for i in range(0, len(s), size)] or [""]
+
+
+def usage():
+    return {"input_tokens": 10, "output_tokens": 10,
+            "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
+
+
+class Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "mock-anthropic/1"
+
+    def log_message(self, fmt, *args):  # quiet: the JSON log is the record
+        pass
+
+    def record(self, body, kind, turn=None):
+        srv = self.server
+        with srv.log_lock:
+            srv.count += 1
+            self.request_id = srv.count
+        entry = {
+            "id": self.request_id,
+            "time": time.time(),
+            "method": self.command,
+            "path": self.path,
+            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "body": body,
+            "kind": kind,
+        }
+        if turn is not None:
+            entry["turn"] = turn
+        self.write_log(entry)
+
+    def write_log(self, entry):
+        srv = self.server
+        if srv.log_path:
+            line = json.dumps(entry) + "\n"
+            with srv.log_lock, open(srv.log_path, "a", encoding="utf-8") as f:
+                f.write(line)
+                f.flush()
+
+    def reply(self, status, payload, ctype="application/json"):
+        data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def do_HEAD(self):
+        self.record(None, "head")
+        path = self.path.split("?")[0]
+        self.reply(200 if path in ("/", "/api/hello") else 404, b"", "text/plain")
+
+    def do_GET(self):
+        self.record(None, "other")
+        self.not_found()
+
+    def not_found(self):
+        self.reply(404, {"type": "error",
+                         "error": {"type": "not_found_error", "message": "mock: no such route"}})
+
+    def read_body(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        raw = self.rfile.read(n) if n else b""
+        try:
+            return json.loads(raw) if raw else None
+        except ValueError:
+            return raw.decode("utf-8", "replace")
+
+    def do_POST(self):
+        body = self.read_body()
+        path = self.path.split("?")[0]
+        if path != "/v1/messages" or not isinstance(body, dict):
+            self.record(body, "other")
+            self.not_found()
+            return
+        stream = bool(body.get("stream"))
+        fmt = (body.get("output_config") or {}).get("format") or {}
+        if body.get("tools"):
+            turn_index, turn = self.server.script.take()
+            self.record(body, "conversation", turn_index)
+            delay = self.server.script.chunk_delay_ms
+        elif fmt.get("type") == "json_schema":
+            self.record(body, "title")
+            turn, delay, turn_index = {"text": json.dumps({"title": "Mock session"})}, 0, None
+        elif not stream:
+            self.record(body, "classifier")
+            turn, delay, turn_index = "<block>no</block>", 0, None
+        else:
+            self.record(body, "side")
+            turn, delay, turn_index = "Mock side answer", 0, None
+        blocks, stop, chunks, turn_delay = blocks_of(turn)
+        if turn_delay is not None:
+            delay = turn_delay
+        complete = False
+        try:
+            if stream:
+                self.stream(blocks, stop, chunks, delay / 1000.0)
+            else:
+                self.reply(200, self.message(blocks, stop))
+            complete = True
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client went away mid-answer (Ctrl-C): fine
+        self.write_log({"kind": "end", "request_id": self.request_id, "time": time.time(),
+                        "complete": complete})
+
+    def message(self, blocks, stop):
+        return {"id": "msg_mock_%d" % next_id(), "type": "message", "role": "assistant",
+                "model": MODEL, "content": blocks, "stop_reason": stop,
+                "stop_sequence": None, "usage": usage()}
+
+    def event(self, name, data):
+        self.wfile.write(("event: %s\ndata: %s\n\n" % (name, json.dumps(data))).encode())
+        self.wfile.flush()
+
+    def stream(self, blocks, stop, chunks, delay):
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+        start = self.message([], None)
+        self.event("message_start", {"type": "message_start", "message": start})
+        for i, b in enumerate(blocks):
+            if b["type"] == "text":
+                self.event("content_block_start", {"type": "content_block_start", "index": i,
+                                                   "content_block": {"type": "text", "text": ""}})
+                for piece in split(b["text"], chunks):
+                    if delay:
+                        time.sleep(delay)
+                    self.event("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                       "delta": {"type": "text_delta",
+                                                                 "text": piece}})
+            else:
+                self.event("content_block_start", {
+                    "type": "content_block_start", "index": i,
+                    "content_block": {"type": "tool_use", "id": b["id"], "name": b["name"],
+                                      "input": {}}})
+                for piece in split(json.dumps(b["input"]), chunks):
+                    if delay:
+                        time.sleep(delay)
+                    self.event("content_block_delta", {"type": "content_block_delta", "index": i,
+                                                       "delta": {"type": "input_json_delta",
+                                                                 "partial_json": piece}})
+            self.event("content_block_stop", {"type": "content_block_stop", "index": i})
+        self.event("message_delta", {"type": "message_delta",
+                                     "delta": {"stop_reason": stop, "stop_sequence": None},
+                                     "usage": {"output_tokens": 10}})
+        self.event("message_stop", {"type": "message_stop"})
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--port-file")
+    ap.add_argument("--script")
+    ap.add_argument("--log")
+    ap.add_argument("--final-text", default=DEFAULT_FINAL_TEXT)
+    a = ap.parse_args()
+
+    srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
+    srv.daemon_threads = True
+    srv.script = Script.load(a.script, a.final_text)
+    srv.log_path = a.log
+    srv.log_lock = threading.Lock()
+    srv.count = 0
+    port = srv.server_address[1]
+    if a.port_file:
+        tmp = a.port_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("%d\n" % port)
+        os.rename(tmp, a.port_file)
+    print("mock-api listening on http://127.0.0.1:%d" % port, flush=True)
+    try:
+        srv.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -110,9 +110,19 @@ impl ProjectState {
     }
 }
 
-/// Creates (or empties) the file mounted over hidden files.
+/// Creates (or empties) the file mounted over hidden files and missing setup files.
+/// Looks first: on most launches it exists, empty, read-only (which the owner cannot open
+/// for writing unless root).
 pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
     let path = state.empty_file();
+    if let Ok(m) = fs::symlink_metadata(&path) {
+        if m.is_file() && m.len() == 0 {
+            return Ok(());
+        }
+        if m.is_file() {
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o600))?;
+        }
+    }
     let f = OpenOptions::new()
         .create(true)
         .append(true)
@@ -123,6 +133,7 @@ pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
     if f.metadata()?.len() != 0 {
         f.set_len(0)
             .with_context(|| format!("cannot empty {}", path.display()))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o400))?;
     }
     Ok(())
 }

@@ -288,3 +288,98 @@ fn a_claude_under_dot_claude_local_stays_read_only_with_the_opt_out() {
     assert!(stdout(&o).contains("DONE"), "{}", stderr(&o));
     assert!(contains_planted(&local.join("claude")), "control");
 }
+
+/// With the real Claude Code: a host session is in the middle of a Bash call when a
+/// sandbox appends to every shell snapshot it can reach; the host session's next Bash
+/// call sources its snapshot. Protected: the planted line never runs on the host. Control
+/// (the snapshots bound read-write on purpose): it runs.
+#[test]
+fn a_running_host_session_never_sources_what_a_sandbox_planted() {
+    use common::lab::{claude_versions, MockApi, API_KEY};
+    use std::time::{Duration, Instant};
+    for c in claude_versions() {
+        for (args, expect_ran) in [(&[][..], false), (&["--rw", "SNAPSHOTS"][..], true)] {
+            let w = World::new();
+            let host_proj = w.dir("host-proj");
+            let proj = w.dir("proj");
+            let ready = w.root().join("ready");
+            let go = w.root().join("go");
+            let ran = w.root().join("planted-line-ran");
+            let mock = MockApi::start(&serde_json::json!([
+                {"bash": {"command": format!(
+                    "touch {}; while [ ! -e {} ]; do sleep 0.1; done",
+                    ready.display(), go.display()
+                ), "description": "wait"}},
+                {"bash": {"command": "echo second", "description": "second"}},
+                "done"
+            ]));
+            let mut host = Command::new(&c.bin)
+                .args(["-p", "go", "--allowedTools", "Bash"])
+                .current_dir(&host_proj)
+                .env_clear()
+                .env("HOME", w.home())
+                .env("PATH", "/usr/bin:/bin")
+                .env("ANTHROPIC_BASE_URL", mock.base_url())
+                .env("ANTHROPIC_API_KEY", API_KEY)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while !ready.exists() {
+                assert!(
+                    Instant::now() < deadline,
+                    "[{}] the host session never ran its Bash call",
+                    c.label
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let snaps = w.home().join(".claude/shell-snapshots");
+            assert!(
+                fs::read_dir(&snaps).is_ok_and(|d| d.count() > 0),
+                "[{}] the host session made no shell snapshot",
+                c.label
+            );
+            let args: Vec<String> = args
+                .iter()
+                .map(|a| a.replace("SNAPSHOTS", &snaps.display().to_string()))
+                .collect();
+            let script = format!(
+                "for f in ~/.claude/shell-snapshots/*.sh \"$T_HOME\"/.claude/shell-snapshots/*.sh; do \
+                 echo 'touch {}' >> \"$f\"; done; echo PLANT-TRIED",
+                ran.display()
+            );
+            let o = w
+                .cmd(&proj)
+                .env("T_HOME", w.home())
+                .args(&args)
+                .args(["--exec", "sh", "-c", &script])
+                .output()
+                .unwrap();
+            assert!(stdout(&o).contains("PLANT-TRIED"), "{}", stderr(&o));
+            fs::write(&go, "").unwrap();
+            let out = host.wait_with_output().unwrap();
+            assert!(
+                out.status.success()
+                    && mock
+                        .requests()
+                        .iter()
+                        .filter(|r| r["kind"] == "conversation")
+                        .count()
+                        >= 3,
+                "[{}] host session: {}{}",
+                c.label,
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert_eq!(
+                ran.exists(),
+                expect_ran,
+                "[{}] with {args:?}: planted line ran on the host: {}",
+                c.label,
+                ran.exists()
+            );
+        }
+    }
+}

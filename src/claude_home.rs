@@ -666,26 +666,84 @@ pub fn sync_config(host: &HostClaude, st: &ProjectState, project: &Project) -> R
         return Ok(());
     };
     let base_path = st.claude_json_base();
-    let base: Option<Value> = fs::read(&base_path)
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok());
-    if base.as_ref() == Some(&host_view) && st.claude_json().exists() {
-        return Ok(()); // nothing changed on the host
-    }
-    let lock = ConfigLock::take(&st.claude_json())?;
     let path = st.claude_json();
-    let mine: Option<Value> = match fs::read(&path) {
-        Ok(b) => serde_json::from_slice(&b).ok(),
-        Err(_) => None,
+    let read_base = || -> Option<Value> {
+        fs::read(&base_path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok())
     };
-    let merged = merge(base.as_ref(), &host_view, mine.as_ref());
-    if mine.as_ref() != Some(&merged) {
+    if read_base().as_ref() == Some(&host_view) && path.exists() {
+        return Ok(()); // nothing changed on the host since the last sync
+    }
+    {
+        let _lock = ConfigLock::take(&path)?;
+        // Another launch of the project may have merged the same host state meanwhile.
+        let base = read_base();
+        if base.as_ref() == Some(&host_view) && path.exists() {
+            return Ok(());
+        }
+        merge_into(&path, base.as_ref(), &host_view)?;
+        state::write_atomic_volatile(&base_path, &serde_json::to_vec(&host_view)?, 0o600)?;
+    }
+    // Durable after the lock is released, so the lock is held for as short as can be:
+    // claude 2.1.x does not wait for it (a held lock makes it write without one).
+    for p in [&path, &base_path] {
+        if let Ok(f) = fs::File::open(p) {
+            f.sync_all().ok();
+        }
+    }
+    if let Ok(d) = fs::File::open(st.claude_config()) {
+        d.sync_all().ok();
+    }
+    Ok(())
+}
+
+/// Under the lock: read the project's file, merge, and rename the result over it unless
+/// the file changed since it was read (a claude that found the lock held writes without
+/// it); then read and merge again.
+fn merge_into(path: &Path, base: Option<&Value>, host_view: &Value) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let stamp = |m: &fs::Metadata| (m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+    for _ in 0..20 {
+        let before = fs::metadata(path).ok().map(|m| stamp(&m));
+        let mine: Option<Value> = fs::read(path)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
+        let merged = merge(base, host_view, mine.as_ref());
+        if mine.as_ref() == Some(&merged) {
+            return Ok(());
+        }
         let mut text = serde_json::to_vec_pretty(&merged)?;
         text.push(b'\n');
-        state::write_atomic(&path, &text, 0o600)?;
+        let tmp = tmp_beside(path)?;
+        fs::write(&tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))?;
+        if fs::metadata(path).ok().map(|m| stamp(&m)) != before {
+            let _ = fs::remove_file(&tmp);
+            continue;
+        }
+        return fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()));
     }
-    drop(lock);
-    state::write_atomic(&base_path, &serde_json::to_vec(&host_view)?, 0o600)
+    bail!(
+        "{} keeps changing; the host's changes to ~/.claude.json come in at the next launch",
+        path.display()
+    )
+}
+
+/// A new 0600 temporary file name beside `path`.
+fn tmp_beside(path: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = path.as_os_str().to_os_string();
+    name.push(format!(".tmp.claudebox.{}.{seq}", std::process::id()));
+    let tmp = PathBuf::from(name);
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&tmp)
+        .with_context(|| format!("cannot create {}", tmp.display()))?;
+    Ok(tmp)
 }
 
 /// claude's lock of `.claude.json`: the directory `<file>.lock`, made with `mkdir` and

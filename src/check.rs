@@ -505,6 +505,7 @@ impl Probe {
                 dir: home.join(".claude"),
                 json: home.join(".claude.json"),
                 entries: Vec::new(),
+                credentials: None,
             };
             Ok(Inputs {
                 project: Project {

@@ -310,6 +310,9 @@ pub struct HostClaude {
     pub json: PathBuf,
     /// The entries of `dir`, sorted by name, each with whether it is a directory.
     pub entries: Vec<(OsString, bool)>,
+    /// The login's credentials file, when there is one: in
+    /// `$CLAUDE_SECURESTORAGE_CONFIG_DIR` when the host sets it, else in `dir`.
+    pub credentials: Option<PathBuf>,
 }
 
 impl HostClaude {
@@ -339,7 +342,17 @@ impl HostClaude {
             })
             .collect();
         entries.sort();
-        HostClaude { dir, json, entries }
+        let secure = std::env::var_os("CLAUDE_SECURESTORAGE_CONFIG_DIR")
+            .map(PathBuf::from)
+            .filter(|d| d.is_absolute())
+            .unwrap_or_else(|| dir.clone());
+        let credentials = Some(secure.join(".credentials.json")).filter(|c| c.is_file());
+        HostClaude {
+            dir,
+            json,
+            entries,
+            credentials,
+        }
     }
 }
 
@@ -454,6 +467,27 @@ pub fn overlays(
             why: format!("private to this launch: {}", e.why),
         });
     }
+    // The login: claude's secure-storage dir (CLAUDE_SECURESTORAGE_CONFIG_DIR inside),
+    // one for every sandbox of every project, so they share the OAuth refresh lock.
+    let login = st.login_dir();
+    v.push(Overlay::Bind {
+        source: login.clone(),
+        target: login.clone(),
+        writable: true,
+        file: false,
+        why: "the login's directory, shared by every sandbox: OAuth refresh and storage \
+              locks (claude's CLAUDE_SECURESTORAGE_CONFIG_DIR)"
+            .into(),
+    });
+    if let Some(c) = host.credentials.as_ref().filter(|c| !c.starts_with(&login)) {
+        v.push(Overlay::Bind {
+            source: c.clone(),
+            target: login.join(".credentials.json"),
+            writable: true,
+            file: true,
+            why: "the login's OAuth tokens, shared with the host".into(),
+        });
+    }
     v
 }
 
@@ -476,24 +510,30 @@ fn placeholder(name: &str) -> bool {
     )
 }
 
-/// Makes the mount points of the group exist in the project's directory as what they
-/// must be (never a symlink an earlier sandbox left to redirect a mount), so bwrap does
-/// not create them and no mount lands elsewhere. Only inside claudebox's state.
-pub fn prepare_mount_points(st: &ProjectState, overlays: &[Overlay]) -> Result<()> {
+/// Makes the mount points of the group exist as what they must be (never a symlink an
+/// earlier sandbox left to redirect a mount), so bwrap does not create them and no mount
+/// lands elsewhere. Only inside claudebox's state: the project's directory (seen at
+/// `~/.claude`) and the login directory.
+pub fn prepare_mount_points(home: &Path, st: &ProjectState, overlays: &[Overlay]) -> Result<()> {
     let dir = st.claude_config();
+    let login = st.login_dir();
     state::mkdir_private(&dir)?;
+    state::mkdir_private(&login)?;
+    let inside = home.join(".claude");
     for o in overlays {
         let (target, file) = match o {
             Overlay::Bind { target, file, .. } => (target, *file),
             Overlay::EmptyDir { target, .. } | Overlay::Tmpfs { target, .. } => (target, false),
         };
-        let Some(name) = target.file_name() else {
-            continue;
+        let point = if let Ok(rel) = target.strip_prefix(&inside) {
+            dir.join(rel)
+        } else {
+            target.clone()
         };
-        if target.parent().and_then(Path::file_name) != Some(OsStr::new(".claude")) {
-            continue; // the group's root
+        // Only the entries directly in one of the two roots are mount points.
+        if point.parent() != Some(dir.as_path()) && point.parent() != Some(login.as_path()) {
+            continue;
         }
-        let point = dir.join(name);
         let meta = fs::symlink_metadata(&point);
         let right = meta.as_ref().is_ok_and(|m| {
             if file {

@@ -169,7 +169,7 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
         &inp.state,
         inp.writable_claude_setup,
     );
-    claude_home::prepare_mount_points(&inp.state, &overlays)?;
+    claude_home::prepare_mount_points(&inp.home, &inp.state, &overlays)?;
     claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
     // A named session is decided again under its own lock; replan if that changed it.
     let mut plan = p.plan.clone();

@@ -2,6 +2,8 @@
 //!
 //! ```text
 //! $CLAUDEBOX_HOME (default ~/.claudebox, mode 0700)
+//! ├── login/                mounted at the same path in every sandbox: claude's secure-
+//! │                         storage dir (OAuth refresh lock; .credentials.json bound in)
 //! └── projects/
 //!     └── <id>/                 16 hex chars of sha256(project root)
 //!         ├── project-root      the canonical project root, raw bytes, no newline
@@ -34,6 +36,7 @@ pub const CONVERSATIONS_DIR: &str = "claude-projects";
 pub const HISTORY_FILE: &str = "history.jsonl";
 pub const CLAUDE_CONFIG_DIR: &str = "claude-config";
 pub const CLAUDE_JSON_BASE: &str = "claude-json-host.json";
+pub const LOGIN_DIR: &str = "login";
 pub const LOCK_FILE: &str = "lock";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";
@@ -81,6 +84,16 @@ impl ProjectState {
     }
     pub fn history(&self) -> PathBuf {
         self.dir.join(HISTORY_FILE)
+    }
+    /// The login's directory, shared by every project: `<state home>/login` (claude's
+    /// `CLAUDE_SECURESTORAGE_CONFIG_DIR` inside, see `claude_home`).
+    pub fn login_dir(&self) -> PathBuf {
+        let home = self
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(&self.dir);
+        home.join(LOGIN_DIR)
     }
     /// Mounted at `~/.claude` (see `claude_home`).
     pub fn claude_config(&self) -> PathBuf {

@@ -659,3 +659,42 @@ fn the_agent_gets_sigpipe_at_its_default_and_a_pipe_closing_ends_the_writer() {
     assert_eq!(ignored & SIGPIPE, 0, "SIGPIPE is ignored inside:\n{out}");
     assert!(out.contains("yes=141"), "{out}");
 }
+
+/// One login, many agents: every sandbox, of every project, has the same secure-storage
+/// directory (claude's `CLAUDE_SECURESTORAGE_CONFIG_DIR`, where it takes its OAuth refresh
+/// lock `.oauth_refresh.lock` with `mkdir`), with the host's credentials in it.
+#[test]
+fn every_project_shares_the_login_directory_and_its_locks() {
+    let w = World::new();
+    fs::write(w.home().join(".claude/.credentials.json"), "tokens-v1").unwrap();
+    let a = w.dir("a");
+    let b = w.dir("b");
+    let out = ok(&w.run_claude(
+        &a,
+        [] as [&str; 0],
+        "echo \"DIR<$CLAUDE_SECURESTORAGE_CONFIG_DIR>\"; cat \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"; echo; \
+         mkdir \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.oauth_refresh.lock\" && echo A-HOLDS",
+    ));
+    assert!(
+        out.contains("tokens-v1") && out.contains("A-HOLDS"),
+        "{out}"
+    );
+    let dir = out
+        .lines()
+        .find_map(|l| l.strip_prefix("DIR<").and_then(|l| l.strip_suffix('>')))
+        .unwrap()
+        .to_string();
+    assert_eq!(Path::new(&dir), w.state().join("login"));
+    let out = ok(&w.run_claude(
+        &b,
+        [] as [&str; 0],
+        "mkdir \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.oauth_refresh.lock\" 2>/dev/null && echo B-TOOK || echo B-WAITS; \
+         echo tokens-v2 > \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"",
+    ));
+    assert!(out.contains("B-WAITS"), "{out}");
+    // A refresh written in place reaches the host's file.
+    assert_eq!(
+        fs::read_to_string(w.home().join(".claude/.credentials.json")).unwrap(),
+        "tokens-v2\n"
+    );
+}

@@ -27,6 +27,7 @@ fn host(entries: &[(&str, bool)]) -> HostClaude {
             .iter()
             .map(|(n, d)| (OsString::from(n), *d))
             .collect(),
+        credentials: Some("/h/.claude/.credentials.json".into()),
     }
 }
 
@@ -103,6 +104,20 @@ fn setup_is_read_only_project_entries_are_not_shown_launch_entries_are_private()
             file: true,
             ..
         }]
+    ));
+    // The login's directory, shared by every project, with the host's tokens in it.
+    let login = "/h/.claudebox/login";
+    assert!(matches!(
+        find(&v, login)[..],
+        [Overlay::Bind {
+            writable: true,
+            file: false,
+            ..
+        }]
+    ));
+    assert!(matches!(
+        find(&v, "/h/.claudebox/login/.credentials.json")[..],
+        [Overlay::Bind { source, writable: true, file: true, .. }] if source == Path::new("/h/.claude/.credentials.json")
     ));
     // Setup the user has none of: an empty read-only stand-in.
     assert!(matches!(

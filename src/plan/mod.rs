@@ -368,7 +368,10 @@ pub fn build(inp: &Inputs) -> Plan {
         env.push(set("SSH_AUTH_SOCK", OsStr::new(SSH_AGENT_SOCK)));
     }
     env.push(set("CLAUDE_CONFIG_DIR", home.join(".claude").as_os_str()));
-    env.push(EnvOp::Unset("CLAUDE_SECURESTORAGE_CONFIG_DIR".into()));
+    env.push(set(
+        "CLAUDE_SECURESTORAGE_CONFIG_DIR",
+        inp.state.login_dir().as_os_str(),
+    ));
     env.extend([
         set("CLAUDEBOX", OsStr::new("1")),
         set("CLAUDEBOX_PROJECT_ROOT", p.root.as_os_str()),

@@ -28,6 +28,7 @@ pub(crate) fn test_inputs() -> Inputs {
             dir: "/h/.claude".into(),
             json: "/h/.claude.json".into(),
             entries: Vec::new(),
+            credentials: None,
         },
         writable_claude_setup: false,
         protect_project_metadata: false,
@@ -59,6 +60,7 @@ mod claude_home_group {
                     dir: "/h/.claude".into(),
                     json: "/h/.claude.json".into(),
                     entries: vec![("local".into(), true), ("settings.json".into(), false)],
+                    credentials: None,
                 },
                 writable_claude_setup: writable,
                 ..test_inputs()

@@ -313,7 +313,7 @@ fn a_running_host_session_never_sources_what_a_sandbox_planted() {
                 {"bash": {"command": "echo second", "description": "second"}},
                 "done"
             ]));
-            let mut host = Command::new(&c.bin)
+            let host = Command::new(&c.bin)
                 .args(["-p", "go", "--allowedTools", "Bash"])
                 .current_dir(&host_proj)
                 .env_clear()

@@ -5,7 +5,7 @@
 //!
 //! Short by default (a few rounds, for CI); `CLAUDEBOX_CONCURRENCY_ROUNDS` and
 //! `CLAUDEBOX_CONCURRENCY_SANDBOXES` make the long run recorded in BENCHMARKS.md, and
-//! `CLAUDEBOX_CONCURRENCY_VERSION=latest` picks the newest claude.
+//! `CLAUDEBOX_CONCURRENCY_VERSION=pinned` picks 2.1.197 instead of the newest.
 
 mod common;
 
@@ -58,8 +58,9 @@ fn servers(path: &Path) -> Vec<String> {
 
 #[test]
 fn sandboxes_and_the_host_add_mcp_servers_at_once_nothing_lost_nothing_invalid() {
-    // The pinned version in CI; `CLAUDEBOX_CONCURRENCY_VERSION=latest` for the newest.
-    let want = std::env::var("CLAUDEBOX_CONCURRENCY_VERSION").unwrap_or_else(|_| "pinned".into());
+    // The newest in CI (2.1.197 loses updates to its own siblings even bare: its config
+    // lock does not wait); `CLAUDEBOX_CONCURRENCY_VERSION=pinned` for 2.1.197.
+    let want = std::env::var("CLAUDEBOX_CONCURRENCY_VERSION").unwrap_or_else(|_| "latest".into());
     let Some(c) = common::lab::claude_versions()
         .into_iter()
         .find(|c| c.label == want)

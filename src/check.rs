@@ -15,6 +15,8 @@ use std::path::{Path, PathBuf};
 use std::process::{ExitCode, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
+use std::os::unix::process::CommandExt;
+
 use anyhow::{Context, Result};
 
 use crate::diagnose::{self, Facts};
@@ -530,6 +532,7 @@ impl Probe {
                 protected: Vec::new(),
                 unprotected_missing: Vec::new(),
                 ipc_vars: crate::ipc::present(),
+                preset_vars: Vec::new(),
                 ssh_agent: None,
                 own_exe: host::own_exe()?,
                 landlock_abi: host::landlock_abi(),
@@ -549,10 +552,28 @@ impl Probe {
     fn run(&self, argv: Vec<OsString>) -> Result<Ran> {
         let mut inputs = self.inputs.clone();
         inputs.command = Command::Exec(argv);
-        let argv = render::argv(&plan::build(&inputs));
+        let plan = plan::build(&inputs);
+        // Sources bound by descriptor, as a launch binds them.
+        let opened = crate::sources::open(&plan, &crate::launch::writable_areas(&inputs))?;
+        let table = opened.table();
+        let argv = render::argv_with(&plan, render::Sources::Fds(&table));
         let mut cmd = std::process::Command::new(&argv[0]);
         cmd.args(&argv[1..]).env("HOME", &inputs.home);
-        run_with_timeout(&mut cmd, TIMEOUT)
+        let fds = opened.fds();
+        // SAFETY: only fcntl between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                for fd in &fds {
+                    if nix::libc::fcntl(*fd, nix::libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let ran = run_with_timeout(&mut cmd, TIMEOUT);
+        drop(opened);
+        ran
     }
 }
 

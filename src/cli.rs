@@ -101,6 +101,12 @@ pub struct Cli {
     #[arg(long, conflicts_with_all = ["list", "exec", "args"])]
     pub gc: bool,
 
+    /// With --gc (and --list): how long a project's root must have been seen missing, and
+    /// the project unused, before --gc removes its state (e.g. `14d`, `12h`, `0` for at
+    /// once). Default: `gc_margin` in the config file, else 7 days.
+    #[arg(long, value_name = "DURATION", conflicts_with_all = ["exec", "args", "session", "forget", "check"])]
+    pub gc_margin: Option<String>,
+
     /// List the state of every project: root, size, last use, running sandboxes.
     #[arg(long, conflicts_with_all = ["exec", "dry_run", "args", "session", "forget"])]
     pub list: bool,

@@ -11,6 +11,7 @@
 //! claude_args = ["--model", "opus"]         # before the arguments given to claudebox
 //! pass_env = ["GITHUB_TOKEN"]               # the host's value, passed explicitly
 //! env = { RUST_BACKTRACE = "1" }            # set inside the sandbox
+//! gc_margin = "7d"                          # --gc: how long a missing root is waited for
 //!
 //! [[project]]                               # applies only to this project
 //! root = "~/src/website"
@@ -65,6 +66,9 @@ pub struct Section {
     pub writable_project_config: Option<Spanned<bool>>,
     /// Opt-out of the read-only Claude Code setup (as `--writable-claude-setup`).
     pub writable_claude_setup: Option<Spanned<bool>>,
+    /// Only at the top level: how long `--gc` waits before removing the state of a
+    /// project whose root is missing (`"7d"`, `"12h"`, `"0"`).
+    pub gc_margin: Option<Spanned<String>>,
     /// Only in a `[[project]]` section: the project it applies to.
     pub root: Option<Spanned<String>>,
     /// Only at the top level: the per-project sections, in file order.
@@ -146,6 +150,9 @@ pub fn parse(path: &Path, text: String) -> Result<File> {
                 "this [[project]] section has no `root` (the project it applies to)",
             ));
         }
+        if let Some(m) = &p.get_ref().gc_margin {
+            return Err(file.error(&m.span(), "`gc_margin` belongs at the top level"));
+        }
         if let Some(inner) = p.get_ref().project.first() {
             return Err(file.error(&inner.span(), "[[project]] sections do not nest"));
         }
@@ -217,7 +224,7 @@ mod tests {
         assert_eq!(
             err("ro = []\nrox = 1\n"),
             "/c/config.toml:2:1: unknown field `rox`, expected one of `ro`, `rw`, `hide`, \
-             `env`, `pass_env`, `network`, `allow_hosts`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `root`, `project`"
+             `env`, `pass_env`, `network`, `allow_hosts`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `gc_margin`, `root`, `project`"
         );
         assert_eq!(
             err("ro = 5\n"),

@@ -76,6 +76,7 @@ pub enum Cause {
     Container,
     RootNested,
     NoBwrapInside,
+    OldBwrap,
     Unknown,
 }
 
@@ -85,6 +86,17 @@ pub fn classify(stderr: &str, f: &Facts, nested: bool) -> Diagnosis {
     let has = |s: &str| stderr.contains(s);
     let uid_map = has("setting up uid map") || has("setting up gid map");
 
+    if has("Unknown option --ro-bind-fd") || has("Unknown option --bind-fd") {
+        return d(
+            Cause::OldBwrap,
+            "this bwrap cannot mount a descriptor (--bind-fd, --ro-bind-fd), which claudebox \
+             uses so that what it checked is what gets mounted"
+                .into(),
+            "upgrade bubblewrap to 0.10 or later (Debian 12: the 0.8.0-2+deb12u1 security \
+             update has it)"
+                .into(),
+        );
+    }
     if has("execvp bwrap") || (nested && has("execvp") && has("No such file")) {
         return d(
             Cause::NoBwrapInside,
@@ -357,6 +369,13 @@ mod tests {
         let f = Facts { uid: 0, ..user() };
         assert_eq!(classify(UID_MAP_EPERM, &f, true).cause, Cause::RootNested);
         assert_ne!(classify(UID_MAP_EPERM, &f, false).cause, Cause::RootNested);
+    }
+
+    #[test]
+    fn bwrap_without_bind_fd() {
+        let out = classify("bwrap: Unknown option --ro-bind-fd\n", &user(), false);
+        assert_eq!(out.cause, Cause::OldBwrap);
+        assert!(out.fix.contains("0.10"), "{}", out.fix);
     }
 
     #[test]

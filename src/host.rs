@@ -74,16 +74,57 @@ pub struct ClaudeInstall {
     pub bind: PathBuf,
 }
 
-/// The user's home directory: `$HOME`, or the password database.
+/// The user's home directory: `$HOME`, or the password database when HOME is unset or
+/// empty (then HOME is set to it, so that the sandbox sees the same home claudebox used).
+/// A relative HOME, or one that is not an existing directory, is refused: claudebox
+/// creates nothing under a home it cannot be sure of.
 pub fn home_dir() -> Result<PathBuf> {
     if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
-        return Ok(PathBuf::from(h));
+        let home = PathBuf::from(h);
+        let shown = crate::inventory::show(&home);
+        if !home.is_absolute() {
+            bail!("HOME is a relative path ({shown}); set HOME to your home directory's absolute path");
+        }
+        if !fs::metadata(&home).is_ok_and(|m| m.is_dir()) {
+            bail!("HOME is {shown}, which is not an existing directory; set HOME to your home directory");
+        }
+        return Ok(home);
     }
     let user = nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
         .flatten()
         .context("HOME is not set and the user has no password entry; set HOME")?;
+    if !user.dir.is_absolute() || !fs::metadata(&user.dir).is_ok_and(|m| m.is_dir()) {
+        bail!(
+            "HOME is not set and the password database's home {} is not an existing directory; set HOME",
+            crate::inventory::show(&user.dir)
+        );
+    }
+    // Called on the main thread before any other starts.
+    std::env::set_var("HOME", &user.dir);
     Ok(user.dir)
+}
+
+/// Longest path bwrap can mount or enter: it prefixes `/newroot` (or `/oldroot`) to each,
+/// and the result must fit in PATH_MAX (4096 bytes with its NUL).
+pub const MAX_MOUNT_PATH: usize = 4096 - 1 - "/newroot".len();
+
+/// Refuses a plan with a path bwrap would reject ("File name too long") before any
+/// state is made.
+pub fn check_path_lengths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    for p in paths {
+        let n = p.as_os_str().len();
+        if n > MAX_MOUNT_PATH {
+            let head = String::from_utf8_lossy(&p.as_os_str().as_bytes()[..48]).into_owned();
+            bail!(
+                "the path {}... is {n} bytes long; bwrap cannot mount or enter a path longer than \
+                 {MAX_MOUNT_PATH} bytes; move the project to a shorter path",
+                head.escape_debug()
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Finds `claude` on the host's PATH.

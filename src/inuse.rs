@@ -27,6 +27,7 @@ use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 
+use crate::holders::{self, Holder};
 use crate::state::{self, ProjectState, StateHome};
 
 pub const RUNNING_DIR: &str = "running";
@@ -41,6 +42,8 @@ const MAX_SLOTS: usize = 4096;
 /// open without close-on-exec so that bwrap inherits it.
 pub struct InUse {
     file: Flock<File>,
+    /// This launch made the project's state directory (its first launch).
+    pub created: bool,
 }
 
 impl InUse {
@@ -78,11 +81,15 @@ fn same_file(f: &File, path: &Path) -> bool {
 pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse> {
     let lock_path = state.lock();
     let mut last_err = None;
+    let mut created = false;
     for _ in 0..ATTEMPTS {
         // Fails half-way when `--gc` moves the directory away meanwhile: start over.
-        if let Err(e) = state::ensure_project_dir(home, state, root) {
-            last_err = Some(e);
-            continue;
+        match state::ensure_project_dir(home, state, root) {
+            Ok(made) => created |= made,
+            Err(e) => {
+                last_err = Some(e);
+                continue;
+            }
         }
         let f = match open_for_lock(&lock_path, false) {
             Ok(f) => f,
@@ -101,7 +108,12 @@ pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse
             continue;
         }
         let _ = lock.set_modified(SystemTime::now());
-        return register(state);
+        let registered = register(state).map(|file| InUse { file, created });
+        if registered.is_err() && created {
+            drop(lock);
+            state::remove_unused(state);
+        }
+        return registered;
     }
     if let Some(e) = last_err {
         return Err(e);
@@ -114,7 +126,7 @@ pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse
 
 /// Takes the lowest free slot. Call only while holding `lock`: then no other launch is
 /// between opening a slot and locking it.
-fn register(state: &ProjectState) -> Result<InUse> {
+fn register(state: &ProjectState) -> Result<Flock<File>> {
     let dir = running_dir(state);
     for slot in 0..MAX_SLOTS {
         let path = dir.join(slot.to_string());
@@ -139,7 +151,7 @@ fn register(state: &ProjectState) -> Result<InUse> {
         // std opens files close-on-exec; clear it so that bwrap inherits the lock.
         fcntl(file.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
             .with_context(|| format!("cannot pass {} to bwrap", path.display()))?;
-        return Ok(InUse { file });
+        return Ok(file);
     }
     bail!(
         "{} has {MAX_SLOTS} sandboxes running on it; stop some first",
@@ -147,19 +159,49 @@ fn register(state: &ProjectState) -> Result<InUse> {
     )
 }
 
-/// Whether a file is locked by someone else (a running sandbox). Errors other than "it is
-/// locked" count as locked: when in doubt, in use.
+/// Whether a file is locked by a running sandbox. A lock still held after the launch that
+/// took it has exited (bwrap's pid 1 tearing down, or a bwrap stuck at start: see
+/// `holders.rs`) does not count. Errors other than "it is locked" count as locked: when
+/// in doubt, in use.
 pub fn is_locked(path: &Path) -> bool {
-    let f = match open_for_lock(path, false) {
-        Ok(f) => f,
-        Err(e) if e.kind() == ErrorKind::NotFound => return false,
-        Err(_) => return true,
-    };
-    match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-        Ok(_) => false,
-        Err((_, Errno::EWOULDBLOCK)) => true,
-        Err(_) => true,
+    match holder(path) {
+        Holder::Free | Holder::Ended | Holder::Stuck(_) => false,
+        Holder::Running => true,
     }
+}
+
+/// Who holds a file's lock now.
+pub fn holder(path: &Path) -> Holder {
+    let mut f = match open_for_lock(path, false) {
+        Ok(f) => f,
+        Err(e) if e.kind() == ErrorKind::NotFound => return Holder::Free,
+        Err(_) => return Holder::Running,
+    };
+    for _ in 0..2 {
+        f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(_) => return Holder::Free,
+            Err((f, Errno::EWOULDBLOCK)) => match holders::of_held(path) {
+                Some(h) => return h,
+                // Released meanwhile (or not shown): look again.
+                None => f,
+            },
+            Err(_) => return Holder::Running,
+        };
+    }
+    Holder::Running
+}
+
+/// Slots of the project in `dir` held by bwraps stuck at start, with their pids.
+pub fn stuck(dir: &Path) -> Vec<(PathBuf, Vec<i32>)> {
+    let Ok(rd) = fs::read_dir(dir.join(RUNNING_DIR)) else {
+        return Vec::new();
+    };
+    rd.flatten()
+        .filter_map(|e| match holder(&e.path()) {
+            Holder::Stuck(p) => Some((e.path(), p)),
+            _ => None,
+        })
+        .collect()
 }
 
 /// How many sandboxes run on the project in `dir` now. Changes nothing.

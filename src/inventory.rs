@@ -53,6 +53,8 @@ pub struct Entry {
     pub running: Option<usize>,
     /// Named sessions (issue 4 fills this in; see [`sessions`]).
     pub sessions: Vec<serde_json::Value>,
+    /// When `--gc` first found the root missing (`root-missing-since`), if it did.
+    pub missing_since: Option<SystemTime>,
 }
 
 /// Something in `projects/` that is not a project directory: left alone.
@@ -68,6 +70,9 @@ pub struct Inventory {
     pub skipped: Vec<Skipped>,
     /// Directories left by an interrupted `--gc`.
     pub trash: Vec<PathBuf>,
+    /// Project directories being made (`.new-*`), or left by a first launch killed
+    /// while it made one.
+    pub unfinished: Vec<PathBuf>,
 }
 
 /// How much to find out about each entry (`--gc` needs only the root).
@@ -105,6 +110,10 @@ pub fn scan(home: &StateHome, detail: Detail) -> Result<Inventory> {
         let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
         if name.as_bytes().starts_with(TRASH_PREFIX.as_bytes()) && is_dir {
             inv.trash.push(path);
+            continue;
+        }
+        if name.as_bytes().starts_with(state::NEW_PREFIX.as_bytes()) && is_dir {
+            inv.unfinished.push(path);
             continue;
         }
         let Some(id) = project_name(&name) else {
@@ -176,8 +185,15 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
         last_used: None,
         running: None,
         sessions: Vec::new(),
+        missing_since: read_missing_since(&dir),
         dir,
     };
+    if !(detail.size || detail.running) {
+        e.last_used = fs::symlink_metadata(e.dir.join(state::LOCK_FILE))
+            .or_else(|_| fs::symlink_metadata(&e.dir))
+            .and_then(|m| m.modified())
+            .ok();
+    }
     if detail.size || detail.running {
         // One walk for all three: --list over 10,000 projects is syscall-bound.
         let u = walk(&e.dir, detail.running);
@@ -247,6 +263,13 @@ pub fn read_root(id: &str, dir: &Path) -> Root {
     Root::Recorded { path: root, exists }
 }
 
+/// `root-missing-since`: seconds since the epoch, written by `--gc`.
+fn read_missing_since(dir: &Path) -> Option<SystemTime> {
+    let bytes = read_small(&dir.join(state::MISSING_FILE)).ok()?;
+    let secs: u64 = std::str::from_utf8(&bytes).ok()?.trim().parse().ok()?;
+    Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
 /// A path for a one-line message: tabs, newlines and non-UTF-8 bytes escaped.
 pub fn show(path: &Path) -> String {
     String::from_utf8_lossy(&crate::render::escape_bytes(path.as_os_str().as_bytes())).into_owned()
@@ -256,8 +279,15 @@ pub fn show(path: &Path) -> String {
 pub fn exists(path: &Path) -> Exists {
     match fs::symlink_metadata(path) {
         Ok(_) => Exists::Yes,
-        Err(e) if e.kind() == ErrorKind::NotFound => Exists::No,
-        Err(e) if e.raw_os_error() == Some(nix::libc::ENOTDIR) => Exists::No,
+        Err(e)
+            if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(nix::libc::ENOTDIR) =>
+        {
+            // Missing, unless the file system it lives on is not there right now.
+            match crate::mounts::why_unknown(path) {
+                Some(why) => Exists::Unknown(why),
+                None => Exists::No,
+            }
+        }
         Err(e) => Exists::Unknown(e.to_string()),
     }
 }

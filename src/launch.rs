@@ -17,7 +17,8 @@ use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
 use crate::sessions;
-use crate::settings;
+use crate::settings::{self, ExtraKind};
+use crate::sources;
 use crate::state::{self, StateHome};
 use crate::{ipc, protect};
 
@@ -67,6 +68,16 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             yes: cli.yes,
         },
     )?;
+    if let crate::network::NetworkMode::Allowlist(list) = &settings.network {
+        crate::network::loopback_forwards(list)?;
+        for e in crate::network::portless_loopback(list) {
+            eprintln!(
+                "claudebox: network: warning: --allow-host {e} names no port; loopback inside \
+                 the sandbox is its own and clients send it past the proxy (NO_PROXY), so \
+                 name the host's service with its port, e.g. --allow-host {e}:8080"
+            );
+        }
+    }
     let protect_project_metadata = settings.writable_project_config.is_none();
     let writable_claude_setup = settings.writable_claude_setup.is_some();
     let (protected, unprotected_missing) = if protect_project_metadata {
@@ -99,12 +110,24 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         protected,
         unprotected_missing,
         ipc_vars: ipc::present(),
+        preset_vars: plan::DEFAULT_ENV
+            .iter()
+            .filter(|(n, _, _)| std::env::var_os(n).is_some())
+            .map(|(n, _, _)| n.into())
+            .collect(),
         ssh_agent,
         own_exe: host::own_exe()?,
         landlock_abi: host::landlock_abi(),
         log_denied: cli.log_denied,
     };
     let plan = plan::build(&inputs);
+    host::check_path_lengths(
+        plan.mounts
+            .iter()
+            .flat_map(|m| [Some(m.target.as_path()), m.source.as_deref()])
+            .flatten()
+            .chain([plan.cwd.as_path()]),
+    )?;
     Ok(Prepared {
         inputs,
         state_home,
@@ -161,6 +184,18 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     }
     // Creates the project's state and registers this sandbox as running on it.
     let in_use = inuse::mark(&p.state_home, &inp.state, &inp.project.root)?;
+    let created = in_use.created;
+    let err = exec_registered(p, in_use).unwrap_err();
+    // A first launch that failed leaves no project directory behind.
+    if created {
+        state::remove_unused(&inp.state);
+    }
+    Err(err)
+}
+
+/// The rest of [`exec`], once registered; returns only on error (the slot is released).
+fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::Infallible> {
+    let inp = &p.inputs;
     // The empty file stands in for hidden files and for setup files the user has none of.
     state::ensure_empty_file(&inp.state)?;
     let overlays = claude_home::overlays(
@@ -184,11 +219,71 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
             }
             Some(claimed.lock)
         }
-        None => None,
+        // claude's own --resume/--continue may pick a named session's conversation.
+        None => match &inp.command {
+            Command::Claude(args) => {
+                // As claude gets them: the configured defaults, then the user's own.
+                let all: Vec<std::ffi::OsString> = (inp.settings.claude_args.iter())
+                    .flat_map(|d| d.args.iter().cloned())
+                    .chain(args.iter().cloned())
+                    .collect();
+                sessions::guard_picked(&inp.state, &all, &inp.project.cwd, &inp.instance_id)?
+            }
+            Command::Exec(_) => None,
+        },
     };
     plan.sync_fd = Some(in_use.fd());
-    let argv = render::argv(&plan);
+    if let Some(c) = &mut plan.confine {
+        c.default_signals = ignore_terminal_signals();
+    }
+    // Every bind source opened and checked now, and mounted by that descriptor.
+    let opened = sources::open(&plan, &writable_areas(inp))?;
+    let table = opened.table();
+    let argv = render::argv_with(&plan, render::Sources::Fds(&table));
+    // Only claudebox's own descriptors cross into bwrap, none inherited from the shell.
+    let mut keep = opened.fds();
+    keep.push(in_use.fd());
+    if plan.proxy.is_some() {
+        keep.push(crate::network::SANDBOX_NET_FD);
+    }
+    // A named session's lock is held by the sandbox's processes for their life (bwrap's
+    // pid 1 keeps only the sync fd), so it reaches the command: a known gap (README).
+    if let Some(lock) = &session {
+        keep.push(std::os::fd::AsRawFd::as_raw_fd(&**lock));
+    }
+    sources::keep_only(&keep)?;
     let err = crate::exec::replace_with(&argv);
-    drop((in_use, session));
+    drop((in_use, session, opened));
     Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
+}
+
+/// The directories a sandbox of this project can write (canonical): a bind source there,
+/// or reached through there, must be exactly the path the plan names.
+pub fn writable_areas(inp: &Inputs) -> Vec<std::path::PathBuf> {
+    let mut areas = vec![inp.project.work_tree.clone()];
+    areas.extend(inp.project.outside_git_dirs());
+    areas.push(guard::canonical_lossy(&inp.home.join(".claude")));
+    areas.push(guard::canonical_lossy(&inp.state.conversations()));
+    for m in &inp.settings.mounts {
+        if m.kind == ExtraKind::Rw {
+            areas.push(m.source.clone());
+        }
+    }
+    areas
+}
+
+/// Ignores SIGINT and SIGQUIT for claudebox and bwrap, which inherit the disposition (see
+/// src/confine.rs). Returns whether the agent should get the default back: not when
+/// claudebox itself was started with SIGINT ignored (a background job of a shell), which
+/// then stays ignored for the agent too.
+fn ignore_terminal_signals() -> bool {
+    use nix::sys::signal::{signal, SigHandler};
+    let mut was_ignored = false;
+    for sig in crate::confine::TERMINAL_SIGNALS {
+        // SAFETY: SIG_IGN installs no handler.
+        let old = unsafe { signal(sig, SigHandler::SigIgn) };
+        was_ignored |=
+            sig == nix::sys::signal::Signal::SIGINT && matches!(old, Ok(SigHandler::SigIgn));
+    }
+    !was_ignored
 }

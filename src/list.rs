@@ -9,6 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use anyhow::Result;
 use serde::Serialize;
 
+use crate::gc::{self, Verdict};
 use crate::host;
 use crate::inventory::{self, show, Detail, Entry, Exists, Root};
 use crate::state::StateHome;
@@ -31,9 +32,72 @@ struct Row<'a> {
     last_used_unix: Option<u64>,
     running: usize,
     sessions: &'a [serde_json::Value],
+    /// What `--gc` would do: "live", "kept", "waiting" or "removable".
+    gc: &'static str,
+    /// Why (null when live).
+    gc_reason: Option<String>,
+    /// When a "waiting" project becomes removable if its root stays missing and unused.
+    gc_removable_after: Option<String>,
+    /// The newest transcript of the project: `claudebox --resume <uuid>` from the
+    /// project continues it. `null` when there is none.
+    last_conversation: Option<LastConversation>,
 }
 
-pub fn run(json: bool) -> Result<ExitCode> {
+/// A project's most recently written conversation.
+#[derive(Serialize)]
+struct LastConversation {
+    uuid: String,
+    /// When its transcript was last written.
+    time: String,
+    time_unix: u64,
+}
+
+/// The newest `<uuid>.jsonl` (a regular file named by a UUID) in the project's
+/// conversations directories. Names the agent could have planted are checked, never
+/// printed raw: only a UUID is reported.
+fn last_conversation(state_dir: &std::path::Path) -> Option<LastConversation> {
+    let conversations = state_dir.join(crate::state::CONVERSATIONS_DIR);
+    let mut best: Option<(std::time::Duration, String)> = None;
+    for d in std::fs::read_dir(conversations).ok()?.flatten() {
+        if !d.file_type().is_ok_and(|t| t.is_dir()) {
+            continue;
+        }
+        let Ok(files) = std::fs::read_dir(d.path()) else {
+            continue;
+        };
+        for f in files.flatten() {
+            let name = f.file_name();
+            let Some(uuid) = name
+                .to_str()
+                .and_then(|n| n.strip_suffix(".jsonl"))
+                .filter(|u| crate::sessions::is_uuid(u))
+            else {
+                continue;
+            };
+            let Ok(meta) = f.metadata() else { continue };
+            if !meta.is_file() {
+                continue;
+            }
+            let t = meta
+                .modified()
+                .ok()
+                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                .unwrap_or_default();
+            if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+                best = Some((t, uuid.to_string()));
+            }
+        }
+    }
+    best.map(|(t, uuid)| LastConversation {
+        uuid,
+        time: utc(t.as_secs(), 'T', true) + "Z",
+        time_unix: t.as_secs(),
+    })
+}
+
+pub fn run(json: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
+    let margin = gc::margin(margin_flag)?.value;
+    let now = SystemTime::now();
     let home = StateHome::from_env(&host::home_dir()?);
     let detail = Detail {
         size: true,
@@ -43,11 +107,24 @@ pub fn run(json: bool) -> Result<ExitCode> {
     for s in &inv.skipped {
         eprintln!("claudebox: list: skipped {}: {}", show(&s.path), s.why);
     }
+    for e in &inv.entries {
+        for (slot, pids) in crate::inuse::stuck(&e.dir) {
+            let what = show(&slot);
+            eprintln!(
+                "claudebox: list: {}",
+                crate::holders::stuck_message(&pids, &what)
+            );
+        }
+    }
     // Most recently used first.
     inv.entries
         .sort_by(|a, b| b.last_used.cmp(&a.last_used).then(a.id.cmp(&b.id)));
     let text = if json {
-        let rows: Vec<Row> = inv.entries.iter().map(row).collect();
+        let rows: Vec<Row> = inv
+            .entries
+            .iter()
+            .map(|e| row(e, gc::verdict(e, margin, now)))
+            .collect();
         serde_json::to_string_pretty(&rows)? + "\n"
     } else if inv.entries.is_empty() {
         eprintln!(
@@ -56,7 +133,7 @@ pub fn run(json: bool) -> Result<ExitCode> {
         );
         String::new()
     } else {
-        table(&inv.entries)
+        table(&inv.entries, margin, now)
     };
     write_stdout(text.as_bytes())?;
     Ok(ExitCode::SUCCESS)
@@ -71,7 +148,7 @@ pub fn write_stdout(bytes: &[u8]) -> Result<()> {
     }
 }
 
-fn row(e: &Entry) -> Row<'_> {
+fn row(e: &Entry, v: Verdict) -> Row<'_> {
     let (root, root_bytes_hex, root_exists, problem) = match &e.root {
         Root::Recorded { path, exists } => {
             let bytes = path.as_os_str().as_bytes();
@@ -110,14 +187,33 @@ fn row(e: &Entry) -> Row<'_> {
         last_used_unix: unix,
         running: e.running.unwrap_or(0),
         sessions: &e.sessions,
+        gc: match v {
+            Verdict::Live => "live",
+            Verdict::Kept(_) => "kept",
+            Verdict::Waiting { .. } => "waiting",
+            Verdict::Removable { .. } => "removable",
+        },
+        gc_removable_after: match &v {
+            Verdict::Waiting { after, .. } => after
+                .duration_since(UNIX_EPOCH)
+                .ok()
+                .map(|d| utc(d.as_secs(), 'T', true) + "Z"),
+            _ => None,
+        },
+        gc_reason: match v {
+            Verdict::Live => None,
+            Verdict::Kept(w) | Verdict::Waiting { why: w, .. } | Verdict::Removable { why: w } => {
+                Some(w)
+            }
+        },
+        last_conversation: last_conversation(&e.dir),
     }
 }
 
-fn table(entries: &[Entry]) -> String {
-    let now = SystemTime::now();
+fn table(entries: &[Entry], margin: std::time::Duration, now: SystemTime) -> String {
     let mut s = format!(
-        "{:<16}  {:>7}  {:<6}  {:>9}  {:<17}  {}\n",
-        "ID", "RUNNING", "EXISTS", "SIZE", "LAST USED (UTC)", "ROOT"
+        "{:<16}  {:>7}  {:<6}  {:>9}  {:<17}  {:<16}  {}\n",
+        "ID", "RUNNING", "EXISTS", "SIZE", "LAST USED (UTC)", "GC", "ROOT"
     );
     for e in entries {
         let (exists, root) = match &e.root {
@@ -136,15 +232,38 @@ fn table(entries: &[Entry]) -> String {
             .filter(|t| *t <= now)
             .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
             .map_or_else(|| "-".to_string(), |d| utc(d.as_secs(), ' ', false));
+        let gc = match gc::verdict(e, margin, now) {
+            Verdict::Live => "-".to_string(),
+            Verdict::Kept(_) => "kept".to_string(),
+            Verdict::Waiting { after, .. } => after.duration_since(UNIX_EPOCH).map_or_else(
+                |_| "waiting".into(),
+                |d| {
+                    format!(
+                        "after {}",
+                        utc(d.as_secs(), ' ', false).split(' ').next().unwrap_or("")
+                    )
+                },
+            ),
+            Verdict::Removable { .. } => "removable".to_string(),
+        };
         s.push_str(&format!(
-            "{:<16}  {:>7}  {:<6}  {:>9}  {:<17}  {}\n",
+            "{:<16}  {:>7}  {:<6}  {:>9}  {:<17}  {:<16}  {}\n",
             e.id,
             e.running.unwrap_or(0),
             exists,
             human_size(e.size.unwrap_or(0)),
             last,
+            gc,
             root
         ));
+        if let Some(c) = last_conversation(&e.dir) {
+            s.push_str(&format!(
+                "{:<16}  last conversation\t{}\t{}\n",
+                "",
+                c.uuid,
+                utc(c.time_unix, ' ', false)
+            ));
+        }
         for n in &e.sessions {
             let text = |k: &str| n.get(k).and_then(|v| v.as_str()).unwrap_or("-").to_string();
             let state = match (n.get("running").and_then(|v| v.as_bool()), n.get("problem")) {

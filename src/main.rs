@@ -12,12 +12,14 @@ mod entry;
 mod exec;
 mod gc;
 mod guard;
+mod holders;
 mod host;
 mod inuse;
 mod inventory;
 mod ipc;
 mod launch;
 mod list;
+mod mounts;
 mod netbridge;
 mod network;
 mod plan;
@@ -28,6 +30,7 @@ mod render;
 mod sessions;
 mod settings;
 mod shell;
+mod sources;
 mod state;
 mod transcripts;
 
@@ -87,11 +90,14 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
     if cli.check {
         return check::run();
     }
+    if cli.gc_margin.is_some() && !cli.gc && !cli.list {
+        anyhow::bail!("--gc-margin goes with --gc or --list (see claudebox --help)");
+    }
     if cli.gc {
-        return gc::run(cli.dry_run);
+        return gc::run(cli.dry_run, cli.gc_margin.as_deref());
     }
     if cli.list {
-        return list::run(cli.json);
+        return list::run(cli.json, cli.gc_margin.as_deref());
     }
     if cli.forget.is_some() {
         return session_command(cli);

@@ -16,7 +16,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::IoSlice;
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
@@ -29,24 +29,48 @@ use nix::sys::socket::{
     SockFlag, SockType,
 };
 
-use crate::network::{self, Allowlist, HostPattern, ProxySpec, PROXY_PORT, SANDBOX_NET_FD};
+use crate::network::{
+    self, Allowlist, HostPattern, LoopbackForward, ProxySpec, PROXY_PORT, SANDBOX_NET_FD,
+};
 use crate::proxy;
 
 pub const INTERNAL_PROXY: &str = "--internal-proxy";
 pub const INTERNAL_LISTEN: &str = "--internal-listen";
 
-/// The sandbox's first program in allowlist mode: `SELF --internal-listen FD PORT -- CMD...`.
-pub fn listen_argv(self_in_sandbox: &OsStr, cmd: &[OsString]) -> Vec<OsString> {
+/// The sandbox's first program in allowlist mode:
+/// `SELF --internal-listen FD PORT [--forward ADDR | --forward-optional ADDR]... -- CMD...`,
+/// with one `--forward` per loopback forward (see [`LoopbackForward`]).
+pub fn listen_argv(
+    self_in_sandbox: &OsStr,
+    forwards: &[LoopbackForward],
+    cmd: &[OsString],
+) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec![
         self_in_sandbox.to_os_string(),
         INTERNAL_LISTEN.into(),
         SANDBOX_NET_FD.to_string().into(),
         PROXY_PORT.to_string().into(),
-        "--".into(),
     ];
+    for f in forwards {
+        v.push(
+            if f.optional {
+                FORWARD_OPTIONAL
+            } else {
+                FORWARD
+            }
+            .into(),
+        );
+        v.push(f.listen.to_string().into());
+    }
+    v.push("--".into());
     v.extend(cmd.iter().cloned());
     v
 }
+
+const FORWARD: &str = "--forward";
+const FORWARD_OPTIONAL: &str = "--forward-optional";
+/// At most this many loopback forwards (descriptors in one message).
+pub const MAX_FORWARDS: usize = 32;
 
 /// Starts the proxy and leaves the sandbox's end of the bridge on [`SANDBOX_NET_FD`],
 /// inheritable. Call right before exec'ing bwrap, before any other descriptor meant for
@@ -172,17 +196,29 @@ fn run_proxy(args: &[OsString]) -> Result<()> {
     let ctl = unsafe { OwnedFd::from_raw_fd(fd) };
     let denied_log = denied_log.context("internal proxy: no --denied-log")?;
     rotate(&denied_log);
-    let served = receive_listener(&ctl).and_then(|listener| {
+    let config = || proxy::Config {
+        allowlist: allowlist.clone(),
+        denied_log: denied_log.clone(),
+        log_stderr,
+    };
+    let served = receive_listeners(&ctl).and_then(|listeners| {
         drop(ctl);
-        proxy::serve(
-            listener,
-            proxy::Config {
-                allowlist,
-                denied_log: denied_log.clone(),
-                log_stderr,
-            },
-        )
-        .context("network proxy")
+        let forwards = network::loopback_forwards(&allowlist)?;
+        let shared = std::sync::Arc::new(config());
+        let proxy_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, PROXY_PORT));
+        let mut main = None;
+        for l in listeners {
+            let addr = l.local_addr().context("a socket from the sandbox")?;
+            if addr == proxy_addr && main.is_none() {
+                main = Some(l);
+            } else if let Some(f) = forwards.iter().find(|f| f.listen == addr) {
+                proxy::serve_forward(l, f.host.clone(), f.port, shared.clone());
+            } else {
+                bail!("the sandbox sent a socket on {addr}, which is no allowed forward");
+            }
+        }
+        let main = main.context("the sandbox sent no proxy port")?;
+        proxy::serve(main, config()).context("network proxy")
     });
     if let Err(e) = &served {
         // Its stderr is usually /dev/null: leave the reason where the user looks.
@@ -191,9 +227,10 @@ fn run_proxy(args: &[OsString]) -> Result<()> {
     served
 }
 
-/// Keeps the denied log bounded: past 1 MiB it becomes `<name>.old` (replacing the last).
+/// Keeps the denied log bounded: past the cap it becomes `<name>.old` (replacing the last).
 fn rotate(log: &std::path::Path) {
-    if std::fs::symlink_metadata(log).is_ok_and(|m| m.is_file() && m.len() > 1 << 20) {
+    if std::fs::symlink_metadata(log).is_ok_and(|m| m.is_file() && m.len() > proxy::DENIED_LOG_CAP)
+    {
         let mut old = log.as_os_str().to_os_string();
         old.push(".old");
         let _ = std::fs::rename(log, old);
@@ -245,11 +282,12 @@ fn exit_with_parent() {
         });
 }
 
-/// Waits for the sandbox to send its listening socket. Only the first message counts.
-fn receive_listener(ctl: &OwnedFd) -> Result<TcpListener> {
+/// Waits for the sandbox to send its listening sockets (the proxy port, then one per
+/// loopback forward). Only the first message counts.
+fn receive_listeners(ctl: &OwnedFd) -> Result<Vec<TcpListener>> {
     let mut byte = [0u8; 1];
     let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([RawFd; 1]);
+    let mut space = nix::cmsg_space!([RawFd; MAX_FORWARDS + 1]);
     let msg = recvmsg::<()>(
         ctl.as_raw_fd(),
         &mut iov,
@@ -259,35 +297,66 @@ fn receive_listener(ctl: &OwnedFd) -> Result<TcpListener> {
     .context("waiting for the sandbox's proxy port")?;
     for c in msg.cmsgs()? {
         if let ControlMessageOwned::ScmRights(fds) = c {
-            let mut fds = fds.into_iter();
-            if let Some(first) = fds.next() {
-                for extra in fds {
-                    let _ = nix::unistd::close(extra);
-                }
-                // SAFETY: the kernel just gave us this descriptor.
-                return Ok(unsafe { TcpListener::from_raw_fd(first) });
+            if !fds.is_empty() {
+                // SAFETY: the kernel just gave us these descriptors.
+                let all = fds.into_iter();
+                return Ok(all
+                    .map(|fd| unsafe { TcpListener::from_raw_fd(fd) })
+                    .collect());
             }
         }
     }
     bail!("the sandbox exited before it opened the proxy port")
 }
 
-/// `--internal-listen FD PORT -- CMD [ARGS...]`, inside the sandbox.
+/// `--internal-listen FD PORT [--forward ADDR | --forward-optional ADDR]... -- CMD
+/// [ARGS...]`, inside the sandbox.
 fn listen_and_exec(args: &[OsString]) -> Result<()> {
-    let [fd, port, dashes, cmd @ ..] = args else {
-        bail!("usage: {INTERNAL_LISTEN} FD PORT -- CMD [ARGS...]");
+    let usage = || {
+        anyhow::anyhow!(
+            "usage: {INTERNAL_LISTEN} FD PORT [{FORWARD} ADDR | {FORWARD_OPTIONAL} ADDR]... \
+             -- CMD [ARGS...]"
+        )
     };
-    if dashes != "--" || cmd.is_empty() {
-        bail!("usage: {INTERNAL_LISTEN} FD PORT -- CMD [ARGS...]");
+    let [fd, port, rest @ ..] = args else {
+        return Err(usage());
+    };
+    let mut forwards: Vec<(SocketAddr, bool)> = Vec::new();
+    let mut rest = rest;
+    loop {
+        match rest {
+            [flag, addr, more @ ..] if flag == FORWARD || flag == FORWARD_OPTIONAL => {
+                forwards.push((utf8(addr)?.parse()?, flag == FORWARD_OPTIONAL));
+                rest = more;
+            }
+            [dashes, ..] if dashes == "--" => break,
+            _ => return Err(usage()),
+        }
+    }
+    let cmd = &rest[1..];
+    if cmd.is_empty() || forwards.len() > MAX_FORWARDS {
+        return Err(usage());
     }
     let fd: RawFd = utf8(fd)?.parse()?;
     let port: u16 = utf8(port)?.parse()?;
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
         .with_context(|| format!("cannot open the proxy port 127.0.0.1:{port} in the sandbox"))?;
+    let mut listeners = vec![listener];
+    for (addr, optional) in forwards {
+        match TcpListener::bind(addr) {
+            Ok(l) => listeners.push(l),
+            // `localhost`'s IPv6 half, where the sandbox has no IPv6 loopback.
+            Err(_) if optional => {}
+            Err(e) => {
+                bail!("cannot listen on {addr} in the sandbox for the allowed loopback host: {e}")
+            }
+        }
+    }
+    let raw: Vec<RawFd> = listeners.iter().map(AsRawFd::as_raw_fd).collect();
     sendmsg::<()>(
         fd,
         &[IoSlice::new(b"L")],
-        &[ControlMessage::ScmRights(&[listener.as_raw_fd()])],
+        &[ControlMessage::ScmRights(&raw)],
         MsgFlags::MSG_NOSIGNAL,
         None,
     )
@@ -298,7 +367,7 @@ fn listen_and_exec(args: &[OsString]) -> Result<()> {
         )
     })?;
     let _ = nix::unistd::close(fd);
-    drop(listener);
+    drop(listeners);
     let err = crate::exec::replace_with(cmd);
     bail!("cannot run {}: {err}", cmd[0].to_string_lossy())
 }
@@ -342,7 +411,7 @@ mod tests {
     #[test]
     fn the_sandbox_command_is_wrapped_unchanged() {
         let cmd: Vec<OsString> = vec!["claude".into(), "--".into(), "a b".into()];
-        let v = listen_argv(OsStr::new("/run/claudebox/claudebox"), &cmd);
+        let v = listen_argv(OsStr::new("/run/claudebox/claudebox"), &[], &cmd);
         assert_eq!(
             v,
             [

@@ -5,7 +5,7 @@
 //! starts it and hands it the sandbox's port in `netbridge.rs`.
 
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
@@ -362,9 +362,118 @@ pub fn is_local_address(ip: IpAddr) -> bool {
     }
 }
 
+/// An allowed loopback `host:port`. Inside, loopback is the sandbox's own (and clients
+/// honour `NO_PROXY` for it), so the sandbox's first step listens on `listen` there and
+/// hands the socket to the proxy, which tunnels each connection to the host's
+/// `host:port`, decided by the allowlist like any other request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopbackForward {
+    pub listen: SocketAddr,
+    /// The host as the allowlist names it (`localhost`, `127.0.0.1`, `::1`).
+    pub host: String,
+    pub port: u16,
+    /// `localhost`'s IPv6 half: skipped when the sandbox has no IPv6 loopback.
+    pub optional: bool,
+}
+
+fn loopback_ip(host: &str) -> Option<IpAddr> {
+    host.parse::<IpAddr>().ok().filter(IpAddr::is_loopback)
+}
+
+/// The loopback forwards of an allowlist: every exact loopback host with a port
+/// (127.0.0.0/8, `::1`, `localhost` as both 127.0.0.1 and ::1), first entry winning an
+/// address. Refuses one on the proxy's own port.
+pub fn loopback_forwards(list: &Allowlist) -> Result<Vec<LoopbackForward>> {
+    let mut out: Vec<LoopbackForward> = Vec::new();
+    for e in &list.entries {
+        let (HostMatch::Exact(host), Some(port)) = (&e.pattern.host, e.pattern.port) else {
+            continue;
+        };
+        let listens: Vec<(IpAddr, bool)> = if host == "localhost" {
+            vec![
+                (Ipv4Addr::LOCALHOST.into(), false),
+                (Ipv6Addr::LOCALHOST.into(), true),
+            ]
+        } else if let Some(ip) = loopback_ip(host) {
+            vec![(ip, false)]
+        } else {
+            continue;
+        };
+        for (ip, optional) in listens {
+            let listen = SocketAddr::new(ip, port);
+            if listen == SocketAddr::new(Ipv4Addr::LOCALHOST.into(), PROXY_PORT) {
+                bail!(
+                    "--allow-host {}: claudebox's proxy listens on 127.0.0.1:{PROXY_PORT} \
+                     inside the sandbox, so the host's service on that port cannot be \
+                     reached there; move it to another port",
+                    e.pattern
+                );
+            }
+            if out.iter().all(|f| f.listen != listen) {
+                out.push(LoopbackForward {
+                    listen,
+                    host: host.clone(),
+                    port,
+                    optional,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Allowed loopback hosts without a port: inside, their addresses are the sandbox's own
+/// loopback, so clients that honour `NO_PROXY` never reach the host through them.
+pub fn portless_loopback(list: &Allowlist) -> Vec<String> {
+    list.entries
+        .iter()
+        .filter_map(|e| match (&e.pattern.host, e.pattern.port) {
+            (HostMatch::Exact(h), None) if h == "localhost" || loopback_ip(h).is_some() => {
+                Some(e.pattern.to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_hosts_with_a_port_are_forwarded() {
+        let mut l = Allowlist::default_list();
+        for h in [
+            "localhost:8080",
+            "127.0.0.1:8080",
+            "127.0.0.2:9",
+            "[::1]:7",
+            "127.0.0.1",
+        ] {
+            l.push(HostPattern::parse(h).unwrap(), "t");
+        }
+        let f = loopback_forwards(&l).unwrap();
+        let shown: Vec<String> = f
+            .iter()
+            .map(|f| format!("{} {} {} {}", f.listen, f.host, f.port, f.optional))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "127.0.0.1:8080 localhost 8080 false",
+                "[::1]:8080 localhost 8080 true",
+                "127.0.0.2:9 127.0.0.2 9 false",
+                "[::1]:7 ::1 7 false",
+            ]
+        );
+        assert_eq!(portless_loopback(&l), ["127.0.0.1"]);
+        let mut bad = Allowlist::default();
+        bad.push(HostPattern::parse("127.0.0.1:3128").unwrap(), "t");
+        assert!(loopback_forwards(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("3128"));
+    }
 
     fn p(s: &str) -> HostPattern {
         HostPattern::parse(s).unwrap()

@@ -12,9 +12,16 @@
 //!
 //! Names are resolved here, on the host: the sandbox has no DNS and needs none. Denied
 //! requests get `403 Forbidden` naming the host and are appended to the project's denied
-//! log (and to stderr when asked). One thread per connection, at most
-//! [`MAX_CONNECTIONS`] at once; further connections wait in the listen queue.
+//! log (and to stderr when asked): at most [`DENIED_LOG_CAP`] bytes, then it is rotated to
+//! `<name>.old`, and a denial repeated within [`REPEAT_WINDOW`] is counted, not written
+//! again, so a flood of denials cannot fill the disk. One thread per connection, two file
+//! descriptors per connection (no clones: both directions of a tunnel borrow the same
+//! sockets); at start the soft open-files limit is raised to the hard one and the number
+//! of connections served at once is sized from it (at most [`MAX_CONNECTIONS`]);
+//! further connections wait in the listen queue: a connection is accepted only when a
+//! slot and its descriptors are free.
 
+use std::collections::HashMap;
 use std::fs::OpenOptions;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
@@ -22,11 +29,21 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::network::{self, Allowlist};
 
 pub const MAX_CONNECTIONS: usize = 256;
+/// Descriptors budgeted per connection: the client, the upstream, and one for the name
+/// lookup's transient files and sockets.
+const FDS_PER_CONNECTION: u64 = 3;
+/// Descriptors kept for the rest (standard streams, listeners, the denied log, pidfd).
+const FDS_RESERVED: u64 = 32;
+/// The denied log's largest size before it is rotated.
+pub const DENIED_LOG_CAP: u64 = 256 * 1024;
+/// A denial of the same method, host and port within this time of its last line is
+/// counted and reported with the next line written for it.
+pub const REPEAT_WINDOW: Duration = Duration::from_secs(10);
 const MAX_HEAD: usize = 64 * 1024;
 const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -54,7 +71,7 @@ pub struct Config {
 /// Serves `listener` until the process is killed (it dies with the sandbox).
 pub fn serve(listener: TcpListener, cfg: Config) -> io::Result<()> {
     let cfg = Arc::new(cfg);
-    let slots = Arc::new(Slots::new(MAX_CONNECTIONS));
+    let slots = shared_slots();
     loop {
         slots.acquire();
         let slot = Slot(slots.clone());
@@ -79,6 +96,66 @@ pub fn serve(listener: TcpListener, cfg: Config) -> io::Result<()> {
                 handle(conn, &cfg);
             });
     }
+}
+
+/// Raises the soft open-files limit to the hard one and returns the soft limit then.
+fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
+    };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return hard;
+    }
+    soft
+}
+
+/// How many connections the descriptors allow at once (at least 1, at most
+/// [`MAX_CONNECTIONS`]).
+pub fn capacity(nofile: u64) -> usize {
+    let n = nofile.saturating_sub(FDS_RESERVED) / FDS_PER_CONNECTION;
+    usize::try_from(n)
+        .unwrap_or(usize::MAX)
+        .clamp(1, MAX_CONNECTIONS)
+}
+
+/// The one bound shared by every listener of this proxy, sized at first use.
+fn shared_slots() -> Arc<Slots> {
+    static SLOTS: std::sync::OnceLock<Arc<Slots>> = std::sync::OnceLock::new();
+    SLOTS
+        .get_or_init(|| Arc::new(Slots::new(capacity(raise_fd_limit()))))
+        .clone()
+}
+
+/// A loopback forward (see `network::LoopbackForward`): each connection accepted on
+/// `listener`, a socket on the sandbox's own loopback, is decided by the allowlist as
+/// `host:port` and tunnelled, blind, to that address on the host. Runs on its own
+/// thread, under the proxy's one bound on connections (sized from its descriptors).
+pub fn serve_forward(listener: TcpListener, host: String, port: u16, cfg: Arc<Config>) {
+    let slots = shared_slots();
+    let _ = thread::Builder::new()
+        .stack_size(STACK_SIZE)
+        .spawn(move || loop {
+            slots.acquire();
+            let slot = Slot(slots.clone());
+            let conn = match listener.accept() {
+                Ok((c, _)) => c,
+                Err(e) if e.raw_os_error() == Some(nix::libc::EBADF) => return,
+                Err(_) => {
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            let (cfg, host) = (cfg.clone(), host.clone());
+            let _ = thread::Builder::new()
+                .stack_size(STACK_SIZE)
+                .spawn(move || {
+                    let _slot = slot;
+                    if let Ok(upstream) = decide_and_connect(&cfg, "TCP", &host, port) {
+                        pump(conn, upstream);
+                    }
+                });
+        });
 }
 
 /// A counting semaphore bounding concurrent connections.
@@ -137,10 +214,12 @@ fn handle(mut client: TcpStream, cfg: &Config) {
     let result = if head.method.eq_ignore_ascii_case("CONNECT") {
         tunnel(&mut client, cfg, &head, rest)
     } else {
-        forward(&mut client, cfg, &head, rest)
+        forward(&client, cfg, &head, rest).map(|()| None)
     };
-    if let Err(r) = result {
-        refuse(client, r);
+    match result {
+        Err(r) => refuse(client, r),
+        Ok(Some(upstream)) => pump(client, upstream),
+        Ok(None) => {}
     }
 }
 
@@ -207,8 +286,13 @@ fn bad(msg: impl Into<String>) -> Reject {
     Reject(400, "Bad Request", msg.into())
 }
 
-/// `CONNECT host:port`: decide, connect, then a blind tunnel.
-fn tunnel(client: &mut TcpStream, cfg: &Config, head: &Head, rest: &[u8]) -> Result<(), Reject> {
+/// `CONNECT host:port`: decide, connect; the caller then pumps the blind tunnel.
+fn tunnel(
+    client: &mut TcpStream,
+    cfg: &Config,
+    head: &Head,
+    rest: &[u8],
+) -> Result<Option<TcpStream>, Reject> {
     let (host, port) = network::parse_authority(&head.target, None)
         .map_err(|e| bad(format!("bad CONNECT target: {e}")))?;
     let mut upstream = decide_and_connect(cfg, "CONNECT", &host, port)?;
@@ -217,20 +301,16 @@ fn tunnel(client: &mut TcpStream, cfg: &Config, head: &Head, rest: &[u8]) -> Res
         .is_err()
         || upstream.write_all(rest).is_err()
     {
-        return Ok(());
+        return Ok(None);
     }
     let _ = client.set_read_timeout(None);
     let _ = client.set_write_timeout(None);
-    let Ok(client) = client.try_clone() else {
-        return Ok(());
-    };
-    pump(client, upstream);
-    Ok(())
+    Ok(Some(upstream))
 }
 
 /// A plain-HTTP request in absolute form: decide by the URL's host, forward one request,
 /// relay the response, close.
-fn forward(client: &mut TcpStream, cfg: &Config, head: &Head, rest: &[u8]) -> Result<(), Reject> {
+fn forward(client: &TcpStream, cfg: &Config, head: &Head, rest: &[u8]) -> Result<(), Reject> {
     let target = &head.target;
     let after_scheme = match target.get(..7) {
         Some(s) if s.eq_ignore_ascii_case("http://") => &target[7..],
@@ -292,7 +372,7 @@ fn forward(client: &mut TcpStream, cfg: &Config, head: &Head, rest: &[u8]) -> Re
     }
     let length = length.unwrap_or(0);
 
-    let mut upstream = decide_and_connect(cfg, &head.method, &host, port)?;
+    let upstream = decide_and_connect(cfg, &head.method, &host, port)?;
     let mut out = Vec::with_capacity(1024);
     out.extend_from_slice(head.method.as_bytes());
     out.push(b' ');
@@ -330,29 +410,29 @@ fn forward(client: &mut TcpStream, cfg: &Config, head: &Head, rest: &[u8]) -> Re
 
     let _ = client.set_read_timeout(None);
     let _ = client.set_write_timeout(None);
-    let (Ok(mut to_client), Ok(mut from_upstream)) = (client.try_clone(), upstream.try_clone())
-    else {
-        return Ok(());
-    };
-    // The response is relayed while the body is still being sent (Expect: 100-continue).
-    let relay = thread::Builder::new()
-        .stack_size(STACK_SIZE)
-        .spawn(move || {
-            let _ = io::copy(&mut from_upstream, &mut to_client);
-            let _ = to_client.shutdown(Shutdown::Both);
-        });
-    let early = rest
-        .len()
-        .min(usize::try_from(length).unwrap_or(usize::MAX));
-    let sent = upstream.write_all(&out).is_ok()
-        && upstream.write_all(&rest[..early]).is_ok()
-        && io::copy(&mut (&*client).take(length - early as u64), &mut upstream).is_ok();
-    if !sent {
-        let _ = upstream.shutdown(Shutdown::Both);
-    }
-    if let Ok(t) = relay {
-        let _ = t.join();
-    }
+    let upstream = &upstream;
+    thread::scope(|s| {
+        // The response is relayed while the body is still being sent (Expect: 100-continue).
+        let relay = thread::Builder::new()
+            .stack_size(STACK_SIZE)
+            .spawn_scoped(s, move || {
+                let _ = io::copy(&mut &*upstream, &mut &*client);
+                let _ = client.shutdown(Shutdown::Both);
+            });
+        let early = rest
+            .len()
+            .min(usize::try_from(length).unwrap_or(usize::MAX));
+        let mut up = upstream;
+        let sent = up.write_all(&out).is_ok()
+            && up.write_all(&rest[..early]).is_ok()
+            && io::copy(&mut client.take(length - early as u64), &mut up).is_ok();
+        if !sent {
+            let _ = upstream.shutdown(Shutdown::Both);
+        }
+        if let Ok(t) = relay {
+            let _ = t.join();
+        }
+    });
     // Anything the client sent after this request (a pipelined second one) is dropped
     // with the connection.
     let _ = upstream.shutdown(Shutdown::Both);
@@ -416,30 +496,29 @@ fn decide_and_connect(
     ))
 }
 
-/// Copies both ways until both sides are done.
+/// Copies both ways until both sides are done. Both directions borrow the same two
+/// sockets: no descriptor is duplicated.
 fn pump(a: TcpStream, b: TcpStream) {
-    let (Ok(mut a2), Ok(mut b2)) = (a.try_clone(), b.try_clone()) else {
-        return;
-    };
-    let back = thread::Builder::new()
-        .stack_size(STACK_SIZE)
-        .spawn(move || {
-            let ok = io::copy(&mut b2, &mut a2).is_ok();
-            let _ = a2.shutdown(if ok { Shutdown::Write } else { Shutdown::Both });
-            if !ok {
-                let _ = b2.shutdown(Shutdown::Both);
-            }
-        });
-    let Ok(back) = back else {
-        return;
-    };
-    let (mut a, mut b) = (a, b);
-    let ok = io::copy(&mut a, &mut b).is_ok();
-    let _ = b.shutdown(if ok { Shutdown::Write } else { Shutdown::Both });
-    if !ok {
-        let _ = a.shutdown(Shutdown::Both);
-    }
-    let _ = back.join();
+    let (a, b) = (&a, &b);
+    thread::scope(|s| {
+        let back = thread::Builder::new()
+            .stack_size(STACK_SIZE)
+            .spawn_scoped(s, move || {
+                let ok = io::copy(&mut &*b, &mut &*a).is_ok();
+                let _ = a.shutdown(if ok { Shutdown::Write } else { Shutdown::Both });
+                if !ok {
+                    let _ = b.shutdown(Shutdown::Both);
+                }
+            });
+        if back.is_err() {
+            return;
+        }
+        let ok = io::copy(&mut &*a, &mut &*b).is_ok();
+        let _ = b.shutdown(if ok { Shutdown::Write } else { Shutdown::Both });
+        if !ok {
+            let _ = a.shutdown(Shutdown::Both);
+        }
+    });
 }
 
 /// Sends an error response and closes without resetting what the client still sends.
@@ -464,22 +543,93 @@ fn refuse(mut client: TcpStream, Reject(code, reason, mut body): Reject) {
     let _ = io::copy(&mut (&client).take(1 << 20), &mut io::sink());
 }
 
+/// The denied log of this proxy process: its open file, its size, and when each kind
+/// of denial was last written.
+struct DeniedLog {
+    file: Option<std::fs::File>,
+    size: u64,
+    recent: HashMap<String, (Instant, u64)>,
+}
+
+static DENIED: Mutex<Option<DeniedLog>> = Mutex::new(None);
+
 impl Config {
     fn record_denied(&self, method: &str, host: &str, port: u16) {
-        let line = format!("{} denied {method} {host}:{port}\n", utc_now());
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(nix::libc::O_NOFOLLOW)
-            .open(&self.denied_log);
-        if let Ok(mut f) = file {
-            let _ = f.write_all(line.as_bytes());
+        let key = format!("{method} {host}:{port}");
+        let now = Instant::now();
+        let mut guard = DENIED.lock().unwrap_or_else(|e| e.into_inner());
+        let log = guard.get_or_insert_with(|| DeniedLog {
+            file: None,
+            size: 0,
+            recent: HashMap::new(),
+        });
+        let repeated = match log.recent.get_mut(&key) {
+            Some((last, n)) if now.duration_since(*last) < REPEAT_WINDOW => {
+                *n += 1;
+                return;
+            }
+            Some((_, n)) => *n,
+            None => 0,
+        };
+        if log.recent.len() >= 4096 {
+            log.recent
+                .retain(|_, (t, n)| now.duration_since(*t) < REPEAT_WINDOW || *n > 0);
+            if log.recent.len() >= 4096 {
+                log.recent.clear();
+            }
         }
+        log.recent.insert(key.clone(), (now, 0));
+        let more = if repeated > 0 {
+            format!(
+                " (and {repeated} more time{} since its last line)",
+                if repeated == 1 { "" } else { "s" }
+            )
+        } else {
+            String::new()
+        };
+        let line = format!("{} denied {key}{more}\n", utc_now());
+        log.write(&self.denied_log, line.as_bytes());
+        drop(guard);
         if self.log_stderr {
             eprintln!(
-                "claudebox: network: denied {method} {host}:{port} (allow it with --allow-host {host})"
+                "claudebox: network: denied {method} {host}:{port}{more} (allow it with --allow-host {host})"
             );
+        }
+    }
+}
+
+impl DeniedLog {
+    /// Appends a line, rotating the file to `<name>.old` first when it would pass the cap.
+    fn write(&mut self, path: &std::path::Path, line: &[u8]) {
+        let open = || {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(path)
+                .ok()
+        };
+        if self.file.is_none() {
+            self.file = open();
+            self.size = self
+                .file
+                .as_ref()
+                .and_then(|f| f.metadata().ok())
+                .map_or(0, |m| m.len());
+        }
+        if self.size + line.len() as u64 > DENIED_LOG_CAP {
+            self.file = None;
+            let mut old = path.as_os_str().to_os_string();
+            old.push(".old");
+            let _ = std::fs::rename(path, old);
+            self.file = open();
+            self.size = 0;
+        }
+        if let Some(f) = &mut self.file {
+            if f.write_all(line).is_ok() {
+                self.size += line.len() as u64;
+            }
         }
     }
 }
@@ -507,4 +657,17 @@ fn utc_now() -> String {
         rem % 3600 / 60,
         rem % 60
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_bound_follows_the_descriptors() {
+        assert_eq!(capacity(1024), MAX_CONNECTIONS);
+        assert_eq!(capacity(128), 32);
+        assert_eq!(capacity(20), 1);
+        assert_eq!(capacity(1 << 20), MAX_CONNECTIONS);
+    }
 }

@@ -10,8 +10,34 @@ use crate::confine;
 use crate::network::{self, NetworkMode};
 use crate::plan::{EnvOp, MountKind, Plan};
 
-/// bwrap's full argv, program first.
+/// How one plan mount's source reaches bwrap at the launch (see `sources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind {
+    /// Not a bind mount (tmpfs, symlink, dev, proc, empty-ro).
+    Other,
+    /// An optional source that does not exist: left out.
+    Skip,
+    /// Bound from this descriptor, opened and checked by the launch.
+    Fd(i32),
+}
+
+/// How bind mounts name their sources.
+#[derive(Debug, Clone, Copy)]
+pub enum Sources<'a> {
+    /// By path, for `--dry-run` and tests: bwrap resolves each name when it mounts.
+    Names,
+    /// By descriptor (`--bind-fd`, `--ro-bind-fd`), one entry per plan mount: the launch
+    /// and `--check`. Never falls back to a name.
+    Fds(&'a [Bind]),
+}
+
+/// bwrap's full argv with sources named by path (`--dry-run`).
 pub fn argv(plan: &Plan) -> Vec<OsString> {
+    argv_with(plan, Sources::Names)
+}
+
+/// bwrap's full argv, program first.
+pub fn argv_with(plan: &Plan, sources: Sources) -> Vec<OsString> {
     let mut a: Vec<OsString> = vec![plan.bwrap.clone().into_os_string()];
     for f in &plan.flags {
         a.push(f.into());
@@ -20,7 +46,32 @@ pub fn argv(plan: &Plan) -> Vec<OsString> {
         a.push("--sync-fd".into());
         a.push(fd.to_string().into());
     }
-    for m in &plan.mounts {
+    if let Sources::Fds(t) = sources {
+        assert_eq!(t.len(), plan.mounts.len(), "one source entry per mount");
+    }
+    for (i, m) in plan.mounts.iter().enumerate() {
+        if let Sources::Fds(table) = sources {
+            match table[i] {
+                Bind::Other => {}
+                Bind::Skip => continue,
+                Bind::Fd(fd) => {
+                    let flag = match m.kind {
+                        MountKind::Ro | MountKind::RoTry => "--ro-bind-fd",
+                        MountKind::Rw | MountKind::File => "--bind-fd",
+                        _ => unreachable!("only bind mounts take a descriptor"),
+                    };
+                    a.push(flag.into());
+                    a.push(fd.to_string().into());
+                    a.push(m.target.clone().into_os_string());
+                    continue;
+                }
+            }
+            assert!(
+                !crate::sources::is_bind(&m.kind),
+                "a bind mount without a descriptor: {}",
+                m.target.display()
+            );
+        }
         if m.kind == MountKind::EmptyRo {
             a.push("--tmpfs".into());
             a.push(m.target.clone().into_os_string());
@@ -70,6 +121,20 @@ pub fn argv(plan: &Plan) -> Vec<OsString> {
         a.push(confine::INIT_FLAG.into());
         if c.scope_abstract_unix {
             a.push(confine::SCOPE_FLAG.into());
+        }
+        if c.default_signals {
+            a.push(confine::SIGNALS_FLAG.into());
+        }
+        for check in &c.mount_checks {
+            a.push(
+                if check.read_only {
+                    confine::EXPECT_RO
+                } else {
+                    confine::EXPECT_RW
+                }
+                .into(),
+            );
+            a.push(check.path.clone().into_os_string());
         }
         a.push("--".into());
     }
@@ -200,7 +265,13 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
     };
     for e in &plan.env {
         match e {
-            EnvOp::Set(k, v) => line("set", k.as_bytes(), Some(v.as_bytes()), "default"),
+            EnvOp::Set(k, v) => {
+                let from = match crate::plan::default_env_reason(k) {
+                    Some(why) => format!("default: {why}"),
+                    None => "default".to_string(),
+                };
+                line("set", k.as_bytes(), Some(v.as_bytes()), &from)
+            }
             EnvOp::Unset(k) => line("unset", k.as_bytes(), None, "default"),
         }
     }
@@ -221,6 +292,11 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
                 b"landlock\tno connect() to the host's abstract unix sockets (X11, D-Bus)\n",
             );
         }
+        if c.default_signals {
+            out.extend_from_slice(
+                b"signals\tSIGINT, SIGQUIT back to default: claudebox and bwrap ignore them, so a Ctrl-C reaches the agent alone and its exit status is the sandbox's\n",
+            );
+        }
     }
     if !plan.notes.is_empty() {
         out.extend_from_slice(b"# opt-ins and gaps\n");
@@ -236,10 +312,34 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
         for e in &proxy.allowlist.entries {
             out.extend_from_slice(format!("allow\t{}\t{}\n", e.pattern, e.source).as_bytes());
         }
+        if let Ok(forwards) = network::loopback_forwards(&proxy.allowlist) {
+            for f in forwards {
+                out.extend_from_slice(
+                    format!(
+                        "forward\t{} inside -> the host's {}:{} through the proxy{}\n",
+                        f.listen,
+                        network::show_host(&f.host),
+                        f.port,
+                        if f.optional {
+                            " (if the sandbox has IPv6)"
+                        } else {
+                            ""
+                        }
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
         out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first program hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
         out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));
         out.push(b'\n');
     }
+    out.extend_from_slice(
+        b"# the launch opens each bind source once, checks it, and has bwrap mount that \
+          descriptor (--bind-fd/--ro-bind-fd), so a path swapped meanwhile is never \
+          mounted; the line below names the sources instead, and only claudebox's own \
+          descriptors cross into a launch\n",
+    );
     out.extend_from_slice(b"# command\n");
     out.extend_from_slice(&shell_line(&argv(plan)));
     out.push(b'\n');

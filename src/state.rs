@@ -16,7 +16,9 @@
 //!         ├── lock              mutex between a launch registering and --gc; its mtime
 //!         │                     is the project's last use
 //!         ├── running/0, 1, ...      slots: one flock per running sandbox, held by its pid 1
-//!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode)
+//!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode),
+//!         │                       at most 256 KiB, plus one rotated `.1`
+//!         ├── root-missing-since  when `--gc` first found the root missing (see gc.rs)
 //!         └── sessions/         named sessions (`--session NAME`), see `sessions/`
 //! ```
 //!
@@ -41,6 +43,10 @@ pub const LOCK_FILE: &str = "lock";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";
 pub const DENIED_LOG: &str = "network-denied.log";
+/// When `--gc` first found the project's root missing (seconds since the epoch).
+pub const MISSING_FILE: &str = "root-missing-since";
+/// Prefix of a project directory being made (renamed into place when whole).
+pub const NEW_PREFIX: &str = ".new-";
 
 /// The paths of one state directory.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -143,7 +149,11 @@ pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(&path)
         .with_context(|| format!("cannot create {}", path.display()))?;
-    if f.metadata()?.len() != 0 {
+    let len = f
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.display()))?
+        .len();
+    if len != 0 {
         f.set_len(0)
             .with_context(|| format!("cannot empty {}", path.display()))?;
         fs::set_permissions(&path, fs::Permissions::from_mode(0o400))?;
@@ -170,15 +180,20 @@ pub fn mkdir_private(path: &Path) -> Result<()> {
     }
     match DirBuilder::new().mode(0o700).create(path) {
         Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-            exists_as_dir(fs::symlink_metadata(path)?)
-        }
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => exists_as_dir(
+            fs::symlink_metadata(path)
+                .with_context(|| format!("cannot read {}", path.display()))?,
+        ),
         Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
     }
 }
 
 /// Creates the state home and one project's directory, files and lock file. Idempotent.
-pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -> Result<()> {
+/// Returns whether the project's directory was made by this call. A project directory
+/// appears whole or not at all (made under a temporary name, then renamed into place),
+/// and when this fails nothing it made stays: not the project directory, not `projects/`,
+/// not the state home.
+pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -> Result<bool> {
     let meta = fs::metadata(&home.dir);
     let existed = meta.is_ok();
     // The state home itself may be a symlink the user made (`~/.claudebox -> /data/cb`);
@@ -192,16 +207,118 @@ pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -
             )
         })?;
     }
-    if !existed {
-        fs::set_permissions(&home.dir, fs::Permissions::from_mode(0o700))?;
+    let projects = home.projects();
+    let projects_existed = fs::symlink_metadata(&projects).is_ok();
+    let result = (|| -> Result<bool> {
+        if !existed {
+            fs::set_permissions(&home.dir, fs::Permissions::from_mode(0o700)).with_context(
+                || format!("cannot make {} private (mode 0700)", home.dir.display()),
+            )?;
+        }
+        mkdir_private(&projects)?;
+        let made = match fs::symlink_metadata(&state.dir) {
+            Ok(_) => false,
+            Err(_) => create_whole(home, state, root)?,
+        };
+        mkdir_private(&state.dir)?;
+        mkdir_private(&state.conversations())?;
+        write_root_file(state, root)?;
+        touch(&state.history(), 0o600)?;
+        touch(&state.lock(), 0o600)?;
+        Ok(made)
+    })();
+    if result.is_err() {
+        if !projects_existed {
+            let _ = fs::remove_dir(&projects);
+        }
+        if !existed {
+            let _ = fs::remove_dir(&home.dir);
+        }
     }
-    mkdir_private(&home.projects())?;
-    mkdir_private(&state.dir)?;
-    mkdir_private(&state.conversations())?;
-    write_root_file(state, root)?;
-    touch(&state.history(), 0o600)?;
-    touch(&state.lock(), 0o600)?;
-    Ok(())
+    result
+}
+
+/// Makes a project's directory under a temporary name (`projects/.new-<id>.<pid>.<n>`)
+/// and renames it into place. `Ok(false)`: another launch made it first.
+fn create_whole(home: &StateHome, state: &ProjectState, root: &Path) -> Result<bool> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = state
+        .dir
+        .file_name()
+        .context("state directory has no name")?;
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = std::ffi::OsString::from(NEW_PREFIX);
+    name.push(id);
+    name.push(format!(".{}.{seq}", std::process::id()));
+    let tmp = home.projects().join(name);
+    let doing = || format!("creating the state of project {}", root.display());
+    DirBuilder::new()
+        .mode(0o700)
+        .create(&tmp)
+        .with_context(|| format!("cannot create {} ({})", tmp.display(), doing()))?;
+    let tmp_state = ProjectState { dir: tmp.clone() };
+    let filled = (|| -> Result<()> {
+        mkdir_private(&tmp_state.conversations())?;
+        let path = tmp_state.root_file();
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create {} ({})", path.display(), doing()))?;
+        f.write_all(root.as_os_str().as_bytes())
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("cannot write {} ({})", path.display(), doing()))?;
+        touch(&tmp_state.history(), 0o600)?;
+        touch(&tmp_state.lock(), 0o600)?;
+        Ok(())
+    })();
+    let placed = filled.and_then(|()| match fs::rename(&tmp, &state.dir) {
+        Ok(()) => {
+            File::open(home.projects()).and_then(|d| d.sync_all()).ok();
+            Ok(true)
+        }
+        // Another launch made it meanwhile: theirs is as good as ours.
+        Err(e)
+            if e.kind() == ErrorKind::AlreadyExists
+                || e.raw_os_error() == Some(nix::libc::ENOTEMPTY) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "cannot rename {} to {} ({})",
+                tmp.display(),
+                state.dir.display(),
+                doing()
+            )
+        }),
+    });
+    if !matches!(placed, Ok(true)) {
+        let _ = fs::remove_dir_all(&tmp);
+    }
+    placed
+}
+
+/// Removes a project directory this launch made, when the launch failed before anyone
+/// else used it (no conversation in it, no other sandbox registered). Best effort.
+pub fn remove_unused(state: &ProjectState) {
+    let conversations_empty = fs::read_dir(state.conversations())
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true);
+    if !conversations_empty || crate::inuse::count_running(&state.dir) > 0 {
+        return;
+    }
+    let Some(projects) = state.dir.parent() else {
+        return;
+    };
+    let mut name = std::ffi::OsString::from(".gc-");
+    name.push(state.dir.file_name().unwrap_or_default());
+    name.push(format!("-{}", std::process::id()));
+    let trash = projects.join(name);
+    if fs::rename(&state.dir, &trash).is_ok() {
+        let _ = fs::remove_dir_all(&trash);
+    }
 }
 
 /// Checks that the state directory is (or can be made) writable, without creating it.
@@ -288,10 +405,9 @@ fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
             .mode(mode)
             .open(&tmp)
             .with_context(|| format!("cannot create {}", tmp.display()))?;
-        f.write_all(bytes)?;
-        if durable {
-            f.sync_all()?;
-        }
+        f.write_all(bytes)
+            .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
+            .with_context(|| format!("cannot write {}", tmp.display()))?;
         fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
         if durable {
             // Make the rename itself durable: a record must survive a reboot.

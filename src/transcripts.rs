@@ -119,6 +119,12 @@ fn is_regular(p: &Path) -> bool {
 
 /// Moves `<uuid>.jsonl` and its `<uuid>/` directory from `conversations/<from>` to the
 /// cwd's own directory, creating it. Never replaces anything and never follows a symlink.
+///
+/// The conversation cites files under `<uuid>/` by absolute path (large tool output saved
+/// in `tool-results/`, subagent transcripts in `subagents/`): a relative symlink
+/// `<from>/<uuid> -> ../<to>/<uuid>` is left behind so those paths still resolve. A later
+/// move leaves another link, and links chain; a link found where the directory goes back
+/// to (one this function left earlier) is replaced by the directory.
 pub fn move_here(conversations: &Path, uuid: &str, from: &OsStr, cwd: &Path) -> Result<()> {
     let to = dir_name(cwd);
     let target = conversations.join(&to);
@@ -133,22 +139,48 @@ pub fn move_here(conversations: &Path, uuid: &str, from: &OsStr, cwd: &Path) -> 
     rename_noreplace(&src, &dst, OsStr::new(&file))
         .with_context(|| format!("cannot move {file} into {}", target.display()))?;
     // The directory is optional; a leftover one under the target name is left alone.
-    let is_dir = fstatat(
-        Some(src.as_raw_fd()),
-        OsStr::new(uuid),
-        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-    )
-    .map(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR)
-    .unwrap_or(false);
-    if is_dir {
-        if let Err(e) = rename_noreplace(&src, &dst, OsStr::new(uuid)) {
-            eprintln!(
-                "claudebox: warning: left {} where it was: {e:#}",
-                conversations.join(from).join(uuid).display()
-            );
-        }
+    if file_type(&src, uuid) != Some(SFlag::S_IFDIR) {
+        return Ok(());
+    }
+    if file_type(&dst, uuid) == Some(SFlag::S_IFLNK) {
+        // A link an earlier move left here; the directory comes back in its place.
+        let _ = nix::unistd::unlinkat(
+            Some(dst.as_raw_fd()),
+            OsStr::new(uuid),
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    if let Err(e) = rename_noreplace(&src, &dst, OsStr::new(uuid)) {
+        eprintln!(
+            "claudebox: warning: left {} where it was: {e:#}",
+            conversations.join(from).join(uuid).display()
+        );
+        return Ok(());
+    }
+    let mut link = OsString::from("../");
+    link.push(&to);
+    link.push("/");
+    link.push(uuid);
+    if let Err(e) = nix::unistd::symlinkat(link.as_os_str(), Some(src.as_raw_fd()), uuid) {
+        eprintln!(
+            "claudebox: warning: cannot leave a link at {} (files the conversation cites \
+             there are now under {}): {e}",
+            conversations.join(from).join(uuid).display(),
+            target.join(uuid).display()
+        );
     }
     Ok(())
+}
+
+/// The type of `dir/name`, without following a symlink.
+fn file_type(dir: &File, name: &str) -> Option<SFlag> {
+    fstatat(
+        Some(dir.as_raw_fd()),
+        OsStr::new(name),
+        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .ok()
+    .map(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT)
 }
 
 fn open_dir(p: &Path) -> Result<File> {
@@ -177,6 +209,30 @@ fn rename_noreplace(src: &File, dst: &File, name: &OsStr) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn moves_leave_links_that_chain_and_a_move_back_replaces_its_link() {
+        let t = tempfile::tempdir().unwrap();
+        let conv = t.path();
+        let u = "0123abcd-0000-4000-8000-00000000beef";
+        let (a, b, c) = (Path::new("/w/a"), Path::new("/w/b"), Path::new("/w/c"));
+        let cited = conv.join(dir_name(a)).join(u).join("tool-results/x.txt");
+        fs::create_dir_all(cited.parent().unwrap()).unwrap();
+        fs::write(&cited, "out").unwrap();
+        fs::write(conv.join(dir_name(a)).join(format!("{u}.jsonl")), "{}").unwrap();
+        move_here(conv, u, &dir_name(a), b).unwrap();
+        assert_eq!(fs::read_to_string(&cited).unwrap(), "out");
+        move_here(conv, u, &dir_name(b), c).unwrap();
+        assert_eq!(fs::read_to_string(&cited).unwrap(), "out", "links chain");
+        move_here(conv, u, &dir_name(c), a).unwrap();
+        assert!(fs::symlink_metadata(conv.join(dir_name(a)).join(u))
+            .unwrap()
+            .is_dir());
+        for d in [b, c] {
+            let via = conv.join(dir_name(d)).join(u).join("tool-results/x.txt");
+            assert_eq!(fs::read_to_string(via).unwrap(), "out");
+        }
+    }
 
     #[test]
     fn short_paths_replace_every_non_alphanumeric_unit() {

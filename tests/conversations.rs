@@ -13,7 +13,6 @@ mod common;
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
@@ -26,20 +25,10 @@ use common::*;
 /// How long one claudebox run may take before the test fails (and kills it).
 const RUN_LIMIT: Duration = Duration::from_secs(60);
 
-/// A world whose `claude` is `c`, linked the way npm links it.
-fn world_with(c: &Claude) -> World {
-    let w = World::new();
-    fs::remove_file(w.bin().join("claude")).unwrap();
-    symlink(&c.bin, w.bin().join("claude")).unwrap();
-    w
-}
-
 /// `claudebox ARGS` in `cwd`, pointed at `mock`, bounded in time.
 fn claudebox(w: &World, cwd: &Path, mock: &MockApi, args: &[&str]) -> Output {
     let mut cmd = w.cmd(cwd);
-    cmd.env("ANTHROPIC_BASE_URL", mock.base_url())
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .args(args);
+    mock.point(&mut cmd).args(args);
     match output_within(&mut cmd, RUN_LIMIT) {
         Ok(o) => o,
         Err(e) => panic!("claudebox {args:?} in {}: {e}", cwd.display()),
@@ -168,6 +157,16 @@ fn mock_api_plays_its_script_and_logs_every_request() {
     assert!(http(mock.port(), "HEAD", "/api/hello", &json!(null))
         .0
         .contains("200"));
+    let (st, count) = http(
+        mock.port(),
+        "POST",
+        "/v1/messages/count_tokens?beta=true",
+        &json!({"messages": []}),
+    );
+    assert!(
+        st.contains("200") && count.contains("input_tokens"),
+        "{count}"
+    );
     assert!(http(mock.port(), "GET", "/v1/models", &json!(null))
         .0
         .contains("404"));
@@ -201,23 +200,40 @@ fn mock_api_plays_its_script_and_logs_every_request() {
             "title",
             "classifier",
             "head",
+            "count_tokens",
             "other",
             "conversation",
             "conversation"
         ]
     );
     assert_eq!(log[0]["turn"], 0);
-    assert_eq!(log[5]["turn"], 1);
-    assert!(log[6].get("turn").is_none());
-    // every POST's answer went out in full
+    assert_eq!(log[6]["turn"], 1);
+    assert!(log[7].get("turn").is_none());
+    // every answer to a Messages request went out in full
     for r in log
         .iter()
-        .filter(|r| r["method"] == "POST" && r["kind"] != "other")
+        .filter(|r| ["conversation", "title", "classifier"].contains(&r["kind"].as_str().unwrap()))
     {
         assert_eq!(mock.answer_complete(&r["id"]), Some(true), "{r}");
     }
     assert!(messages_text(&log[0]).contains("hi\n"));
     assert_eq!(mock.conversation(1).len(), 2);
+
+    // loopback only: the host's own address on its outward interface gets no answer
+    let outward = std::net::UdpSocket::bind("0.0.0.0:0")
+        .and_then(|u| u.connect("192.0.2.1:9").map(|_| u))
+        .and_then(|u| u.local_addr())
+        .map(|a| a.ip());
+    match outward {
+        Ok(ip) if !ip.is_loopback() && !ip.is_unspecified() => {
+            assert!(
+                TcpStream::connect_timeout(&(ip, mock.port()).into(), Duration::from_secs(2))
+                    .is_err(),
+                "the mock answers on {ip}"
+            );
+        }
+        other => eprintln!("no outward address to check the mock against: {other:?}"),
+    }
 }
 
 /// `claudebox -p` in open mode: the answer's Bash tool call creates a file in the work
@@ -259,6 +275,14 @@ fn print_mode_bash_tool_call_changes_the_project() {
         assert!(
             messages_text(&conv[1]).contains("tool_result"),
             "[{}]",
+            c.label
+        );
+        // the key was sent, and the log keeps only its tail
+        let key = conv[0]["headers"]["x-api-key"].as_str().unwrap_or_default();
+        assert_eq!(key, "<redacted: 41 chars, ends '6789'>", "[{}]", c.label);
+        assert!(
+            !mock.log().iter().any(|r| r.to_string().contains(API_KEY)),
+            "[{}] the log holds the API key",
             c.label
         );
         // the conversation is kept by claudebox, per project
@@ -556,7 +580,6 @@ fn sh_quote(path: &Path) -> String {
 /// the mock only through claudebox's proxy; the answer reaches stdout, in bounded time.
 /// Control: without `--allow-host`, nothing from inside reaches the mock.
 #[test]
-#[ignore = "needs 12b's loopback fix: claude honours NO_PROXY=127.0.0.1 and connects to the sandbox's own loopback"]
 fn allowlist_reaches_a_loopback_api_only_through_the_proxy() {
     for c in claude_versions() {
         let w = world_with(&c);
@@ -589,8 +612,7 @@ fn allowlist_reaches_a_loopback_api_only_through_the_proxy() {
         );
 
         let mut cmd = w.cmd(&p);
-        cmd.env("ANTHROPIC_BASE_URL", mock.base_url())
-            .env("ANTHROPIC_API_KEY", API_KEY)
+        mock.point(&mut cmd)
             .args(["--allow-host", &allow, "-p", "hello through the proxy"]);
         // a real run takes a second or two; without the fix claude retries for minutes
         let o = output_within(&mut cmd, Duration::from_secs(30))

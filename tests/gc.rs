@@ -31,7 +31,7 @@ fn removes_only_state_whose_root_is_gone_and_dry_run_removes_nothing() {
     fs::remove_dir(&gone).unwrap();
 
     let before = snapshot(&w.root());
-    let dry = run(&w, &["--gc", "--dry-run"]);
+    let dry = run(&w, &["--gc", "--dry-run", "--gc-margin", "0"]);
     let err = stderr(&dry);
     assert!(dry.status.success(), "{err}");
     assert!(dry.stdout.is_empty(), "--gc prints on stderr only");
@@ -46,7 +46,7 @@ fn removes_only_state_whose_root_is_gone_and_dry_run_removes_nothing() {
     );
     assert_same(&before, &snapshot(&w.root()));
 
-    let real = run(&w, &["--gc"]);
+    let real = run(&w, &["--gc", "--gc-margin", "0"]);
     let err = stderr(&real);
     assert!(real.status.success(), "{err}");
     assert!(
@@ -66,7 +66,7 @@ fn removes_only_state_whose_root_is_gone_and_dry_run_removes_nothing() {
         &without(&snapshot(&w.root()), &[&state_dir]),
     );
     // A second run finds nothing to do.
-    let again = run(&w, &["--gc"]);
+    let again = run(&w, &["--gc", "--gc-margin", "0"]);
     assert!(stderr(&again).contains("0 of 1 project directories removed"));
 }
 
@@ -161,7 +161,7 @@ fn never_follows_symlinks_and_keeps_what_it_cannot_vouch_for() {
     fs::remove_dir(&nl).unwrap();
 
     let before = snapshot(&w.root());
-    let out = run(&w, &["--gc"]);
+    let out = run(&w, &["--gc", "--gc-margin", "0"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
 
@@ -245,7 +245,7 @@ fn unreadable_project_root_is_kept() {
     fs::remove_dir(&dir).unwrap();
     let rf = projects(&w).join(&id).join("project-root");
     fs::set_permissions(&rf, fs::Permissions::from_mode(0o000)).unwrap();
-    let out = run(&w, &["--gc"]);
+    let out = run(&w, &["--gc", "--gc-margin", "0"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(err.contains("project-root is unreadable"), "{err}");
@@ -263,7 +263,7 @@ fn a_root_whose_existence_cannot_be_checked_is_kept() {
     let (dir, id) = project(&w, OsStr::new("locked/p"));
     assert!(dir.is_dir());
     fs::set_permissions(&locked, fs::Permissions::from_mode(0o000)).unwrap();
-    let out = run(&w, &["--gc"]);
+    let out = run(&w, &["--gc", "--gc-margin", "0"]);
     fs::set_permissions(&locked, fs::Permissions::from_mode(0o755)).unwrap();
     let err = stderr(&out);
     assert!(err.contains("cannot tell whether"), "{err}");
@@ -290,7 +290,7 @@ fn works_through_a_symlinked_state_home() {
     let out = w
         .cmd(&w.root())
         .env("CLAUDEBOX_HOME", &link)
-        .arg("--gc")
+        .args(["--gc", "--gc-margin", "0"])
         .output()
         .unwrap();
     let err = stderr(&out);
@@ -330,7 +330,7 @@ fn a_projects_dir_that_is_a_symlink_is_refused() {
     fs::rename(projects(&w), elsewhere.join("projects")).unwrap();
     symlink(elsewhere.join("projects"), projects(&w)).unwrap();
     let before = snapshot(&w.root());
-    let out = run(&w, &["--gc"]);
+    let out = run(&w, &["--gc", "--gc-margin", "0"]);
     assert!(!out.status.success());
     let err = stderr(&out);
     assert_eq!(err.lines().count(), 1, "{err}");
@@ -360,7 +360,10 @@ fn keeps_state_in_use_by_a_running_sandbox() {
     // The project root disappears while the agent works in it.
     fs::remove_dir(&dir).unwrap();
 
-    for args in [&["--gc", "--dry-run"][..], &["--gc"][..]] {
+    for args in [
+        &["--gc", "--dry-run", "--gc-margin", "0"][..],
+        &["--gc", "--gc-margin", "0"][..],
+    ] {
         let out = run(&w, args);
         let err = stderr(&out);
         assert!(out.status.success(), "{err}");
@@ -379,7 +382,7 @@ fn keeps_state_in_use_by_a_running_sandbox() {
 
     sandbox.stop();
     wait_until_idle(&w, &id);
-    let out = run(&w, &["--gc"]);
+    let out = run(&w, &["--gc", "--gc-margin", "0"]);
     assert!(
         stderr(&out).contains("1 of 1 project directories removed"),
         "{}",
@@ -456,7 +459,7 @@ fn gc_skips_a_project_whose_lock_is_held() {
     let state = projects(&w).join(id_of(&w, &dir));
     fs::remove_dir(&dir).unwrap();
     let lock = hold_lock(&state);
-    let out = run(&w, &["--gc"]);
+    let out = run(&w, &["--gc", "--gc-margin", "0"]);
     let err = stderr(&out);
     assert!(out.status.success(), "{err}");
     assert!(
@@ -468,7 +471,317 @@ fn gc_skips_a_project_whose_lock_is_held() {
     );
     assert!(state.join("project-root").is_file());
     drop(lock);
-    let out = run(&w, &["--gc"]);
+    let out = run(&w, &["--gc", "--gc-margin", "0"]);
     assert!(stderr(&out).contains("1 of 1 project directories removed"));
     assert!(!state.exists());
+}
+
+/// Sets a file's modification time `secs` seconds into the past.
+fn age(path: &Path, secs: u64) {
+    let t = std::time::SystemTime::now() - std::time::Duration::from_secs(secs);
+    fs::File::options()
+        .append(true)
+        .open(path)
+        .unwrap()
+        .set_modified(t)
+        .unwrap();
+}
+
+/// Issue 15: a missing root is waited for (7 days by default): the first `--gc` only
+/// notes when it saw it missing, `--list` and `--dry-run` say until when it is kept, a
+/// root that comes back clears the note, and only a root missing (and a project unused)
+/// for the whole margin is removed. Control: `--gc-margin 0` removes at once, as `--gc`
+/// did before.
+#[test]
+fn a_missing_root_is_waited_for_before_its_state_is_removed() {
+    let w = World::new();
+    let (dir, id) = project(&w, OsStr::new("away"));
+    let state = projects(&w).join(&id);
+    fs::write(state.join("claude-projects/conversation.jsonl"), "{}\n").unwrap();
+    fs::remove_dir(&dir).unwrap();
+
+    let before = snapshot(&w.root());
+    let dry = stderr(&run(&w, &["--gc", "--dry-run"]));
+    assert!(
+        dry.contains(&format!(
+            "kept {}: project {} is missing (first seen now); removable after ",
+            state.display(),
+            dir.display()
+        )),
+        "{dry}"
+    );
+    assert!(dry.contains("margin 7days (the default)"), "{dry}");
+    assert_same(&before, &snapshot(&w.root()));
+
+    let first = run(&w, &["--gc"]);
+    let err = stderr(&first);
+    assert!(first.status.success(), "{err}");
+    assert!(err.contains("0 of 1 project directories removed"), "{err}");
+    assert!(state.join("claude-projects/conversation.jsonl").is_file());
+    let since = fs::read_to_string(state.join("root-missing-since")).unwrap();
+    assert!(since.trim().parse::<u64>().is_ok(), "{since}");
+    let again = stderr(&run(&w, &["--gc"]));
+    assert!(again.contains("missing since "), "{again}");
+    assert!(
+        again.contains("(first seen by --gc); removable after"),
+        "{again}"
+    );
+
+    let rows = list_json(&w);
+    let r = row(&rows, &id).unwrap();
+    assert_eq!(r["gc"], "waiting", "{r}");
+    assert!(
+        r["gc_removable_after"].as_str().unwrap().ends_with('Z'),
+        "{r}"
+    );
+    assert!(
+        r["gc_reason"]
+            .as_str()
+            .unwrap()
+            .contains("is missing since"),
+        "{r}"
+    );
+    let table = ok(&run(&w, &["--list"]));
+    assert!(
+        table.contains("  GC  ") && table.contains("after 20"),
+        "{table}"
+    );
+
+    // The root comes back: the note goes.
+    fs::create_dir(&dir).unwrap();
+    ok(&run(&w, &["--gc"]));
+    assert!(!state.join("root-missing-since").exists());
+    assert_eq!(row(&list_json(&w), &id).unwrap()["gc"], "live");
+
+    // Gone again, first seen 8 days ago but used 2 days ago: still kept.
+    fs::remove_dir(&dir).unwrap();
+    ok(&run(&w, &["--gc"]));
+    age(&state.join("root-missing-since"), 0);
+    let eight_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(8 * 86_400);
+    let secs = eight_days_ago
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    fs::write(state.join("root-missing-since"), format!("{secs}\n")).unwrap();
+    age(&state.join("lock"), 2 * 86_400);
+    let err = stderr(&run(&w, &["--gc"]));
+    assert!(err.contains(", used "), "{err}");
+    assert!(state.is_dir());
+    // Unused for 8 days too: removed.
+    age(&state.join("lock"), 8 * 86_400);
+    assert_eq!(row(&list_json(&w), &id).unwrap()["gc"], "removable");
+    let err = stderr(&run(&w, &["--gc"]));
+    assert!(err.contains("1 of 1 project directories removed"), "{err}");
+    assert!(!state.exists());
+
+    // Control: with no margin the first --gc removes a project whose root just went.
+    let (dir, id) = project(&w, OsStr::new("control"));
+    fs::remove_dir(&dir).unwrap();
+    let err = stderr(&run(&w, &["--gc", "--gc-margin", "0"]));
+    assert!(err.contains("1 of 1 project directories removed"), "{err}");
+    assert!(!projects(&w).join(&id).exists());
+}
+
+/// The margin from the config file, and a bad one named by file, line and column.
+#[test]
+fn the_margin_comes_from_the_config_file_too() {
+    let w = World::new();
+    let (dir, id) = project(&w, OsStr::new("cfg"));
+    fs::remove_dir(&dir).unwrap();
+    let cfg = w.home().join(".config/claudebox");
+    fs::create_dir_all(&cfg).unwrap();
+    fs::write(cfg.join("config.toml"), "gc_margin = \"fortnight\"\n").unwrap();
+    let out = run(&w, &["--gc"]);
+    let err = stderr(&out);
+    assert!(!out.status.success());
+    assert!(err.contains("config.toml:1:13: gc_margin:"), "{err}");
+    assert!(projects(&w).join(&id).is_dir());
+    fs::write(cfg.join("config.toml"), "gc_margin = \"0\"\n").unwrap();
+    let err = stderr(&run(&w, &["--gc"]));
+    assert!(
+        err.contains("1 of 1 project directories removed; margin 0 (gc_margin in"),
+        "{err}"
+    );
+    let out = run(&w, &["--gc", "--gc-margin", "soon"]);
+    assert!(
+        stderr(&out).contains("--gc-margin \"soon\""),
+        "{}",
+        stderr(&out)
+    );
+}
+
+/// Issue 15's race: a live project's root is deleted and recreated (a re-clone) while
+/// `--gc` runs again and again: no conversation is lost. Control: the same with no
+/// margin loses the project's conversations the first time `--gc` sees the root away.
+#[test]
+fn a_root_deleted_and_recreated_while_gc_runs_loses_nothing() {
+    let w = World::new();
+    let (dir, id) = project(&w, OsStr::new("reclone"));
+    let state = projects(&w).join(&id);
+    let n = 57;
+    for i in 0..n {
+        fs::write(state.join(format!("claude-projects/c{i}.jsonl")), "{}\n").unwrap();
+    }
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let flipper = {
+        let (dir, stop) = (dir.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut flips = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let _ = fs::remove_dir(&dir);
+                std::thread::sleep(std::time::Duration::from_millis(2));
+                let _ = fs::create_dir(&dir);
+                std::thread::sleep(std::time::Duration::from_millis(1));
+                flips += 1;
+            }
+            flips
+        })
+    };
+    let runs = 40;
+    let mut saw_missing = 0;
+    for _ in 0..runs {
+        let err = stderr(&run(&w, &["--gc"]));
+        saw_missing += usize::from(err.contains("is missing"));
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let flips = flipper.join().unwrap();
+    let _ = fs::create_dir(&dir);
+    let left = fs::read_dir(state.join("claude-projects")).map_or(0, |d| d.count());
+    println!(
+        "gc race: {runs} --gc runs over {flips} delete/recreate cycles, {saw_missing} saw the \
+         root missing; {left} of {n} conversations left"
+    );
+    assert_eq!(left, n, "conversations were lost");
+    assert!(saw_missing > 0, "the race never showed gc a missing root");
+
+    // Control.
+    fs::remove_dir(&dir).unwrap();
+    ok(&run(&w, &["--gc", "--gc-margin", "0"]));
+    assert!(
+        !state.exists(),
+        "the control lost nothing: the test cannot fail"
+    );
+}
+
+/// A root under an empty mount point (a network or removable file system that is not
+/// there) is unknown, never gone, whatever the margin. Made for real in a user and mount
+/// namespace (`unshare -rm`): an empty tmpfs over the project's parent directory.
+/// Control: the same root missing without the mount is removed.
+#[test]
+fn a_root_under_an_empty_mount_point_is_unknown_not_gone() {
+    if std::process::Command::new("unshare")
+        .args(["-rm", "true"])
+        .status()
+        .map_or(true, |s| !s.success())
+    {
+        println!("SKIP: unshare -rm (user and mount namespaces) is not available here");
+        return;
+    }
+    let w = World::new();
+    let parent = w.dir("netdisk");
+    let (proj, id) = project(&w, &parent.join("proj").into_os_string());
+    let state = projects(&w).join(&id);
+    let gc_in_namespace = |mount: bool| {
+        let script = format!(
+            "{}exec \"$0\" --gc --gc-margin 0",
+            if mount {
+                "mount -t tmpfs none \"$1\" && "
+            } else {
+                ""
+            }
+        );
+        let out = w
+            .cmd(&w.root())
+            .arg0_unshare(&script, &parent)
+            .output()
+            .unwrap();
+        stderr(&out)
+    };
+    let err = gc_in_namespace(true);
+    assert!(
+        err.contains(&format!(
+            "kept {}: cannot tell whether {} exists: {} is an empty mount point",
+            state.display(),
+            proj.display(),
+            parent.display()
+        )),
+        "{err}"
+    );
+    assert!(state.is_dir());
+    // Control: really gone.
+    fs::remove_dir(&proj).unwrap();
+    let err = gc_in_namespace(false);
+    assert!(err.contains("1 of 1 project directories removed"), "{err}");
+    assert!(!state.exists());
+}
+
+trait Unshare {
+    fn arg0_unshare(&mut self, script: &str, arg: &Path) -> &mut Self;
+}
+
+impl Unshare for std::process::Command {
+    /// Runs claudebox (this command's program) through `unshare -rm sh -c SCRIPT BIN ARG`.
+    fn arg0_unshare(&mut self, script: &str, arg: &Path) -> &mut Self {
+        let mut c = std::process::Command::new("unshare");
+        c.args(["-rm", "sh", "-c", script, common::BIN]).arg(arg);
+        c.current_dir(self.get_current_dir().unwrap());
+        c.env_clear();
+        for (k, v) in self.get_envs() {
+            if let Some(v) = v {
+                c.env(k, v);
+            }
+        }
+        *self = c;
+        self
+    }
+}
+
+/// Issue 14: a directory the agent planted in its conversations and locked with
+/// `chmod 000` (from inside the sandbox, for real) does not stop `--gc`: the state is
+/// removed whole and nothing outside it is touched. Control: plain `rm -rf`-style removal
+/// (std's `remove_dir_all`) fails on it as an ordinary user.
+#[test]
+fn gc_removes_what_the_agent_locked_with_chmod_000() {
+    let w = World::new();
+    let dir = w.dir("locked");
+    let script = "mkdir -p ~/.claude/projects/trap/inner/deeper && echo x > ~/.claude/projects/trap/inner/deeper/f \
+                  && chmod 000 ~/.claude/projects/trap/inner/deeper ~/.claude/projects/trap/inner \
+                  && chmod 500 ~/.claude/projects/trap";
+    ok(&w
+        .cmd(&dir)
+        .args(["--exec", "sh", "-c", script])
+        .output()
+        .unwrap());
+    settle(&w.state());
+    let id = id_of(&w, &dir);
+    let state = projects(&w).join(&id);
+    let trap = state.join("claude-projects/trap");
+    assert_eq!(
+        fs::symlink_metadata(trap.join("inner"))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777,
+        0
+    );
+    fs::remove_dir(&dir).unwrap();
+    if !is_root() {
+        // Control: what gc did before.
+        let copy = w.work().join("copy");
+        fs::create_dir_all(copy.join("inner/deeper")).unwrap();
+        fs::set_permissions(copy.join("inner/deeper"), fs::Permissions::from_mode(0o0)).unwrap();
+        fs::set_permissions(copy.join("inner"), fs::Permissions::from_mode(0o0)).unwrap();
+        assert!(fs::remove_dir_all(&copy).is_err(), "the control removed it");
+        fs::set_permissions(copy.join("inner"), fs::Permissions::from_mode(0o700)).unwrap();
+        fs::set_permissions(copy.join("inner/deeper"), fs::Permissions::from_mode(0o700)).unwrap();
+    }
+    let before = snapshot(&w.work());
+    let out = run(&w, &["--gc", "--gc-margin", "0"]);
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("1 of 1 project directories removed"), "{err}");
+    assert!(!state.exists());
+    let trash: Vec<_> = fs::read_dir(projects(&w)).unwrap().flatten().collect();
+    assert!(trash.is_empty(), "left behind: {trash:?}");
+    assert_same(&before, &snapshot(&w.work()));
 }

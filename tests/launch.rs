@@ -698,3 +698,37 @@ fn every_project_shares_the_login_directory_and_its_locks() {
         "tokens-v2\n"
     );
 }
+
+/// The installation is read-only inside: claude's auto-updater can only fail, so
+/// claudebox turns it off unless the user chose (host environment or `--env`).
+#[test]
+fn the_auto_updater_is_off_inside_unless_the_user_set_it() {
+    let w = World::new();
+    let proj = w.dir("proj");
+    init_repo(&proj);
+    let inside = |c: &mut Command| {
+        let o = c
+            .args([
+                "--exec",
+                "sh",
+                "-c",
+                "echo \"<${DISABLE_AUTOUPDATER-unset}>\"",
+            ])
+            .output()
+            .unwrap();
+        ok(&o).trim().to_string()
+    };
+    assert_eq!(inside(&mut w.cmd(&proj)), "<1>");
+    let dry = dry_run(&w, &proj);
+    let row = dry
+        .lines()
+        .find(|l| l.starts_with("set\tDISABLE_AUTOUPDATER=1\t"))
+        .unwrap_or_else(|| panic!("{dry}"));
+    assert!(row.contains("read-only"), "the reason is shown: {row}");
+    // The user's own value stands, from the host environment or from --env.
+    assert_eq!(inside(w.cmd(&proj).env("DISABLE_AUTOUPDATER", "0")), "<0>");
+    assert_eq!(
+        inside(w.cmd(&proj).args(["--env", "DISABLE_AUTOUPDATER=0"])),
+        "<0>"
+    );
+}

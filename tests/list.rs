@@ -248,3 +248,54 @@ fn list_and_gc_need_no_claude() {
     assert_eq!(rows.len(), 1);
     assert!(run(&w, &["--gc", "--dry-run"]).status.success());
 }
+
+/// `--list` shows each project's last conversation (`claudebox --resume <uuid>` from the
+/// project continues it; claude's own hint `claude --resume` fails on the host). Only a
+/// regular `<uuid>.jsonl` counts: names the agent plants are never printed.
+#[test]
+fn the_last_conversation_of_each_project_is_listed() {
+    let w = World::new();
+    w.install_claude(common::FAKE_CLAUDE_SESSIONS);
+    let repo = w.work().join("repo");
+    init_repo(&repo);
+    let first = "11111111-1111-4111-8111-111111111111";
+    let last = "22222222-2222-4222-8222-222222222222";
+    for u in [first, last] {
+        ok(&w
+            .cmd(&repo)
+            .args(["--session-id", u, "-p", "hi"])
+            .output()
+            .unwrap());
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let id = id_of(&w, &repo);
+    let conv = projects(&w).join(&id).join("claude-projects");
+    let dir = fs::read_dir(&conv).unwrap().next().unwrap().unwrap().path();
+    // Planted later, by the agent: not a UUID, and a symlink with a UUID's name.
+    fs::write(dir.join("evil\x1b[31m.jsonl"), "{}").unwrap();
+    std::os::unix::fs::symlink(
+        "/etc/passwd",
+        dir.join("33333333-3333-4333-8333-333333333333.jsonl"),
+    )
+    .unwrap();
+    let table = ok(&w.cmd(&repo).arg("--list").output().unwrap());
+    assert!(
+        table
+            .lines()
+            .any(|l| l.contains(&format!("last conversation\t{last}\t"))),
+        "{table}"
+    );
+    assert!(!table.contains('\x1b'), "{table:?}");
+    let rows = list_json(&w);
+    let r = row(&rows, &id).unwrap();
+    assert_eq!(r["last_conversation"]["uuid"], last, "{r}");
+    assert!(r["last_conversation"]["time"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
+    // A project without conversations has none.
+    let plain = w.dir("plain");
+    ok(&w.cmd(&plain).args(["--exec", "true"]).output().unwrap());
+    let rows = list_json(&w);
+    assert!(row(&rows, &id_of(&w, &plain)).unwrap()["last_conversation"].is_null());
+}

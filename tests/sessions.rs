@@ -554,19 +554,18 @@ fn a_planted_symlink_does_not_carry_the_transcript_outside() {
     assert_eq!(conversation(&ok(&launch(&w, &r, "rev", ""))).0, "--resume");
 }
 
-/// With the real Claude Code CLI (`CLAUDEBOX_TEST_CLAUDE`, installed by scripts/test): it runs
-/// offline far enough to create the transcript and to look it up for `--resume` (2.1.197
-/// says "No conversation found" when the transcript is not where it looks).
+/// With the real Claude Code CLI, both versions (`CLAUDEBOX_TEST_CLAUDE` and
+/// `CLAUDEBOX_TEST_CLAUDE_LATEST`, installed by scripts/test): it runs offline far enough
+/// to create the transcript and to look it up for `--resume` (2.1.197 says "No
+/// conversation found" when the transcript is not where it looks).
 #[test]
 fn real_claude_resumes_from_another_directory_including_a_long_one() {
-    let Some(real) = std::env::var_os("CLAUDEBOX_TEST_CLAUDE").filter(|p| !p.is_empty()) else {
-        assert!(
-            std::env::var_os("CLAUDEBOX_SKIP_E2E").is_some_and(|v| v == "1"),
-            "CLAUDEBOX_TEST_CLAUDE is not set: run scripts/test, or set CLAUDEBOX_SKIP_E2E=1"
-        );
-        eprintln!("skipped: CLAUDEBOX_SKIP_E2E=1");
-        return;
-    };
+    for c in common::lab::claude_versions() {
+        resumes_from_another_directory_including_a_long_one(&c.bin);
+    }
+}
+
+fn resumes_from_another_directory_including_a_long_one(real: &Path) {
     let w = World::new();
     fs::remove_file(w.bin().join("claude")).unwrap();
     std::os::unix::fs::symlink(fs::canonicalize(real).unwrap(), w.bin().join("claude")).unwrap();
@@ -612,4 +611,111 @@ fn real_claude_resumes_from_another_directory_including_a_long_one() {
             assert_eq!(dir_of(&uuid), long_dir);
         }
     }
+}
+
+/// While `--session NAME` runs, claude's own options that pick its conversation
+/// (`--resume U`, `-r U`, `--session-id U`, `--continue`, `-c`) are refused, naming the
+/// running session; and a session resumed by UUID holds the name against `--session`.
+#[test]
+fn the_names_lock_holds_whatever_way_the_conversation_is_picked() {
+    let w = world();
+    let r = repo(&w);
+    let (started, release) = (r.join("started"), r.join("release"));
+    let uuid = conversation(&ok(&launch(&w, &r, "rev", ""))).1;
+    let mut first = spawn(
+        &w,
+        &r,
+        &["--session", "rev"],
+        &signal_then_wait(&started, &release),
+    );
+    wait_for(&started, &mut first);
+    let picks: [&[&str]; 6] = [
+        &["--resume", &uuid],
+        &["-r", &uuid],
+        &[&format!("--resume={uuid}")],
+        &["--session-id", &uuid],
+        &["--continue"],
+        &["-c"],
+    ];
+    for pick in picks {
+        let o = w.run_claude(&r, pick.iter().chain(&["-p", "hi"]), "");
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{pick:?} ran beside the session");
+        assert!(!stdout(&o).contains("FAKE-CLAUDE-START"), "{pick:?} ran");
+        assert!(err.contains("session `rev` is already running"), "{err}");
+        assert!(err.contains(&format!("pid {}", first.id())), "{err}");
+        assert_eq!(err.lines().count(), 1, "{err}");
+    }
+    // The picker could choose it too.
+    let o = w.run_claude(&r, ["--resume"], "");
+    assert!(
+        stderr(&o).contains("session `rev` is already running"),
+        "{}",
+        stderr(&o)
+    );
+    // A conversation that is no session's is not held back.
+    ok(&w.run_claude(&r, ["-p", "hi"], ""));
+    fs::write(&release, "").unwrap();
+    ok(&first.wait_with_output().unwrap());
+
+    // The other way round: the conversation resumed by its UUID holds the name.
+    fs::remove_file(&started).unwrap();
+    fs::remove_file(&release).unwrap();
+    let mut by_uuid = spawn(
+        &w,
+        &r,
+        &["--resume", &uuid],
+        &signal_then_wait(&started, &release),
+    );
+    wait_for(&started, &mut by_uuid);
+    let o = launch(&w, &r, "rev", "");
+    assert!(
+        !o.status.success(),
+        "--session ran beside --resume of its conversation"
+    );
+    assert!(
+        stderr(&o).contains(&format!("pid {}", by_uuid.id())),
+        "{}",
+        stderr(&o)
+    );
+    fs::write(&release, "").unwrap();
+    ok(&by_uuid.wait_with_output().unwrap());
+    ok(&launch(&w, &r, "rev", ""));
+}
+
+/// The link a move leaves, and the one it replaces: an agent that plants
+/// `<destination dir>/<uuid> -> outside` gets its link removed (never followed), the
+/// conversation's directory lands in place, and the old place links to it.
+#[test]
+fn a_planted_link_where_the_directory_goes_is_replaced_not_followed() {
+    let w = world();
+    let r = repo(&w);
+    let sub = w.dir("repo/sub");
+    let outside = w.dir("outside");
+    let uuid = conversation(&ok(&launch(&w, &r, "rev", ""))).1;
+    let conv = conversations(&w);
+    let old = fs::read_dir(&conv).unwrap().next().unwrap().unwrap().path();
+    assert!(old.join(&uuid).is_dir(), "the fake claude made no {uuid}/");
+    fs::write(old.join(&uuid).join("tool-results/out.txt"), "SAVED").unwrap();
+    let enc: String = sub
+        .to_str()
+        .unwrap()
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '-' })
+        .collect();
+    let plant = format!(
+        "mkdir -p \"$HOME/.claude/projects/{enc}\" && ln -s '{}' \"$HOME/.claude/projects/{enc}/{uuid}\"",
+        outside.display()
+    );
+    ok(&w.run_claude(&r, ["--exec", "sh", "-c", &plant], ""));
+    ok(&launch(&w, &sub, "rev", ""));
+    assert_eq!(fs::read_dir(&outside).unwrap().count(), 0);
+    let new = conv.join(&enc).join(&uuid);
+    assert!(fs::symlink_metadata(&new).unwrap().is_dir());
+    let link = fs::read_link(old.join(&uuid)).unwrap();
+    assert_eq!(link, Path::new("..").join(&enc).join(&uuid));
+    assert_eq!(
+        fs::read_to_string(old.join(&uuid).join("tool-results/out.txt")).unwrap(),
+        "SAVED"
+    );
 }

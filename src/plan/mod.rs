@@ -124,6 +124,22 @@ pub enum EnvOp {
     Set(OsString, OsString),
 }
 
+/// Variables claudebox sets inside unless the user set them (in the host environment or
+/// with `--env`), each with its reason, shown by `--dry-run`.
+pub const DEFAULT_ENV: &[(&str, &str, &str)] = &[(
+    "DISABLE_AUTOUPDATER",
+    "1",
+    "claude's installation is read-only inside, so its auto-updater can only fail",
+)];
+
+/// The reason claudebox sets `name` by default, if it is one of [`DEFAULT_ENV`].
+pub fn default_env_reason(name: &OsStr) -> Option<&'static str> {
+    DEFAULT_ENV
+        .iter()
+        .find(|(n, _, _)| OsStr::new(n) == name)
+        .map(|(_, _, why)| *why)
+}
+
 /// What runs inside.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Command {
@@ -160,6 +176,8 @@ pub struct Inputs {
     pub unprotected_missing: Vec<PathBuf>,
     /// Host IPC variables present in the environment, to unset inside.
     pub ipc_vars: Vec<OsString>,
+    /// Variables of [`DEFAULT_ENV`] the host environment already sets: the user's stand.
+    pub preset_vars: Vec<OsString>,
     /// `--ssh-agent`: the host agent's socket, bound at [`SSH_AGENT_SOCK`].
     pub ssh_agent: Option<PathBuf>,
     /// claudebox's own executable, run inside as the first step.
@@ -180,6 +198,23 @@ pub struct Confine {
     pub exe: PathBuf,
     /// Block `connect()` to the host's abstract unix sockets (Landlock ABI 6+).
     pub scope_abstract_unix: bool,
+    /// Give SIGINT/SIGQUIT their default action back before the command: the launcher
+    /// ignores them so that a terminal's Ctrl-C reaches the agent alone (src/confine.rs).
+    /// The launch clears it when claudebox was started with SIGINT already ignored (a
+    /// background job), so the agent inherits that choice.
+    pub default_signals: bool,
+    /// Mounts whose destination lies where a sandbox can write (the project, its git
+    /// dirs, `~/.claude`): checked from inside before the command starts, since bwrap
+    /// follows symlinks in a destination and another sandbox can swap one in.
+    pub mount_checks: Vec<MountCheck>,
+}
+
+/// One mount the first step inside verifies: `path` is a mount point, reached without a
+/// symlink, read-only or not as planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountCheck {
+    pub path: PathBuf,
+    pub read_only: bool,
 }
 
 /// The typed sandbox plan.
@@ -271,6 +306,7 @@ pub fn build(inp: &Inputs) -> Plan {
     let (extra_before, extra_after) =
         place_extras(&inp.settings.mounts, p, &inp.state.empty_file());
     m.extend(extra_before);
+    let project_mount = m.len();
     m.push(Mount::same(
         MountKind::Rw,
         &p.work_tree,
@@ -382,6 +418,13 @@ pub fn build(inp: &Inputs) -> Plan {
         Some(s) => set("CLAUDEBOX_SESSION", OsStr::new(&s.name)),
         None => EnvOp::Unset("CLAUDEBOX_SESSION".into()),
     });
+    for (name, value, _) in DEFAULT_ENV {
+        let user_set = inp.preset_vars.iter().any(|v| v == name)
+            || inp.settings.env.iter().any(|e| e.name == *name);
+        if !user_set {
+            env.push(set(name, OsStr::new(value)));
+        }
+    }
 
     let scope_abstract_unix = inp.landlock_abi >= 6;
     if !scope_abstract_unix {
@@ -417,11 +460,17 @@ pub fn build(inp: &Inputs) -> Plan {
         }
     };
 
-    let argv = match proxy {
-        Some(_) => netbridge::listen_argv(inp.own_exe.as_os_str(), &argv),
+    let argv = match &proxy {
+        Some(spec) => {
+            // An allowlist with a forward on the proxy's port is refused at the edge.
+            let forwards = crate::network::loopback_forwards(&spec.allowlist).unwrap_or_default();
+            netbridge::listen_argv(inp.own_exe.as_os_str(), &forwards, &argv)
+        }
         None => argv,
     };
 
+    let claude_dir = home.join(".claude");
+    let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &claude_dir);
     Plan {
         bwrap: inp.bwrap.clone(),
         flags,
@@ -431,6 +480,8 @@ pub fn build(inp: &Inputs) -> Plan {
         confine: Some(Confine {
             exe: inp.own_exe.clone(),
             scope_abstract_unix,
+            mount_checks,
+            default_signals: true,
         }),
         argv,
         settings: inp.settings.clone(),
@@ -507,6 +558,42 @@ fn claude_home(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
                 .to_string(),
         );
     }
+}
+
+fn project_dirs(p: &Project) -> Vec<PathBuf> {
+    let mut v = vec![p.work_tree.clone()];
+    v.extend(p.outside_git_dirs());
+    v
+}
+
+/// The mounts from the project's on whose destination lies in a directory a sandbox can
+/// write: the project and its git dirs (and anything in them), entries of `~/.claude`.
+/// A mount that a later one covers (same path or a parent) is not visible, so not checked.
+fn mount_checks(
+    m: &[Mount],
+    from: usize,
+    project_dirs: &[PathBuf],
+    claude_dir: &Path,
+) -> Vec<MountCheck> {
+    let mut out = Vec::new();
+    for (i, mount) in m.iter().enumerate().skip(from) {
+        let read_only = match mount.kind {
+            MountKind::Ro | MountKind::EmptyRo => true,
+            MountKind::Rw | MountKind::File | MountKind::Tmpfs => false,
+            MountKind::RoTry | MountKind::Symlink | MountKind::Dev | MountKind::Proc => continue,
+        };
+        let t = &mount.target;
+        let reachable = project_dirs.iter().any(|d| t.starts_with(d))
+            || (t.starts_with(claude_dir) && t != claude_dir);
+        let covered = m[i + 1..].iter().any(|later| t.starts_with(&later.target));
+        if reachable && !covered {
+            out.push(MountCheck {
+                path: t.clone(),
+                read_only,
+            });
+        }
+    }
+    out
 }
 
 /// Step 4's second half: read-only mounts over the project's code-bearing paths.

@@ -35,6 +35,7 @@ pub(crate) fn test_inputs() -> Inputs {
         protected: Vec::new(),
         unprotected_missing: Vec::new(),
         ipc_vars: Vec::new(),
+        preset_vars: Vec::new(),
         ssh_agent: None,
         own_exe: "/opt/cb/claudebox".into(),
         landlock_abi: 7,
@@ -426,11 +427,29 @@ mod hardening {
                 "/opt/cb/claudebox",
                 "--sandbox-init",
                 "--scope-abstract-unix",
-                "--",
-                "sh",
+                "--default-signals",
             ],
         );
-        assert_eq!(init + 6, a.len());
+        // then the mounts it checks from inside, each once, the visible one per path
+        let end = pos(&a, &["--", "sh"]);
+        assert_eq!(end + 2, a.len());
+        let checks: Vec<&str> = a[init + 5..end]
+            .iter()
+            .map(|x| x.to_str().unwrap())
+            .collect();
+        for window in [
+            &["--expect-rw", "/p"][..],
+            &["--expect-rw", "/p/.git"],
+            &["--expect-ro", "/p/.git/hooks"],
+            &["--expect-ro", "/p/.git/config"],
+            &["--expect-rw", "/h/.claude/projects"],
+        ] {
+            assert!(
+                checks.windows(2).any(|w| w == window),
+                "{window:?} in {checks:?}"
+            );
+        }
+        assert!(!checks.contains(&"/h/.claude"), "{checks:?}");
         pos(&a, &["--ro-bind", "/opt/cb/claudebox", "/opt/cb/claudebox"]);
         pos(&a, &["--unsetenv", "SSH_AUTH_SOCK"]);
         pos(&a, &["--unsetenv", "DISPLAY"]);

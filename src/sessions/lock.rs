@@ -7,12 +7,13 @@ use std::io::ErrorKind;
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 use serde::{Deserialize, Serialize};
 
 use super::{lock_path, running_path};
+use crate::holders::{self, Holder};
 use crate::state::{self, ProjectState};
 
 /// Who holds (or last held) a name's lock.
@@ -27,6 +28,9 @@ pub struct RunInfo {
 /// The name's lock, or `None` when a running session (or `--forget`) holds it.
 pub fn lock_name(state: &ProjectState, name: &str) -> Result<Option<Flock<File>>> {
     let path = lock_path(state, name);
+    // A sandbox that has just ended still holds the lock for a moment (its bwrap pid 1
+    // tears down after the launch's exit status is out): wait that out.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
     loop {
         match OpenOptions::new()
             .write(true)
@@ -48,7 +52,19 @@ pub fn lock_name(state: &ProjectState, name: &str) -> Result<Option<Flock<File>>
             Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
         };
         let Some(lock) = lock_exclusive(f, &path)? else {
-            return Ok(None);
+            match holders::of_held(&path).unwrap_or(Holder::Ended) {
+                Holder::Ended | Holder::Free if std::time::Instant::now() < deadline => {
+                    std::thread::sleep(std::time::Duration::from_millis(5));
+                    continue;
+                }
+                Holder::Stuck(pids) => {
+                    bail!(
+                        "{}",
+                        holders::stuck_message(&pids, &format!("session `{name}`"))
+                    )
+                }
+                _ => return Ok(None),
+            }
         };
         // `--forget` unlinks the lock file while holding it: ours must still be in place.
         let held = lock.metadata()?;
@@ -93,7 +109,7 @@ pub fn is_running(state: &ProjectState, name: &str) -> bool {
     matches!(
         Flock::lock(f, FlockArg::LockSharedNonblock),
         Err((_, Errno::EWOULDBLOCK))
-    )
+    ) && holders::of_held(&lock_path(state, name)).unwrap_or(Holder::Running) == Holder::Running
 }
 
 pub fn read_run_info(state: &ProjectState, name: &str) -> Option<RunInfo> {
@@ -125,4 +141,5 @@ pub fn write_run_info(state: &ProjectState, name: &str, info: &RunInfo) -> Resul
     let mut bytes = serde_json::to_vec(info)?;
     bytes.push(b'\n');
     state::write_atomic_volatile(&running_path(state, name), &bytes, 0o600)
+        .with_context(|| format!("noting who runs session `{name}`"))
 }

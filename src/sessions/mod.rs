@@ -244,11 +244,44 @@ pub fn claim(
     instance_id: &str,
 ) -> Result<Claimed> {
     let name = &planned.name;
+    let sessions_existed = fs::symlink_metadata(state.sessions()).is_ok();
+    let lock_existed = fs::symlink_metadata(lock_path(state, name)).is_ok();
     crate::state::mkdir_private(&state.sessions())?;
     let Some(lock) = lock_name(state, name)? else {
+        if !sessions_existed {
+            let _ = fs::remove_dir(state.sessions());
+        }
         bail!("{}", busy(state, name));
     };
-    fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
+    match claim_locked(state, planned, cwd, instance_id, &lock) {
+        Ok(launch) => Ok(Claimed { launch, lock }),
+        Err(e) => {
+            // A failed launch leaves what it found: the name's lock file and the sessions
+            // directory go again if it made them (unlinked while held, as --forget does).
+            if !lock_existed {
+                let _ = fs::remove_file(lock_path(state, name));
+            }
+            drop(lock);
+            if !sessions_existed {
+                let _ = fs::remove_dir(state.sessions());
+            }
+            Err(e)
+        }
+    }
+}
+
+/// The part of [`claim`] done under the name's lock.
+fn claim_locked(
+    state: &ProjectState,
+    planned: &Launch,
+    cwd: &Path,
+    instance_id: &str,
+    lock: &Flock<File>,
+) -> Result<Launch> {
+    let name = &planned.name;
+    fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+        .with_context(|| format!("cannot pass the lock of session `{name}` to bwrap"))?;
+    remove_own_temporaries(state, name);
     let fresh = match planned.start {
         Start::Resume { .. } => new_uuid()?,
         Start::New | Start::Fresh { .. } => planned.uuid.clone(),
@@ -293,7 +326,182 @@ pub fn claim(
         cwd: cwd.to_string_lossy().into_owned(),
     };
     write_run_info(state, name, &info)?;
-    Ok(Claimed { launch, lock })
+    Ok(launch)
+}
+
+/// Removes the temporary files of writes of this name's record and run note that a kill
+/// interrupted (`.NAME.json.tmp.*`, `.NAME.running.tmp.*`). Only the holder of the name's
+/// lock writes them, so under the lock any that exist are leftovers.
+fn remove_own_temporaries(state: &ProjectState, name: &str) {
+    let Ok(rd) = fs::read_dir(state.sessions()) else {
+        return;
+    };
+    let prefixes = [
+        format!(".{name}.json.tmp."),
+        format!(".{name}.running.tmp."),
+    ];
+    for e in rd.flatten() {
+        let file = e.file_name();
+        let b = file.as_bytes();
+        // The rest is `<pid>.<n>`: another name's files never match.
+        let ours = prefixes.iter().any(|p| {
+            b.strip_prefix(p.as_bytes()).is_some_and(|rest| {
+                let mut parts = rest.split(|c| *c == b'.');
+                let digits = |x: Option<&[u8]>| {
+                    x.is_some_and(|x| !x.is_empty() && x.iter().all(u8::is_ascii_digit))
+                };
+                digits(parts.next()) && digits(parts.next()) && parts.next().is_none()
+            })
+        });
+        if ours && e.file_type().is_ok_and(|t| t.is_file()) {
+            let _ = fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Which conversation claude's own options pick, when they pick one (no `--session`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Picked {
+    /// `--resume U`, `-r U`, `--session-id U` (with `=` too).
+    Uuid(String),
+    /// `--continue`/`-c`: the newest conversation of the current directory.
+    Latest,
+    /// `--resume`/`-r` without a UUID: claude's picker, decided inside.
+    Picker,
+}
+
+/// Reads claude's arguments the way [`check_claude_args`] does. `--fork-session` writes a
+/// new conversation, so it picks none to append to.
+pub fn picked_by_args(args: &[OsString]) -> Option<Picked> {
+    let mut picked = None;
+    let mut it = args.iter().map(|a| a.as_bytes()).peekable();
+    while let Some(b) = it.next() {
+        if b == b"--" {
+            break;
+        }
+        if b == b"--fork-session" {
+            return None;
+        }
+        let value_of = |flag: &[u8]| -> Option<Option<&[u8]>> {
+            if b == flag {
+                Some(None)
+            } else {
+                b.strip_prefix(flag)
+                    .and_then(|r| r.strip_prefix(b"="))
+                    .map(Some)
+            }
+        };
+        let uuid_or = |v: Option<&[u8]>, next: Option<&&[u8]>, otherwise: Picked| match v
+            .or(next.copied())
+            .and_then(|v| std::str::from_utf8(v).ok())
+        {
+            Some(u) if is_uuid(u) => Picked::Uuid(u.to_ascii_lowercase()),
+            _ => otherwise,
+        };
+        if let Some(v) = value_of(b"--resume") {
+            let next = if v.is_none() { it.peek() } else { None };
+            picked = Some(uuid_or(v, next, Picked::Picker));
+        } else if let Some(v) = value_of(b"--session-id") {
+            let next = if v.is_none() { it.peek() } else { None };
+            if let Picked::Uuid(u) = uuid_or(v, next, Picked::Picker) {
+                picked = Some(Picked::Uuid(u));
+            }
+        } else if b == b"--continue" {
+            picked = Some(Picked::Latest);
+        } else if b.len() >= 2 && b[0] == b'-' && b[1] != b'-' {
+            if let Some(rest) = b.strip_prefix(b"-r") {
+                let v = (!rest.is_empty()).then_some(rest);
+                let next = if v.is_none() { it.peek() } else { None };
+                picked = Some(uuid_or(v, next, Picked::Picker));
+            } else if b[1..].iter().all(u8::is_ascii_alphabetic) {
+                if b[1..].contains(&b'r') {
+                    picked = Some(Picked::Picker);
+                } else if b[1..].contains(&b'c') {
+                    picked = Some(Picked::Latest);
+                }
+            }
+        }
+    }
+    picked
+}
+
+/// The newest transcript of `cwd`'s conversations directory, as `--continue` picks it.
+fn latest_here(state: &ProjectState, cwd: &Path) -> Option<String> {
+    let dir = state.conversations().join(transcripts::dir_name(cwd));
+    let mut best: Option<(std::time::SystemTime, String)> = None;
+    for e in fs::read_dir(dir).ok()?.flatten() {
+        let name = e.file_name();
+        let Some(uuid) = name.as_bytes().strip_suffix(b".jsonl") else {
+            continue;
+        };
+        let Ok(uuid) = std::str::from_utf8(uuid) else {
+            continue;
+        };
+        let Ok(meta) = e.metadata() else { continue };
+        if !meta.is_file() || !is_uuid(uuid) {
+            continue;
+        }
+        let t = meta.modified().unwrap_or(std::time::SystemTime::UNIX_EPOCH);
+        if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+            best = Some((t, uuid.to_string()));
+        }
+    }
+    best.map(|(_, u)| u)
+}
+
+/// A launch without `--session` whose claude options pick a conversation: when that
+/// conversation is a named session's, takes the name's lock for the sandbox's life, so
+/// that the session and this launch never append to one transcript at once; refuses,
+/// naming the running session, when it is held. Claude's picker (`--resume` without a
+/// UUID) is refused while any named session of the project runs.
+pub fn guard_picked(
+    state: &ProjectState,
+    args: &[OsString],
+    cwd: &Path,
+    instance_id: &str,
+) -> Result<Option<Flock<File>>> {
+    let uuid = match picked_by_args(args) {
+        None => return Ok(None),
+        Some(Picked::Uuid(u)) => u,
+        Some(Picked::Latest) => match latest_here(state, cwd) {
+            Some(u) => u,
+            None => return Ok(None),
+        },
+        Some(Picked::Picker) => {
+            for s in list::list(state)? {
+                if s.running {
+                    bail!(
+                        "{} (claude's --resume picker could choose its conversation; name the \
+                         conversation with --resume <uuid>, or quit the session first)",
+                        busy(state, &s.name)
+                    );
+                }
+            }
+            return Ok(None);
+        }
+    };
+    let Some(name) = list::list(state)?
+        .into_iter()
+        .find(|s| s.uuid.as_deref() == Some(uuid.as_str()))
+        .map(|s| s.name)
+    else {
+        return Ok(None);
+    };
+    let Some(lock) = lock_name(state, &name)? else {
+        bail!(
+            "conversation {uuid} is session `{name}`'s: {}",
+            busy(state, &name)
+        );
+    };
+    fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
+    let info = RunInfo {
+        pid: std::process::id(),
+        instance: instance_id.to_string(),
+        started: now(),
+        cwd: cwd.to_string_lossy().into_owned(),
+    };
+    write_run_info(state, &name, &info)?;
+    Ok(Some(lock))
 }
 
 /// `--forget NAME`: removes the record (the transcript stays). Refused while it runs.
@@ -331,6 +539,26 @@ pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn which_conversation_claudes_options_pick() {
+        let u = "0123abcd-0000-4000-8000-00000000beef";
+        let pick =
+            |args: &[&str]| picked_by_args(&args.iter().map(OsString::from).collect::<Vec<_>>());
+        let uuid = Some(Picked::Uuid(u.into()));
+        assert_eq!(pick(&["--resume", u]), uuid);
+        assert_eq!(pick(&[&format!("--resume={u}")]), uuid);
+        assert_eq!(pick(&["-r", u, "-p", "x"]), uuid);
+        assert_eq!(pick(&[&format!("-r{u}")]), uuid);
+        assert_eq!(pick(&["--session-id", u]), uuid);
+        assert_eq!(pick(&["--continue"]), Some(Picked::Latest));
+        assert_eq!(pick(&["-pc", "x"]), Some(Picked::Latest));
+        assert_eq!(pick(&["--resume"]), Some(Picked::Picker));
+        assert_eq!(pick(&["-r", "search words"]), Some(Picked::Picker));
+        assert_eq!(pick(&["--resume", u, "--fork-session"]), None);
+        assert_eq!(pick(&["-p", "--", "--resume", u]), None);
+        assert_eq!(pick(&["-p", "hi"]), None);
+    }
 
     #[test]
     fn names() {

@@ -7,7 +7,7 @@ use std::io::{ErrorKind, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::SystemTime;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{is_uuid, record_path};
@@ -67,4 +67,5 @@ pub fn write_record(state: &ProjectState, rec: &Record) -> Result<()> {
     let mut bytes = serde_json::to_vec_pretty(rec)?;
     bytes.push(b'\n');
     state::write_atomic(&record_path(state, &rec.name), &bytes, 0o600)
+        .with_context(|| format!("recording session `{}`", rec.name))
 }

@@ -57,6 +57,14 @@ pub fn claude_versions() -> Vec<Claude> {
     out
 }
 
+/// A world (`common::World`) whose `claude` is `c`, linked the way npm links it.
+pub fn world_with(c: &Claude) -> super::World {
+    let w = super::World::new();
+    fs::remove_file(w.bin().join("claude")).unwrap();
+    std::os::unix::fs::symlink(&c.bin, w.bin().join("claude")).unwrap();
+    w
+}
+
 /// A running mock API. Killed (SIGKILL, then reaped) on drop; also dies with the thread
 /// that started it (`PR_SET_PDEATHSIG`), so a test that is killed leaves none behind.
 pub struct MockApi {
@@ -135,9 +143,16 @@ impl MockApi {
         format!("http://127.0.0.1:{}", self.port)
     }
 
+    /// Points `cmd` (claudebox or claude) at the mock: `ANTHROPIC_BASE_URL` and
+    /// `ANTHROPIC_API_KEY` (= `API_KEY`).
+    pub fn point<'c>(&self, cmd: &'c mut Command) -> &'c mut Command {
+        cmd.env("ANTHROPIC_BASE_URL", self.base_url())
+            .env("ANTHROPIC_API_KEY", API_KEY)
+    }
+
     /// Every request so far, oldest first: `{id, time, method, path, headers, body,
     /// kind[, turn]}` where kind is `conversation` (took a script turn), `title`,
-    /// `classifier`, `side`, `head` or `other`.
+    /// `classifier`, `side`, `count_tokens`, `head` or `other`.
     pub fn requests(&self) -> Vec<Value> {
         self.log()
             .into_iter()
@@ -158,7 +173,14 @@ impl MockApi {
     /// request_id, complete}` line.
     pub fn log(&self) -> Vec<Value> {
         let text = fs::read_to_string(self.dir.path().join("requests.jsonl")).unwrap_or_default();
-        text.lines()
+        // The mock may be half-way through writing a long line (Python writes it in
+        // several system calls): only lines that end in a newline are whole.
+        let whole = match text.rfind('\n') {
+            Some(end) => &text[..end],
+            None => "",
+        };
+        whole
+            .lines()
             .filter(|l| !l.is_empty())
             .map(|l| serde_json::from_str(l).expect("a JSON line in the mock's log"))
             .collect()

@@ -10,7 +10,7 @@ Python 3 standard library only. Listens on 127.0.0.1 only (never another address
   --port-file F   write the port there (atomically, with a newline) once listening
   --script F      the conversation to play, a JSON file (format below)
   --log F         append one JSON line per request: id (1, 2, ...), time, method, path,
-                  headers, body (parsed JSON, or text), kind and, for the conversation,
+                  headers (credentials shown as length and last 4 characters), body (parsed JSON, or text), kind and, for the conversation,
                   turn; and after each answer to a POST /v1/messages a line
                   {"kind": "end", "request_id": ID, "complete": BOOL} (false when the
                   client went away mid-answer)
@@ -38,8 +38,9 @@ next turn: [{"bash": ...}, "done"] is a tool call followed by a closing answer.
 Side calls never take a turn: requests without tools are claude's own helpers (session
 titles ask for JSON through output_config.format -> a JSON title; the auto-mode
 classifier of 2.1.330 is stream false -> "<block>no</block>", which lets a tool call
-through; anything else -> a short text). HEAD / and HEAD /api/hello answer 200; any
-other path answers 404 with an error body.
+through; anything else -> a short text). POST /v1/messages/count_tokens answers
+{"input_tokens": 100}; HEAD / and HEAD /api/hello answer 200; any other path answers
+404 with an error body.
 """
 
 import argparse
@@ -125,6 +126,17 @@ def split(s, n):
     return [s[i:i + size] for i in range(0, len(s), size)] or [""]
 
 
+SECRET_HEADERS = ("x-api-key", "authorization", "proxy-authorization", "cookie")
+
+
+def redact(name, value):
+    """Credentials are logged as their length and last 4 characters only: a user who
+    points a logged-in claude at the mock should be able to share the log."""
+    if name.lower() in SECRET_HEADERS:
+        return "<redacted: %d chars, ends %r>" % (len(value), value[-4:])
+    return value
+
+
 def usage():
     return {"input_tokens": 10, "output_tokens": 10,
             "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0}
@@ -147,7 +159,7 @@ class Handler(BaseHTTPRequestHandler):
             "time": time.time(),
             "method": self.command,
             "path": self.path,
-            "headers": {k.lower(): v for k, v in self.headers.items()},
+            "headers": {k.lower(): redact(k, v) for k, v in self.headers.items()},
             "body": body,
             "kind": kind,
         }
@@ -181,6 +193,12 @@ class Handler(BaseHTTPRequestHandler):
         self.record(None, "other")
         self.not_found()
 
+    def do_other(self):
+        self.record(self.read_body(), "other")
+        self.not_found()
+
+    do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_other
+
     def not_found(self):
         self.reply(404, {"type": "error",
                          "error": {"type": "not_found_error", "message": "mock: no such route"}})
@@ -196,6 +214,10 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.read_body()
         path = self.path.split("?")[0]
+        if path == "/v1/messages/count_tokens":
+            self.record(body, "count_tokens")
+            self.reply(200, {"input_tokens": 100})
+            return
         if path != "/v1/messages" or not isinstance(body, dict):
             self.record(body, "other")
             self.not_found()

@@ -1,0 +1,184 @@
+//! Who holds a lock file, and whether that holder is a sandbox that still runs.
+//!
+//! A launch takes its locks (the in-use slot `running/<n>`, a session's `<name>.lock`)
+//! with `flock` and execs bwrap, which keeps them open in the sandbox's pid 1. So a held
+//! lock does not by itself mean a running sandbox:
+//!
+//! - the process that took it (the launching claudebox, now the outer bwrap, whose exit
+//!   status the caller gets) may have exited while bwrap's pid 1 is still tearing down:
+//!   the sandbox has ended, the lock goes a moment later;
+//! - that process may have been killed in bwrap's first milliseconds, leaving bwrap's
+//!   child blocked for ever in `read()` on an eventfd its dead parent was to write
+//!   (bubblewrap issue #633): nothing runs, and nothing will ever release the lock but
+//!   `kill -KILL` of that child.
+//!
+//! `/proc/locks` names the process that took each flock (in the initial pid namespace it
+//! keeps naming it after it died). A lock counts as a running sandbox only while that
+//! process lives. The stuck child is found by the lock file among its open descriptors
+//! (it is still dumpable, so readable by its owner) and by its state: sleeping in
+//! `read(2)` on an eventfd.
+
+use std::fs;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// What holds a lock file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Holder {
+    /// Not locked.
+    Free,
+    /// The process that took it lives: a sandbox runs (or a launch is starting).
+    Running,
+    /// Its taker exited; what still holds it is a sandbox tearing down.
+    Ended,
+    /// Held by bwrap processes stuck at start (bubblewrap issue #633): these pids.
+    Stuck(Vec<i32>),
+}
+
+/// Who holds the lock on `path`, given that a non-blocking lock attempt failed. `None`:
+/// `/proc/locks` shows no lock on it (released since, or a file system whose device
+/// numbers `/proc/locks` shows differently): the caller tries the lock again.
+pub fn of_held(path: &Path) -> Option<Holder> {
+    let Ok(m) = fs::metadata(path) else {
+        return Some(Holder::Running);
+    };
+    // Unknown (no /proc/locks): in doubt, running.
+    let Some(takers) = takers(m.dev(), m.ino()) else {
+        return Some(Holder::Running);
+    };
+    if takers.is_empty() {
+        return None;
+    }
+    if takers.iter().any(|p| alive(*p)) {
+        return Some(Holder::Running);
+    }
+    let stuck = stuck_holders(m.dev(), m.ino());
+    Some(if stuck.is_empty() {
+        Holder::Ended
+    } else {
+        Holder::Stuck(stuck)
+    })
+}
+
+/// The pids that took a flock on (dev, ino), waiters excluded; `None` without /proc/locks.
+fn takers(dev: u64, ino: u64) -> Option<Vec<i32>> {
+    let text = fs::read_to_string("/proc/locks").ok()?;
+    let want = format!(
+        "{:02x}:{:02x}:{ino}",
+        nix::libc::major(dev),
+        nix::libc::minor(dev)
+    );
+    let mut out = Vec::new();
+    for line in text.lines() {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        // "1: FLOCK ADVISORY WRITE 1234 fd:01:5678 0 EOF"; waiters have "->" after "1:".
+        if f.len() < 6 || f[1] != "FLOCK" || f[5] != want {
+            continue;
+        }
+        if let Ok(pid) = f[4].parse::<i32>() {
+            out.push(pid);
+        }
+    }
+    Some(out)
+}
+
+/// Whether a pid names a live process (not a zombie). Pid 0 or less: a taker the kernel
+/// cannot name in this pid namespace any more, so dead.
+fn alive(pid: i32) -> bool {
+    if pid <= 0 {
+        return false;
+    }
+    match fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => state_of(&stat).is_some_and(|s| s != 'Z' && s != 'X'),
+        Err(_) => false,
+    }
+}
+
+/// The state letter of a `/proc/PID/stat` line (after the command name in parentheses).
+fn state_of(stat: &str) -> Option<char> {
+    stat.rsplit_once(')')?.1.trim_start().chars().next()
+}
+
+/// bwrap processes of this user that hold (dev, ino) open and are stuck at start.
+fn stuck_holders(dev: u64, ino: u64) -> Vec<i32> {
+    let me = nix::unistd::getuid().as_raw();
+    let mut out = Vec::new();
+    let Ok(rd) = fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()) else {
+            continue;
+        };
+        if e.metadata().map_or(true, |m| m.uid() != me) {
+            continue;
+        }
+        let Ok(stat) = fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if !stat.contains("(bwrap)") || state_of(&stat) != Some('S') {
+            continue;
+        }
+        if holds(pid, dev, ino) && stuck_in_eventfd_read(pid) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn holds(pid: i32, dev: u64, ino: u64) -> bool {
+    let Ok(rd) = fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    rd.flatten()
+        .any(|fd| fs::metadata(fd.path()).is_ok_and(|m| m.dev() == dev && m.ino() == ino))
+}
+
+/// Blocked in `read(2)` (syscall 0 on x86-64, 63 on aarch64) on an eventfd.
+fn stuck_in_eventfd_read(pid: i32) -> bool {
+    const READ: &str = if cfg!(target_arch = "aarch64") {
+        "63"
+    } else {
+        "0"
+    };
+    let Ok(sc) = fs::read_to_string(format!("/proc/{pid}/syscall")) else {
+        return false;
+    };
+    let mut f = sc.split_whitespace();
+    if f.next() != Some(READ) {
+        return false;
+    }
+    let Some(fd) = f
+        .next()
+        .and_then(|h| i64::from_str_radix(h.trim_start_matches("0x"), 16).ok())
+    else {
+        return false;
+    };
+    fs::read_link(format!("/proc/{pid}/fd/{fd}"))
+        .is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]")
+}
+
+/// The message naming stuck holders and the command that clears them.
+pub fn stuck_message(pids: &[i32], what: &str) -> String {
+    let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+    format!(
+        "{what} is held by a bwrap that got stuck when its launch was killed in its first \
+         milliseconds (pid {}; bubblewrap issue #633: it waits for ever for its dead parent); \
+         end it with `kill -KILL {}` and run claudebox again",
+        list.join(", "),
+        list.join(" ")
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_the_state_letter_after_the_command_name() {
+        assert_eq!(state_of("12 (a) b) S 1 2"), Some('S'));
+        assert_eq!(state_of("12 (bwrap) Z 1"), Some('Z'));
+        assert!(alive(std::process::id() as i32));
+        assert!(!alive(0));
+    }
+}

@@ -493,6 +493,7 @@ impl Probe {
                 work.clone(),
                 state.conversations(),
                 state.claude_config(),
+                state.login_dir(),
             ] {
                 fs::DirBuilder::new()
                     .recursive(true)

@@ -548,25 +548,42 @@ pub fn prepare_mount_points(home: &Path, st: &ProjectState, overlays: &[Overlay]
         if let Ok(m) = &meta {
             // Wrong type or a symlink: left by an agent (the directory is writable
             // inside). Remove it; it never was the user's.
-            if m.is_dir() {
+            let removed = if m.is_dir() {
                 fs::remove_dir_all(&point)
             } else {
                 fs::remove_file(&point)
+            };
+            match removed {
+                Err(e) if e.kind() != ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("cannot replace {}", point.display()))
+                }
+                _ => {}
             }
-            .with_context(|| format!("cannot replace {}", point.display()))?;
         }
-        if file {
+        let made = if file {
             fs::OpenOptions::new()
                 .write(true)
                 .create_new(true)
                 .mode(0o600)
                 .open(&point)
-                .with_context(|| format!("cannot create {}", point.display()))?;
+                .map(drop)
         } else {
-            fs::DirBuilder::new()
-                .mode(0o700)
-                .create(&point)
-                .with_context(|| format!("cannot create {}", point.display()))?;
+            fs::DirBuilder::new().mode(0o700).create(&point)
+        };
+        match made {
+            Ok(()) => {}
+            // A sibling launch of the project made it at the same moment: fine if it is
+            // what it must be.
+            Err(e)
+                if e.kind() == ErrorKind::AlreadyExists
+                    && fs::symlink_metadata(&point).is_ok_and(|m| {
+                        if file {
+                            m.file_type().is_file()
+                        } else {
+                            m.file_type().is_dir()
+                        }
+                    }) => {}
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", point.display())),
         }
     }
     Ok(())
@@ -716,7 +733,7 @@ pub fn sync_config(host: &HostClaude, st: &ProjectState, project: &Project) -> R
         return Ok(()); // nothing changed on the host since the last sync
     }
     {
-        let _lock = ConfigLock::take(&path)?;
+        let _lock = ConfigLock::take(&path, &st.claude_json_lock_owner())?;
         // Another launch of the project may have merged the same host state meanwhile.
         let base = read_base();
         if base.as_ref() == Some(&host_view) && path.exists() {
@@ -787,16 +804,24 @@ fn tmp_beside(path: &Path) -> Result<PathBuf> {
 }
 
 /// claude's lock of `.claude.json`: the directory `<file>.lock`, made with `mkdir` and
-/// removed after (proper-lockfile; a lock older than [`STALE`] is abandoned).
+/// removed after (proper-lockfile, which claude treats as stale after 10 s). The lock
+/// directory stays empty, as claude's own `rmdir` needs; who holds it is written to
+/// `owner` (in claudebox's state, out of the sandbox's reach): a launch killed while it
+/// held the lock leaves an owner whose process is gone, and the next launch takes the lock
+/// over at once instead of waiting for it to go stale.
 pub struct ConfigLock {
     dir: PathBuf,
+    owner: PathBuf,
 }
 
-const STALE: Duration = Duration::from_secs(30);
-const WAIT: Duration = Duration::from_secs(20);
+/// As claude: a lock directory untouched for this long is abandoned.
+const STALE: Duration = Duration::from_secs(10);
+/// Longer than [`STALE`], so a lock left by a killed claude is always taken over.
+const WAIT: Duration = Duration::from_secs(15);
 
 impl ConfigLock {
-    pub fn take(file: &Path) -> Result<ConfigLock> {
+    pub fn take(file: &Path, owner: &Path) -> Result<ConfigLock> {
+        use std::os::unix::fs::MetadataExt;
         let mut dir = file.as_os_str().to_os_string();
         dir.push(".lock");
         let dir = PathBuf::from(dir);
@@ -804,13 +829,25 @@ impl ConfigLock {
         let mut pause = Duration::from_millis(2);
         loop {
             match fs::create_dir(&dir) {
-                Ok(()) => return Ok(ConfigLock { dir }),
+                Ok(()) => {
+                    let ino = fs::metadata(&dir).map(|m| m.ino()).unwrap_or(0);
+                    let record = format!("{} {ino}\n", std::process::id());
+                    state::write_atomic_volatile(owner, record.as_bytes(), 0o600)?;
+                    return Ok(ConfigLock {
+                        dir,
+                        owner: owner.to_path_buf(),
+                    });
+                }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    let age = fs::metadata(&dir)
-                        .and_then(|m| m.modified())
-                        .ok()
+                    let meta = fs::metadata(&dir).ok();
+                    let age = meta
+                        .as_ref()
+                        .and_then(|m| m.modified().ok())
                         .and_then(|t| SystemTime::now().duration_since(t).ok());
-                    if age.is_some_and(|a| a > STALE) {
+                    let abandoned = meta
+                        .as_ref()
+                        .is_some_and(|m| held_by_a_dead_launch(owner, m));
+                    if abandoned || age.is_some_and(|a| a > STALE) {
                         let _ = fs::remove_dir(&dir);
                         continue;
                     }
@@ -832,8 +869,37 @@ impl ConfigLock {
     }
 }
 
+/// Whether `owner` says a claudebox process that no longer exists made this lock
+/// directory (same inode, and made before the record was written: not a later one that
+/// reuses the inode).
+fn held_by_a_dead_launch(owner: &Path, lock: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(text) = fs::read_to_string(owner) else {
+        return false;
+    };
+    let Ok(written) = fs::metadata(owner) else {
+        return false;
+    };
+    let (ino, made) = (lock.ino(), (lock.ctime(), lock.ctime_nsec()));
+    if made > (written.mtime(), written.mtime_nsec()) {
+        return false;
+    }
+    let mut it = text.split_whitespace();
+    let (Some(pid), Some(recorded)) = (
+        it.next().and_then(|p| p.parse::<i32>().ok()),
+        it.next().and_then(|i| i.parse::<u64>().ok()),
+    ) else {
+        return false;
+    };
+    recorded == ino
+        && pid > 0
+        && nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), None)
+            == Err(nix::errno::Errno::ESRCH)
+}
+
 impl Drop for ConfigLock {
     fn drop(&mut self) {
+        let _ = fs::remove_file(&self.owner);
         let _ = fs::remove_dir(&self.dir);
     }
 }

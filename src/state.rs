@@ -109,6 +109,10 @@ impl ProjectState {
     pub fn claude_json(&self) -> PathBuf {
         self.claude_config().join(".claude.json")
     }
+    /// Who holds claude's lock of the project's `.claude.json` for a launch.
+    pub fn claude_json_lock_owner(&self) -> PathBuf {
+        self.dir.join("claude-json-lock-owner")
+    }
     /// The host's `.claude.json` as last synced, for the next three-way merge.
     pub fn claude_json_base(&self) -> PathBuf {
         self.dir.join(CLAUDE_JSON_BASE)

@@ -218,3 +218,29 @@ fn this_project_is_the_work_tree_and_the_main_work_tree() {
     assert!(is_this_project("/wt/feature", &linked));
     assert!(is_this_project("/src/app", &linked));
 }
+
+#[test]
+fn a_lock_left_by_a_killed_launch_is_taken_over_at_once_a_live_one_is_not() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tempfile::tempdir().unwrap();
+    let file = t.path().join(".claude.json");
+    let owner = t.path().join("owner");
+    let lock = t.path().join(".claude.json.lock");
+    fs::create_dir(&lock).unwrap();
+    let ino = fs::metadata(&lock).unwrap().ino();
+    let mut child = std::process::Command::new("true").spawn().unwrap();
+    let dead = child.id();
+    child.wait().unwrap();
+    fs::write(&owner, format!("{dead} {ino}\n")).unwrap();
+    let start = Instant::now();
+    let l = ConfigLock::take(&file, &owner).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(2));
+    drop(l);
+    assert!(!lock.exists() && !owner.exists());
+    // Held by a live process (this one), fresh: not taken over (checked without waiting
+    // the whole WAIT: the record says alive).
+    fs::create_dir(&lock).unwrap();
+    let ino = fs::metadata(&lock).unwrap().ino();
+    fs::write(&owner, format!("{} {ino}\n", std::process::id())).unwrap();
+    assert!(!held_by_a_dead_launch(&owner, &fs::metadata(&lock).unwrap()));
+}

@@ -242,5 +242,8 @@ fn a_lock_left_by_a_killed_launch_is_taken_over_at_once_a_live_one_is_not() {
     fs::create_dir(&lock).unwrap();
     let ino = fs::metadata(&lock).unwrap().ino();
     fs::write(&owner, format!("{} {ino}\n", std::process::id())).unwrap();
-    assert!(!held_by_a_dead_launch(&owner, &fs::metadata(&lock).unwrap()));
+    assert!(!held_by_a_dead_launch(
+        &owner,
+        &fs::metadata(&lock).unwrap()
+    ));
 }

@@ -732,3 +732,42 @@ fn the_auto_updater_is_off_inside_unless_the_user_set_it() {
         "<0>"
     );
 }
+
+/// A host that sets `CLAUDE_CONFIG_DIR` keeps its Claude Code config there: that is the
+/// real config dir (its setup read-only at `~/.claude` inside, its `.claude.json` merged
+/// into the project's copy); inside, `CLAUDE_CONFIG_DIR` is `~/.claude`.
+#[test]
+fn a_host_claude_config_dir_is_the_real_config_dir() {
+    let w = World::new();
+    let d = w.root().join("cfg");
+    fs::create_dir_all(d.join("commands")).unwrap();
+    fs::write(d.join("settings.json"), "{\"from\":\"cfg-dir\"}").unwrap();
+    fs::write(d.join("commands/c.md"), "cmd").unwrap();
+    fs::write(d.join(".claude.json"), "{\"fromCfgDir\":true}").unwrap();
+    fs::write(w.home().join(".claude.json"), "{\"fromHome\":true}").unwrap();
+    let p = w.dir("p");
+    let out = ok(&w
+        .cmd(&p)
+        .env("CLAUDE_CONFIG_DIR", &d)
+        .env(
+            "FAKE_CLAUDE_SCRIPT",
+            "echo \"CFG<$CLAUDE_CONFIG_DIR>\"; cat ~/.claude/settings.json ~/.claude/commands/c.md; echo; \
+             cat ~/.claude/.claude.json; echo x > ~/.claude/settings.json || echo RO",
+        )
+        .output()
+        .unwrap());
+    assert!(
+        out.contains(&format!("CFG<{}/.claude>", w.home().display())),
+        "{out}"
+    );
+    assert!(out.contains("cfg-dir") && out.contains("cmd"), "{out}");
+    assert!(
+        out.contains("fromCfgDir") && !out.contains("fromHome"),
+        "{out}"
+    );
+    assert!(out.contains("RO"), "{out}");
+    assert_eq!(
+        fs::read_to_string(d.join("settings.json")).unwrap(),
+        "{\"from\":\"cfg-dir\"}"
+    );
+}

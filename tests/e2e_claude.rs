@@ -93,3 +93,63 @@ fn mcp_config_is_the_projects(claude: &PathBuf) {
         .map(|d| d.count() == 0)
         .unwrap_or(true));
 }
+
+/// The user's setup works inside although it is read-only: a `PreToolUse` hook from the
+/// host's `~/.claude/settings.json` runs a script from `~/.claude/hooks/` (named by its
+/// `$HOME/.claude/...` path) before the Bash call of a `-p` conversation, and a user slash
+/// command from `~/.claude/commands/` expands into the prompt the API receives.
+#[test]
+fn real_claude_runs_the_users_hooks_and_commands_from_the_read_only_setup() {
+    use common::lab::{claude_versions, MockApi, API_KEY};
+    for c in claude_versions() {
+        let w = world_with_real_claude(&c.bin);
+        let p = w.dir("proj");
+        init_repo(&p);
+        let claude = w.home().join(".claude");
+        fs::create_dir_all(claude.join("hooks")).unwrap();
+        fs::create_dir_all(claude.join("commands")).unwrap();
+        let marker = p.join("hook-ran");
+        fs::write(
+            claude.join("hooks/mark.sh"),
+            format!("#!/bin/sh\necho ran >> '{}'\nexit 0\n", marker.display()),
+        )
+        .unwrap();
+        let settings = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
+            {"type": "command", "command": "sh \"$HOME/.claude/hooks/mark.sh\""}]}]}});
+        fs::write(claude.join("settings.json"), settings.to_string()).unwrap();
+        fs::write(
+            claude.join("commands/greet.md"),
+            "USER-COMMAND-BODY-7731: say hello\n",
+        )
+        .unwrap();
+        let mock = MockApi::start(&serde_json::json!([
+            {"bash": {"command": "echo tool-ran", "description": "x"}},
+            "DONE"
+        ]));
+        let o = w
+            .cmd(&p)
+            .env("ANTHROPIC_BASE_URL", mock.base_url())
+            .env("ANTHROPIC_API_KEY", API_KEY)
+            .args(["-p", "/greet", "--allowedTools", "Bash"])
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success(),
+            "[{}] {}{}",
+            c.label,
+            stdout(&o),
+            stderr(&o)
+        );
+        assert!(
+            fs::read_to_string(&marker).is_ok_and(|s| s.contains("ran")),
+            "[{}] the user's PreToolUse hook did not run inside",
+            c.label
+        );
+        let first = &mock.conversation(0)[0];
+        assert!(
+            common::lab::messages_text(first).contains("USER-COMMAND-BODY-7731"),
+            "[{}] the user's slash command did not expand",
+            c.label
+        );
+    }
+}

@@ -729,14 +729,14 @@ pub fn sync_config(host: &HostClaude, st: &ProjectState, project: &Project) -> R
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
     };
-    if read_base().as_ref() == Some(&host_view) && path.exists() {
+    if read_base().as_ref() == Some(&host_view) && is_regular(&path) {
         return Ok(()); // nothing changed on the host since the last sync
     }
     {
         let _lock = ConfigLock::take(&path, &st.claude_json_lock_owner())?;
         // Another launch of the project may have merged the same host state meanwhile.
         let base = read_base();
-        if base.as_ref() == Some(&host_view) && path.exists() {
+        if base.as_ref() == Some(&host_view) && is_regular(&path) {
             return Ok(());
         }
         merge_into(&path, base.as_ref(), &host_view)?;
@@ -762,10 +762,11 @@ fn merge_into(path: &Path, base: Option<&Value>, host_view: &Value) -> Result<()
     use std::os::unix::fs::MetadataExt;
     let stamp = |m: &fs::Metadata| (m.ino(), m.size(), m.mtime(), m.mtime_nsec());
     for _ in 0..20 {
-        let before = fs::metadata(path).ok().map(|m| stamp(&m));
-        let mine: Option<Value> = fs::read(path)
-            .ok()
-            .and_then(|b| serde_json::from_slice(&b).ok());
+        let before = fs::symlink_metadata(path).ok().map(|m| stamp(&m));
+        // The sandbox can write this directory: never follow a symlink it planted there
+        // (to another project's file), never block on a FIFO. Anything but a regular
+        // file counts as no file, and the rename below replaces it.
+        let mine: Option<Value> = read_regular(path).and_then(|b| serde_json::from_slice(&b).ok());
         let merged = merge(base, host_view, mine.as_ref());
         if mine.as_ref() == Some(&merged) {
             return Ok(());
@@ -774,7 +775,7 @@ fn merge_into(path: &Path, base: Option<&Value>, host_view: &Value) -> Result<()
         text.push(b'\n');
         let tmp = tmp_beside(path)?;
         fs::write(&tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))?;
-        if fs::metadata(path).ok().map(|m| stamp(&m)) != before {
+        if fs::symlink_metadata(path).ok().map(|m| stamp(&m)) != before {
             let _ = fs::remove_file(&tmp);
             continue;
         }
@@ -784,6 +785,29 @@ fn merge_into(path: &Path, base: Option<&Value>, host_view: &Value) -> Result<()
         "{} keeps changing; the host's changes to ~/.claude.json come in at the next launch",
         path.display()
     )
+}
+
+/// Whether `path` is a regular file (not through a symlink).
+fn is_regular(path: &Path) -> bool {
+    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
+}
+
+/// The bytes of `path` when it is a regular file, opened without following a symlink and
+/// without blocking.
+fn read_regular(path: &Path) -> Option<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut b = Vec::new();
+    f.read_to_end(&mut b).ok()?;
+    Some(b)
 }
 
 /// A new 0600 temporary file name beside `path`.

@@ -383,3 +383,52 @@ fn a_running_host_session_never_sources_what_a_sandbox_planted() {
         }
     }
 }
+
+/// The agent replaces the project's `.claude.json` by a symlink to another project's
+/// (claudebox's state paths are predictable), hoping the next launch's merge reads that
+/// file as the project's own and copies its secrets in. The launch never follows it.
+/// Control: the symlink does lead to the secret when followed.
+#[test]
+fn a_symlinked_project_claude_json_is_not_followed_by_the_next_launch() {
+    let w = World::new();
+    let p = w.dir("p");
+    let b = w.state().join("projects/0123456789abcdef/claude-config");
+    fs::create_dir_all(&b).unwrap();
+    fs::write(
+        b.join(".claude.json"),
+        "{\"projects\":{\"/srv/b\":{\"mcpServers\":{\"db\":{\"env\":{\"T\":\"SECRET-b-token\"}}}}}}",
+    )
+    .unwrap();
+    fs::write(w.home().join(".claude.json"), "{\"v\":1}").unwrap();
+    let plant = format!(
+        "ln -sf '{}' ~/.claude/.claude.json && echo PLANTED-LINK",
+        b.join(".claude.json").display()
+    );
+    assert!(ok(&w.run_claude(&p, [] as [&str; 0], &plant)).contains("PLANTED-LINK"));
+    // The host changes its file, so the next launch merges.
+    fs::write(w.home().join(".claude.json"), "{\"v\":2}").unwrap();
+    let out = ok(&w.run_claude(
+        &p,
+        [] as [&str; 0],
+        "cat ~/.claude/.claude.json; echo; grep -rq SECRET- ~/.claude/ && echo ESCAPED; true",
+    ));
+    assert!(!out.contains("ESCAPED") && !out.contains("SECRET"), "{out}");
+    assert!(out.contains("\"v\": 2"), "{out}");
+    // Control: followed, the link leads to the secret.
+    let id = env_in_dry_run(&dry_run(&w, &p), "CLAUDEBOX_PROJECT_ID").unwrap();
+    let mine = w
+        .state()
+        .join("projects")
+        .join(id)
+        .join("claude-config/.claude.json");
+    assert!(!fs::symlink_metadata(&mine)
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ln -sf '{}' /tmp/x-link-$$ && grep -q SECRET- /tmp/x-link-$$ && echo FOLLOWED; rm -f /tmp/x-link-$$", b.join(".claude.json").display()))
+        .output()
+        .unwrap();
+    assert!(stdout(&o).contains("FOLLOWED"));
+}

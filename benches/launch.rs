@@ -12,6 +12,9 @@
 //!   --depth N       subdirectory depth for the project-root search (default 30)
 //! Fixtures go under $TMPDIR (default /tmp) and are removed at the end.
 
+#[allow(dead_code)]
+#[path = "../src/escape.rs"]
+mod escape;
 #[allow(dead_code, unused_imports)]
 #[path = "../src/project.rs"]
 mod project;

@@ -80,8 +80,9 @@ pub struct Cli {
     pub ssh_agent: bool,
 
     /// Leave the project's code-bearing config writable: .git/hooks, .git/config (and the
-    /// worktree and submodule equivalents), core.hooksPath, .envrc, .vscode, .idea. Tools on
-    /// the host run code from these.
+    /// worktree, submodule and nested-repository equivalents), core.hooksPath, .envrc,
+    /// .vscode, .idea, .claude, .mcp.json, .husky, lefthook and pre-commit config,
+    /// .gitmodules, .devcontainer. Tools on the host run code from these.
     #[arg(long)]
     pub writable_project_config: bool,
 

@@ -28,6 +28,7 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
+use crate::render::Shown;
 use crate::settings::Network;
 
 /// `$XDG_CONFIG_HOME/claudebox/config.toml`; `~/.config` when `XDG_CONFIG_HOME` is unset,
@@ -88,7 +89,7 @@ impl File {
     /// `PATH:LINE:COL` of a byte span, for messages.
     pub fn at(&self, span: &Range<usize>) -> String {
         let (line, col) = line_col(&self.text, span.start);
-        format!("{}:{line}:{col}", self.path.display())
+        format!("{}:{line}:{col}", self.path.shown())
     }
 
     /// The 1-based line of a byte span.
@@ -107,19 +108,14 @@ pub fn load(path: &Path) -> Result<Option<File>> {
     let bytes = match std::fs::read(path) {
         Ok(b) => b,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => {
-            return Err(anyhow!(
-                "cannot read the config file {}: {e}",
-                path.display()
-            ))
-        }
+        Err(e) => return Err(anyhow!("cannot read the config file {}: {e}", path.shown())),
     };
     let text = String::from_utf8(bytes).map_err(|e| {
         let (line, col) = line_col(
             &String::from_utf8_lossy(e.as_bytes()),
             e.utf8_error().valid_up_to(),
         );
-        anyhow!("{}:{line}:{col}: not valid UTF-8", path.display())
+        anyhow!("{}:{line}:{col}: not valid UTF-8", path.shown())
     })?;
     parse(path, text).map(Some)
 }

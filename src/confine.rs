@@ -4,7 +4,8 @@
 //! - a seccomp filter that makes `ioctl(TIOCSTI)` and `ioctl(TIOCLINUX)` fail with EPERM
 //!   (typing into the user's terminal) while every other ioctl (TIOCGWINSZ for resizing)
 //!   passes, and that denies the kernel keyring calls (`add_key`, `keyctl`,
-//!   `request_key`), through which the host session's keys stay readable in a sandbox;
+//!   `request_key`), through which the host session's keys stay readable in a sandbox; the
+//!   rules are one table, [`SECCOMP`], from which `--dry-run` prints them too;
 //! - with `--scope-abstract-unix`, a Landlock scope that stops `connect()` to abstract
 //!   unix sockets created outside the sandbox (X11 and Xwayland listen on
 //!   `@/tmp/.X11-unix/X0` and authorise the same user by uid; some D-Bus buses), which the
@@ -29,7 +30,7 @@ use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::fs;
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -54,9 +55,6 @@ pub const SIGNALS_FLAG: &str = "--default-signals";
 /// The signals a terminal sends to its foreground process group from the keyboard, which
 /// the launcher ignores and the first step inside gives back to the agent.
 pub const TERMINAL_SIGNALS: [Signal; 2] = [Signal::SIGINT, Signal::SIGQUIT];
-
-/// `TIOCLINUX` (console ioctl multiplexer; its subcode 2 pastes the selection as input).
-const TIOCLINUX: u64 = 0x541C;
 
 /// Entry point for `claudebox --sandbox-init ...` (args after the flag).
 pub fn main(args: &[OsString]) -> ExitCode {
@@ -112,7 +110,7 @@ fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
         }
     }
     let err = crate::exec::replace_with(rest);
-    Err(err).with_context(|| format!("cannot run {}", cmd.to_string_lossy()))
+    Err(err).with_context(|| format!("cannot run {}", crate::render::shown(cmd)))
 }
 
 /// Each `(path, read_only)` must be a mount point at exactly `path`, reached with no
@@ -148,7 +146,7 @@ fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
 }
 
 fn show(p: &Path) -> String {
-    String::from_utf8_lossy(&crate::render::escape_bytes(p.as_os_str().as_bytes())).into_owned()
+    crate::render::shown(p)
 }
 
 /// The id of the mount `path` is on (its last component not followed), and the path the
@@ -216,7 +214,112 @@ fn scope_abstract_unix() -> Result<()> {
     Ok(())
 }
 
-/// The seccomp filter, compiled for the running architecture.
+/// One rule of the seccomp filter: a syscall, the argument it is matched on (if any), and
+/// why. The filter is compiled from [`SECCOMP`] and `--dry-run` prints it from there, one
+/// line per row ([`seccomp_lines`]).
+pub struct Rule {
+    pub syscall: &'static str,
+    pub nr: i64,
+    pub arg: Option<ArgEq>,
+    pub reason: &'static str,
+}
+
+/// The syscall's argument `index` equals `value` in its low 32 bits (the kernel reads an
+/// ioctl request as a 32-bit unsigned int: a request with junk in the high bits is the
+/// same request).
+pub struct ArgEq {
+    pub index: u8,
+    pub name: &'static str,
+    pub value: u32,
+}
+
+/// `TIOCLINUX` (console ioctl multiplexer; its subcode 2 pastes the selection as input).
+const TIOCLINUX: u32 = 0x541C;
+
+/// What a call that matches a row gets: it fails with this errno, and the process goes on.
+pub const MATCH_ERRNO: (i32, &str) = (libc::EPERM, "EPERM");
+
+/// The seccomp rules, policy as data. Every other call of the native ABI is allowed.
+pub const SECCOMP: &[Rule] = &[
+    Rule {
+        syscall: "ioctl",
+        nr: libc::SYS_ioctl,
+        arg: Some(ArgEq {
+            index: 1,
+            name: "TIOCSTI",
+            value: libc::TIOCSTI as u32,
+        }),
+        reason: "no typing into your terminal",
+    },
+    Rule {
+        syscall: "ioctl",
+        nr: libc::SYS_ioctl,
+        arg: Some(ArgEq {
+            index: 1,
+            name: "TIOCLINUX",
+            value: TIOCLINUX,
+        }),
+        reason: "no pasting the console selection into your terminal",
+    },
+    Rule {
+        syscall: "add_key",
+        nr: libc::SYS_add_key,
+        arg: None,
+        reason: "the host session's kernel keyring",
+    },
+    Rule {
+        syscall: "keyctl",
+        nr: libc::SYS_keyctl,
+        arg: None,
+        reason: "the host session's kernel keyring",
+    },
+    Rule {
+        syscall: "request_key",
+        nr: libc::SYS_request_key,
+        arg: None,
+        reason: "the host session's kernel keyring",
+    },
+];
+
+/// The filter's architecture check, the one rule that kills: a call through another ABI
+/// than the native one (i386's `int 0x80` on x86_64) would use other syscall numbers, which
+/// the rows above do not name. On x86_64 the x32 numbers (bit 30 set, and ioctl's 514) get
+/// the same rows.
+pub const FOREIGN_ABI: &str = "any call through another architecture's ABI (i386 int 0x80) -> \
+     kill the process: the rules are written for the native syscall numbers";
+
+/// The Landlock scope, shown when the kernel has it (ABI 6+).
+pub const LANDLOCK_SCOPE: &str = "no connect() to the host's abstract unix sockets (X11, D-Bus)";
+
+impl Rule {
+    /// The row as `--dry-run` prints it after `seccomp\t`.
+    pub fn shown(&self) -> String {
+        let arg = match &self.arg {
+            Some(a) => format!(
+                " with arg{} == {} (0x{:x}, low 32 bits)",
+                a.index, a.name, a.value
+            ),
+            None => String::new(),
+        };
+        format!(
+            "{}{arg} -> {}: {}",
+            self.syscall, MATCH_ERRNO.1, self.reason
+        )
+    }
+}
+
+/// The `--dry-run` lines of the seccomp filter: one per row of [`SECCOMP`], then the
+/// architecture check.
+pub fn seccomp_lines() -> Vec<String> {
+    SECCOMP
+        .iter()
+        .map(Rule::shown)
+        .chain([FOREIGN_ABI.to_string()])
+        .map(|l| format!("seccomp\t{l}"))
+        .collect()
+}
+
+/// The seccomp filter, compiled from [`SECCOMP`] for the running architecture.
 pub fn filter() -> Result<BpfProgram> {
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|_| {
         anyhow::anyhow!(
@@ -225,37 +328,45 @@ pub fn filter() -> Result<BpfProgram> {
             std::env::consts::ARCH
         )
     })?;
+    // seccompiler's filter is a map from syscall number to rules (any rule matching is a
+    // match; an empty list matches every call of that number).
     let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    // The kernel reads ioctl's request as a 32-bit unsigned int, so compare the low 32
-    // bits only (Dword): a request with junk in the high bits is the same request.
-    let ioctl_rules = || -> Result<Vec<SeccompRule>> {
-        [u64::from(libc::TIOCSTI as u32), TIOCLINUX]
-            .into_iter()
-            .map(|req| {
-                let c = SeccompCondition::new(1, SeccompCmpArgLen::Dword, SeccompCmpOp::Eq, req)?;
-                Ok(SeccompRule::new(vec![c])?)
-            })
-            .collect()
+    let mut whole = std::collections::BTreeSet::new();
+    let mut add = |nr: i64, row: &Rule| -> Result<()> {
+        let entry = rules.entry(nr).or_default();
+        if whole.contains(&nr) || (row.arg.is_none() && !entry.is_empty()) {
+            bail!("seccomp table: {} both whole and by argument", row.syscall);
+        }
+        if let Some(a) = &row.arg {
+            let c = SeccompCondition::new(
+                a.index,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                u64::from(a.value),
+            )?;
+            entry.push(SeccompRule::new(vec![c])?);
+        } else {
+            whole.insert(nr);
+        }
+        Ok(())
     };
-    rules.insert(libc::SYS_ioctl, ioctl_rules()?);
-    for nr in [libc::SYS_add_key, libc::SYS_keyctl, libc::SYS_request_key] {
-        rules.insert(nr, vec![]);
-    }
-    if arch == TargetArch::x86_64 {
-        // The x32 ABI reaches the same calls with bit 30 set (where the kernel enables
-        // it); ioctl also has its x32 number 514. The i386 ABI (int 0x80) fails the
-        // filter's architecture check and kills the process.
-        const X32: i64 = 0x4000_0000;
-        rules.insert(X32 | libc::SYS_ioctl, ioctl_rules()?);
-        rules.insert(X32 | 514, ioctl_rules()?);
-        for nr in [libc::SYS_add_key, libc::SYS_keyctl, libc::SYS_request_key] {
-            rules.insert(X32 | nr, vec![]);
+    for row in SECCOMP {
+        add(row.nr, row)?;
+        if arch == TargetArch::x86_64 {
+            // The x32 ABI reaches the same calls with bit 30 set (where the kernel enables
+            // it); ioctl also has its x32 number 514. The i386 ABI (int 0x80) fails the
+            // filter's architecture check and kills the process.
+            const X32: i64 = 0x4000_0000;
+            add(X32 | row.nr, row)?;
+            if row.nr == libc::SYS_ioctl {
+                add(X32 | 514, row)?;
+            }
         }
     }
     let f = SeccompFilter::new(
         rules,
         SeccompAction::Allow,
-        SeccompAction::Errno(libc::EPERM as u32),
+        SeccompAction::Errno(MATCH_ERRNO.0 as u32),
         arch,
     )?;
     Ok(f.try_into()?)
@@ -274,9 +385,136 @@ mod tests {
         assert_eq!(rows[1], (37, PathBuf::from("/d"), false));
     }
 
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+
+    /// How a child that made one call ended.
+    #[derive(Debug, PartialEq)]
+    enum Ended {
+        /// The call returned; its errno, 0 if it succeeded.
+        Errno(i32),
+        Signal(Signal),
+    }
+
+    /// Makes `call` in a forked child, under the compiled filter if `filtered` (the real
+    /// kernel filter, applied the way `--sandbox-init` applies it).
+    fn in_child(filtered: bool, call: impl FnOnce() -> i64) -> Ended {
+        let prog = filter().unwrap();
+        // SAFETY: the child only makes system calls and leaves with _exit.
+        match unsafe { fork() }.unwrap() {
+            ForkResult::Child => {
+                if filtered && seccompiler::apply_filter(&prog).is_err() {
+                    unsafe { libc::_exit(200) }
+                }
+                let r = call();
+                let errno = if r == -1 {
+                    std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(201)
+                } else {
+                    0
+                };
+                unsafe { libc::_exit(errno) }
+            }
+            ForkResult::Parent { child } => match waitpid(child, None).unwrap() {
+                WaitStatus::Exited(_, 200) => panic!("cannot apply the filter"),
+                WaitStatus::Exited(_, code) => Ended::Errno(code),
+                WaitStatus::Signaled(_, sig, _) => Ended::Signal(sig),
+                other => panic!("{other:?}"),
+            },
+        }
+    }
+
+    /// The row's syscall with its matched argument and harmless others: the first is -1
+    /// (a bad descriptor, a bad pointer, a bad keyctl operation), so that unfiltered the
+    /// call fails with an errno of its own and changes nothing.
+    fn probe(row: &Rule, value: Option<u64>) -> impl FnOnce() -> i64 {
+        let mut args = [u64::MAX, 0, 0, 0, 0, 0];
+        if let (Some(a), Some(v)) = (&row.arg, value) {
+            args[a.index as usize] = v;
+        }
+        let nr = row.nr;
+        move || unsafe { libc::syscall(nr, args[0], args[1], args[2], args[3], args[4], args[5]) }
+    }
+
     #[test]
-    fn filter_compiles() {
-        let f = filter().unwrap();
-        assert!(f.len() > 10);
+    fn every_row_fails_with_its_errno_and_only_under_the_filter() {
+        let eperm = Ended::Errno(MATCH_ERRNO.0);
+        for row in SECCOMP {
+            let value = row.arg.as_ref().map(|a| u64::from(a.value));
+            let shown = row.shown();
+            assert_eq!(in_child(true, probe(row, value)), eperm, "{shown}");
+            // Control: the same call unfiltered reaches the kernel and fails otherwise
+            // (EBADF, EFAULT, EOPNOTSUPP), so the EPERM above is the filter's.
+            let free = in_child(false, probe(row, value));
+            assert!(
+                matches!(free, Ended::Errno(e) if e != MATCH_ERRNO.0),
+                "{shown}: {free:?}"
+            );
+            if let Some(a) = &row.arg {
+                // The kernel reads the low 32 bits: junk above them is the same request.
+                let junk = 0xdead_beef_0000_0000 | u64::from(a.value);
+                assert_eq!(
+                    in_child(true, probe(row, Some(junk))),
+                    eperm,
+                    "{shown} + junk"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn calls_outside_the_table_pass() {
+        let ioctl = SECCOMP.iter().find(|r| r.syscall == "ioctl").unwrap();
+        // TIOCGWINSZ (resizing) is not a row: it reaches the kernel (bad descriptor).
+        let winsz = Some(u64::from(libc::TIOCGWINSZ as u32));
+        assert_eq!(
+            in_child(true, probe(ioctl, winsz)),
+            Ended::Errno(libc::EBADF)
+        );
+        // Neither is the neighbour of a matched request.
+        let next = Some(u64::from(libc::TIOCSTI as u32 + 1));
+        assert_eq!(
+            in_child(true, probe(ioctl, next)),
+            Ended::Errno(libc::EBADF)
+        );
+        let pid = || unsafe { libc::syscall(libc::SYS_getpid) };
+        assert_eq!(in_child(true, pid), Ended::Errno(0));
+    }
+
+    /// The architecture check: an i386 call (`int 0x80`, getpid is 20 there) kills.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_call_through_the_i386_abi_is_killed() {
+        let int80 = || -> i64 {
+            let mut rax: i64 = 20;
+            // SAFETY: i386 getpid takes no arguments and touches no memory.
+            unsafe { std::arch::asm!("int 0x80", inout("rax") rax) };
+            rax.max(0)
+        };
+        assert_eq!(in_child(true, int80), Ended::Signal(Signal::SIGSYS));
+        // Control: unfiltered, the same instruction is no SIGSYS (a pid where the kernel
+        // has IA32 emulation, SIGSEGV where it does not).
+        assert_ne!(in_child(false, int80), Ended::Signal(Signal::SIGSYS));
+    }
+
+    #[test]
+    fn every_row_has_its_dry_run_line() {
+        let lines = seccomp_lines();
+        assert_eq!(lines.len(), SECCOMP.len() + 1);
+        for (row, line) in SECCOMP.iter().zip(&lines) {
+            assert!(
+                line.starts_with(&format!("seccomp\t{} ", row.syscall)),
+                "{line}"
+            );
+            assert!(
+                line.ends_with(&format!("-> EPERM: {}", row.reason)),
+                "{line}"
+            );
+            if let Some(a) = &row.arg {
+                assert!(line.contains(a.name), "{line}");
+            }
+        }
+        assert!(lines.last().unwrap().contains("-> kill the process"));
     }
 }

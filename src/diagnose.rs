@@ -2,6 +2,7 @@
 //! container's settings, turned into the cause and the fix for it. The classifier is pure
 //! ([`classify`]); [`Facts::probe`] reads the settings.
 
+use crate::render::Shown;
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -215,7 +216,7 @@ fn last_bwrap_line(stderr: &str) -> &str {
 }
 
 fn apparmor(f: &Facts) -> Diagnosis {
-    let bwrap = f.bwrap.display();
+    let bwrap = f.bwrap.shown();
     d(
         Cause::AppArmor,
         format!(

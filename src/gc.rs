@@ -84,7 +84,7 @@ pub fn margin(cli: Option<&str>) -> Result<Margin> {
             })?;
             return Ok(Margin {
                 value,
-                source: format!("gc_margin in {}", file.display()),
+                source: format!("gc_margin in {}", show(&file)),
             });
         }
     }

@@ -12,6 +12,7 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::{anyhow, Result};
 
 use crate::project::Project;
+use crate::render::Shown;
 use crate::settings::{Context, ExtraKind, ExtraMount};
 
 /// Places the sandbox can write (besides `rw` extras): a symlink there may have been
@@ -86,9 +87,9 @@ pub fn check_outside_git_dirs(project: &Project, yes: bool) -> Result<()> {
         "{} names the git dir {}, which does not list {} as one of its work trees (a `.git` \
          file can be planted to reach another repository); if this layout is yours, run \
          `git worktree repair` there or pass --yes to bind it anyway",
-        project.work_tree.join(".git").display(),
-        git_dir.display(),
-        project.work_tree.display()
+        project.work_tree.join(".git").shown(),
+        git_dir.shown(),
+        project.work_tree.shown()
     ))
 }
 
@@ -111,7 +112,7 @@ pub fn check_mount(
     {
         return Err(format!(
             "{} would cover the whole home directory; list the directories you need instead",
-            m.target.display()
+            m.target.shown()
         ));
     }
     let claude = home.join(".claude");
@@ -128,7 +129,7 @@ pub fn check_mount(
         return Err(format!(
             "claudebox manages {} itself (the project's conversations and history, \
              ~/.claude.json); it cannot be mounted over",
-            m.target.display()
+            m.target.shown()
         ));
     }
     if m.kind == ExtraKind::Rw {
@@ -136,16 +137,16 @@ pub fn check_mount(
         if m.source.starts_with(&state) || state.starts_with(&m.source) {
             return Err(format!(
                 "read-write {} would let the sandbox change claudebox's state in {}",
-                m.source.display(),
-                state.display()
+                m.source.shown(),
+                state.shown()
             ));
         }
         let dir = canonical_lossy(cx.config_file.parent().unwrap_or(cx.config_file));
         if m.source.starts_with(&dir) || dir.starts_with(&m.source) {
             return Err(format!(
                 "read-write {} would let the sandbox rewrite its own configuration in {}",
-                m.source.display(),
-                dir.display()
+                m.source.shown(),
+                dir.shown()
             ));
         }
     }
@@ -153,9 +154,9 @@ pub fn check_mount(
         return Err(format!(
             "{} goes through the symlink {}, inside {} which the sandbox can write, so \
              the agent could have redirected it; name the real path instead",
-            written.display(),
-            link.display(),
-            area.display()
+            written.shown(),
+            link.shown(),
+            area.shown()
         ));
     }
     Ok(())
@@ -203,8 +204,35 @@ pub fn check_config_not_writable(cx: &Context, mounts: &[ExtraMount]) -> Result<
                 "the config file {} lies inside {}, which the sandbox can write: the agent \
                  could rewrite its own configuration; set XDG_CONFIG_HOME to a directory \
                  outside it",
-                cx.config_file.display(),
-                area.display()
+                cx.config_file.shown(),
+                area.shown()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// claudebox's state directory (`CLAUDEBOX_HOME`, default `~/.claudebox`) holds every
+/// project's conversations: it must not lie where a sandbox can write (the project, its
+/// git dirs, `~/.claude`), nor hold such a place in its `projects/`, or every sandbox could read and change
+/// every project's state. (`rw` extras over it are refused in [`check_mount`]; `--yes`,
+/// which allows a home-sized project, also allows the project to hold it.)
+pub fn check_state_not_writable(cx: &Context) -> Result<()> {
+    let state = canonical_lossy(cx.state_dir);
+    let mut areas: Vec<PathBuf> = Vec::new();
+    if !cx.yes {
+        areas.push(cx.project.work_tree.clone());
+        areas.extend(cx.project.outside_git_dirs());
+    }
+    areas.push(canonical_lossy(&cx.home.join(".claude")));
+    for area in areas {
+        if state.starts_with(&area) || area.starts_with(state.join("projects")) {
+            return Err(anyhow!(
+                "claudebox's state directory {} (CLAUDEBOX_HOME) and {}, which the sandbox can \
+                 write, overlap: every sandbox could read every project's conversations; set \
+                 CLAUDEBOX_HOME to a directory outside it",
+                cx.state_dir.shown(),
+                area.shown()
             ));
         }
     }

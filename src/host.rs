@@ -5,6 +5,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::render::Shown;
 use anyhow::{bail, Context, Result};
 
 /// System paths bound read-only when they exist, in this order.
@@ -136,7 +137,7 @@ pub fn find_claude(home: &Path) -> Result<ClaudeInstall> {
         )
     })?;
     let real = fs::canonicalize(&on_path)
-        .with_context(|| format!("cannot resolve {}", on_path.display()))?;
+        .with_context(|| format!("cannot resolve {}", on_path.shown()))?;
     let bind = package_root(&real, home).unwrap_or_else(|| real.clone());
     Ok(ClaudeInstall {
         on_path,
@@ -168,7 +169,7 @@ pub fn find_bwrap() -> Result<PathBuf> {
         }
         bail!(
             "CLAUDEBOX_BWRAP is {} but that is not a file; point it at bwrap or unset it",
-            p.display()
+            p.shown()
         );
     }
     which::which("bwrap").map_err(|_| {
@@ -229,7 +230,7 @@ pub fn own_exe() -> Result<PathBuf> {
     if !exe.is_file() {
         bail!(
             "claudebox's own executable {} is gone (upgraded while starting?); run claudebox again",
-            exe.display()
+            exe.shown()
         );
     }
     Ok(exe)

@@ -28,6 +28,7 @@ use nix::errno::Errno;
 use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
 
 use crate::holders::{self, Holder};
+use crate::render::Shown;
 use crate::state::{self, ProjectState, StateHome};
 
 pub const RUNNING_DIR: &str = "running";
@@ -95,14 +96,12 @@ pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse
             Ok(f) => f,
             // Removed between creating and opening it: start over.
             Err(e) if e.kind() == ErrorKind::NotFound => continue,
-            Err(e) => {
-                return Err(e).with_context(|| format!("cannot open {}", lock_path.display()))
-            }
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", lock_path.shown())),
         };
         // Waits only while another launch registers or `--gc` removes this directory.
         let lock = Flock::lock(f, FlockArg::LockExclusive)
             .map_err(|(_, e)| e)
-            .with_context(|| format!("cannot lock {}", lock_path.display()))?;
+            .with_context(|| format!("cannot lock {}", lock_path.shown()))?;
         if !same_file(&lock, &lock_path) {
             // `--gc` removed the directory while we waited.
             continue;
@@ -120,7 +119,7 @@ pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse
     }
     bail!(
         "{} keeps disappearing while claudebox starts (is `claudebox --gc` running in a loop?)",
-        state.dir.display()
+        state.dir.shown()
     )
 }
 
@@ -136,26 +135,24 @@ fn register(state: &ProjectState) -> Result<Flock<File>> {
             Err(e) if e.kind() == ErrorKind::NotFound => {
                 state::mkdir_private(&dir)?;
                 open_for_lock(&path, true)
-                    .with_context(|| format!("cannot create {}", path.display()))?
+                    .with_context(|| format!("cannot create {}", path.shown()))?
             }
-            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.shown())),
         };
         let file = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
             Ok(file) => file,
             // A running sandbox holds it (or `--list` is looking at it): the next one.
             Err((_, Errno::EWOULDBLOCK)) => continue,
-            Err((_, e)) => {
-                return Err(e).with_context(|| format!("cannot lock {}", path.display()))
-            }
+            Err((_, e)) => return Err(e).with_context(|| format!("cannot lock {}", path.shown())),
         };
         // std opens files close-on-exec; clear it so that bwrap inherits the lock.
         fcntl(file.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
-            .with_context(|| format!("cannot pass {} to bwrap", path.display()))?;
+            .with_context(|| format!("cannot pass {} to bwrap", path.shown()))?;
         return Ok(file);
     }
     bail!(
         "{} has {MAX_SLOTS} sandboxes running on it; stop some first",
-        state.dir.display()
+        state.dir.shown()
     )
 }
 
@@ -231,11 +228,11 @@ pub fn lock_for_gc(dir: &Path, create: bool) -> Result<GcLock> {
     let f = match open_for_lock(&path, create) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(GcLock::Absent),
-        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+        Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.shown())),
     };
     match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
         Ok(l) => Ok(GcLock::Held(l)),
         Err((_, Errno::EWOULDBLOCK)) => Ok(GcLock::Busy),
-        Err((_, e)) => Err(e).with_context(|| format!("cannot lock {}", path.display())),
+        Err((_, e)) => Err(e).with_context(|| format!("cannot lock {}", path.shown())),
     }
 }

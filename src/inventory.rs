@@ -14,6 +14,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::inuse;
 use crate::project::project_id;
+use crate::render::Shown;
 use crate::state::{self, StateHome};
 
 /// Longest `project-root` accepted (Linux's PATH_MAX).
@@ -89,10 +90,10 @@ pub fn projects_dir(home: &StateHome) -> Result<Option<PathBuf>> {
         Ok(m) if m.is_dir() => Ok(Some(dir)),
         Ok(_) => bail!(
             "{} is not a directory (a symlink or a file); claudebox leaves it alone",
-            dir.display()
+            dir.shown()
         ),
         Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(e).with_context(|| format!("cannot read {}", dir.display())),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", dir.shown())),
     }
 }
 
@@ -101,10 +102,10 @@ pub fn scan(home: &StateHome, detail: Detail) -> Result<Inventory> {
     let Some(dir) = projects_dir(home)? else {
         return Ok(inv);
     };
-    let rd = fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.display()))?;
+    let rd = fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.shown()))?;
     let mut found = Vec::new();
     for entry in rd {
-        let entry = entry.with_context(|| format!("cannot read {}", dir.display()))?;
+        let entry = entry.with_context(|| format!("cannot read {}", dir.shown()))?;
         let name = entry.file_name();
         let path = entry.path();
         let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
@@ -272,7 +273,7 @@ fn read_missing_since(dir: &Path) -> Option<SystemTime> {
 
 /// A path for a one-line message: tabs, newlines and non-UTF-8 bytes escaped.
 pub fn show(path: &Path) -> String {
-    String::from_utf8_lossy(&crate::render::escape_bytes(path.as_os_str().as_bytes())).into_owned()
+    crate::render::shown(path)
 }
 
 /// Whether a path exists, without following a final symlink.

@@ -16,6 +16,7 @@ use crate::netbridge;
 use crate::plan::{self, Command, Inputs, Plan};
 use crate::project;
 use crate::render;
+use crate::render::Shown;
 use crate::sessions;
 use crate::settings::{self, ExtraKind};
 use crate::sources;
@@ -146,7 +147,7 @@ fn ssh_agent_socket() -> Result<std::path::PathBuf> {
         Ok(m) if m.file_type().is_socket() => Ok(fs::canonicalize(&path)?),
         _ => bail!(
             "--ssh-agent: SSH_AUTH_SOCK is {} but that is not a socket; check your ssh agent or drop --ssh-agent",
-            path.display()
+            path.shown()
         ),
     }
 }
@@ -161,7 +162,7 @@ fn refuse_dangerous_root(work_tree: &Path, home: &Path, yes: bool) -> Result<()>
         bail!(
             "refusing to use {} as the project: it would bind {} read-write into the sandbox; \
              cd into a project directory, or pass --yes if you really mean it",
-            work_tree.display(),
+            work_tree.shown(),
             if work_tree == Path::new("/") {
                 "the whole file system"
             } else {
@@ -206,6 +207,15 @@ fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::I
     );
     claude_home::prepare_mount_points(&inp.home, &inp.state, &overlays)?;
     claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
+    if inp.protect_project_metadata {
+        if let Some(p) = inp
+            .protected
+            .iter()
+            .find(|p| p.guard == protect::Guard::LocalSettings)
+        {
+            state::refresh_local_settings(&inp.state, &p.path)?;
+        }
+    }
     // A named session is decided again under its own lock; replan if that changed it.
     let mut plan = p.plan.clone();
     let session = match &inp.session {
@@ -254,7 +264,7 @@ fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::I
     sources::keep_only(&keep)?;
     let err = crate::exec::replace_with(&argv);
     drop((in_use, session, opened));
-    Err(err).with_context(|| format!("cannot run {}", argv[0].to_string_lossy()))
+    Err(err).with_context(|| format!("cannot run {}", argv[0].shown()))
 }
 
 /// The directories a sandbox of this project can write (canonical): a bind source there,

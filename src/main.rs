@@ -9,6 +9,7 @@ mod confine;
 mod diagnose;
 #[cfg(not(test))]
 mod entry;
+mod escape;
 mod exec;
 mod gc;
 mod guard;

@@ -369,7 +369,7 @@ fn listen_and_exec(args: &[OsString]) -> Result<()> {
     let _ = nix::unistd::close(fd);
     drop(listeners);
     let err = crate::exec::replace_with(cmd);
-    bail!("cannot run {}: {err}", cmd[0].to_string_lossy())
+    bail!("cannot run {}: {err}", crate::render::shown(&cmd[0]))
 }
 
 /// The proxy variables set inside in allowlist mode; `NODE_USE_ENV_PROXY` makes Node.js

@@ -10,6 +10,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use crate::escape::Shown;
 use anyhow::{Context, Result};
 use sha2::{Digest, Sha256};
 
@@ -59,7 +60,7 @@ pub fn project_id(root: &Path) -> String {
 /// Finds the project of `cwd` (which need not be canonical).
 pub fn discover(cwd: &Path) -> Result<Project> {
     let cwd = fs::canonicalize(cwd)
-        .with_context(|| format!("the current directory {} is not reachable", cwd.display()))?;
+        .with_context(|| format!("the current directory {} is not reachable", cwd.shown()))?;
     for dir in cwd.ancestors() {
         let dot_git = dir.join(".git");
         if let Some((git_dir, common)) = git_dir_of_dot_git(&dot_git) {

@@ -11,8 +11,16 @@
 //! - the work tree's `.git`: a directory is pinned as a mount point so that it cannot be
 //!   renamed away and replaced, a `gitdir:` file is read-only; the same for the `.git`
 //!   files of submodule work trees inside the project;
-//! - `.envrc`, `.vscode`, `.idea` at the top of the work tree, when they exist (binding a
-//!   missing one would leave an empty entry in the user's tree).
+//! - the work-tree entries of [`WORK_TREE_ENTRIES`] (`.envrc`, `.vscode`, `.idea`, hook
+//!   managers' config, `.mcp.json`, `.gitmodules`, `.devcontainer`, ...), when they exist
+//!   (binding a missing one would leave an empty entry in the user's tree);
+//! - `.claude`, always: a scratch tmpfs in its place, the host's entries read-only in it,
+//!   and `settings.local.json` the project's own copy in claudebox's state (see
+//!   [`Guard::LocalSettings`]), so that "always allow" keeps working and nothing the
+//!   sandbox writes there reaches a host `claude`;
+//! - git repositories nested in the work tree (vendored clones) at its top level or one
+//!   level below a [`VENDOR_DIRS`] directory: their `.git` pinned, `hooks/` and `config`
+//!   read-only.
 //!
 //! A protected path that is a symlink, or that lies below one, cannot be protected by a
 //! mount (the link itself stays replaceable, and following it could expose a path outside
@@ -41,6 +49,14 @@ pub enum Guard {
     /// An existing directory bound read-write onto itself so that it is a mount point,
     /// which cannot be renamed or removed.
     Pin,
+    /// A writable tmpfs in its place: the sandbox may write there, nothing reaches the
+    /// host, all of it is gone at exit (the host's entries are bound back read-only).
+    Scratch,
+    /// `.claude/settings.local.json`: the project's copy in claudebox's state
+    /// (`ProjectState::local_settings`), read-write. Claude saves "always allow" rules
+    /// there (a temporary file in `.claude`, then `rename`, which fails with EBUSY on a
+    /// mount point, then a rewrite in place: measured with 2.1.330).
+    LocalSettings,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,9 +64,13 @@ pub struct Protected {
     pub path: PathBuf,
     pub guard: Guard,
     pub why: &'static str,
+    /// The file that named this path, when that is not claudebox's own table (a
+    /// `core.worktree` or `core.hooksPath` value): an error about the path names it.
+    pub named_by: Option<PathBuf>,
 }
 
-const WORK_TREE_ENTRIES: &[(&str, &str)] = &[
+/// Work-tree entries that tools on the host run code from, read-only when they exist.
+pub const WORK_TREE_ENTRIES: &[(&str, &str)] = &[
     (".envrc", "direnv runs it on the host"),
     (
         ".vscode",
@@ -60,7 +80,113 @@ const WORK_TREE_ENTRIES: &[(&str, &str)] = &[
         ".idea",
         "JetBrains IDEs run configurations from it on the host",
     ),
+    (
+        ".husky",
+        "husky's hook stubs (core.hooksPath .husky/_) run .husky/<hook> on a host git commit",
+    ),
+    (
+        "lefthook.yml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        "lefthook.yaml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        "lefthook.toml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        "lefthook.json",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        ".lefthook.yml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        ".lefthook.yaml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        ".lefthook.toml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        ".lefthook.json",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        "lefthook-local.yml",
+        "lefthook: local overrides of the commands it runs",
+    ),
+    (
+        "lefthook-local.yaml",
+        "lefthook: local overrides of the commands it runs",
+    ),
+    (
+        ".lefthook-local.yml",
+        "lefthook: local overrides of the commands it runs",
+    ),
+    (
+        ".lefthook-local.yaml",
+        "lefthook: local overrides of the commands it runs",
+    ),
+    (".lefthook", "lefthook: scripts its hooks run"),
+    (".lefthook-local", "lefthook: local scripts its hooks run"),
+    (
+        ".pre-commit-config.yaml",
+        "pre-commit: its git hook runs the commands listed here",
+    ),
+    (
+        ".pre-commit-config.yml",
+        "pre-commit: its git hook runs the commands listed here",
+    ),
+    (
+        ".mcp.json",
+        "a host claude in the project starts its MCP servers",
+    ),
+    (
+        ".gitmodules",
+        "git submodule sync/update copy its URLs into .git/config and fetch from them",
+    ),
+    (
+        ".devcontainer",
+        "VS Code and the devcontainer CLI run its initializeCommand on the host",
+    ),
+    (
+        ".devcontainer.json",
+        "VS Code and the devcontainer CLI run its initializeCommand on the host",
+    ),
 ];
+
+/// The project's Claude Code directory: hooks, MCP servers, commands, agents, skills, a
+/// host `claude` started in the project runs them.
+pub const CLAUDE_DIR: &str = ".claude";
+/// Where claude saves "always allow" rules, inside [`CLAUDE_DIR`].
+pub const LOCAL_SETTINGS: &str = "settings.local.json";
+
+/// Top-level directories where vendored repositories conventionally live: nested
+/// repositories are also looked for one level below them.
+pub const VENDOR_DIRS: &[&str] = &[
+    "vendor",
+    "vendored",
+    "third_party",
+    "third-party",
+    "thirdparty",
+    "external",
+    "externals",
+    "extern",
+    "deps",
+    "lib",
+    "libs",
+    "packages",
+    "modules",
+    "contrib",
+    "submodules",
+];
+/// Top-level directories not looked into for nested repositories.
+const NESTED_SKIP: &[&str] = &[".git", "node_modules", "target", ".claude"];
 
 /// Finds the project's code-bearing paths. Fails on a protected path that is a symlink.
 pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
@@ -105,7 +231,7 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
         }
         pin(&mut out, &common.join("modules"));
         modules(&mut out, &common.join("modules"), wt, 0);
-        for hooks in hooks_paths(project, home, common_config.as_deref()) {
+        for (hooks, from) in hooks_paths(project, home, common_config.as_deref()) {
             let inside = hooks.starts_with(wt) || hooks.starts_with(common);
             if inside && !out.iter().any(|p| p.path == hooks) {
                 let guard = if hooks.exists() {
@@ -113,24 +239,42 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
                 } else {
                     Guard::EmptyDir
                 };
-                push(
-                    &mut out,
-                    hooks,
+                out.push(Protected {
+                    path: hooks,
                     guard,
-                    "core.hooksPath: git runs hooks from it",
-                );
+                    why: "core.hooksPath: git runs hooks from it",
+                    named_by: Some(from),
+                });
             }
         }
     }
+    // One read of the work tree's top level: the table's entries and the nested
+    // repositories are looked up in it (one `getdents` instead of an `lstat` per row).
+    let top = top_level(wt);
     for (name, why) in WORK_TREE_ENTRIES {
-        let p = wt.join(name);
-        if fs::symlink_metadata(&p).is_ok() {
-            push(&mut out, p, Guard::ReadOnly, why);
+        if top.iter().any(|(n, _)| n == name) {
+            push(&mut out, wt.join(name), Guard::ReadOnly, why);
         }
     }
+    // A home-sized project (`--yes`): its `.claude` is `~/.claude`, which the plan binds
+    // over the project anyway.
+    let home_c = fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
+    if !home_c.starts_with(wt) {
+        claude_dir(&mut out, wt);
+    }
+    nested_repos(&mut out, wt, &top);
     let mut real_dirs = Vec::new();
-    for p in &out {
-        check_no_symlink(&p.path, &mut real_dirs)?;
+    // The host's `.claude/settings.local.json` is never mounted (the state's copy goes in
+    // its place in the scratch `.claude`, whose own path is checked): a symlink there is
+    // fine.
+    for p in out.iter().filter(|p| p.guard != Guard::LocalSettings) {
+        check_no_symlink(&p.path, &mut real_dirs).map_err(|e| match &p.named_by {
+            Some(f) => anyhow::anyhow!(
+                "{e}; that path comes from {}: look there",
+                crate::render::shown(f)
+            ),
+            None => e,
+        })?;
     }
     // A mount over a parent after one over its child would hide the child's: parents first.
     out.sort_by_key(|p| p.path.components().count());
@@ -167,7 +311,110 @@ fn pin(out: &mut Vec<Protected>, dir: &Path) {
 }
 
 fn push(out: &mut Vec<Protected>, path: PathBuf, guard: Guard, why: &'static str) {
-    out.push(Protected { path, guard, why });
+    out.push(Protected {
+        path,
+        guard,
+        why,
+        named_by: None,
+    });
+}
+
+/// `.claude`: a scratch directory in its place (the host's `.claude` is its mount point;
+/// bwrap creates an empty one when it is missing, which git does not see), each host
+/// entry bound back read-only, and `settings.local.json` the project's own copy. A
+/// `.claude` that is not a directory is bound read-only like the table's entries.
+fn claude_dir(out: &mut Vec<Protected>, wt: &Path) {
+    let dir = wt.join(CLAUDE_DIR);
+    let why = "the project's Claude Code settings, hooks, MCP servers, commands, agents: a \
+               host claude runs them; the sandbox gets a scratch copy";
+    match fs::symlink_metadata(&dir) {
+        Ok(m) if !m.is_dir() => {
+            push(out, dir, Guard::ReadOnly, why);
+            return;
+        }
+        Ok(_) => {
+            push(out, dir.clone(), Guard::Scratch, why);
+            claude_entries(out, &dir);
+        }
+        // A work tree the user cannot write: bwrap could not make the mount point, and the
+        // agent cannot make a `.claude` either.
+        Err(_)
+            if nix::unistd::access(
+                wt,
+                nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+            )
+            .is_err() =>
+        {
+            return
+        }
+        Err(_) => push(out, dir.clone(), Guard::Scratch, why),
+    }
+    push(
+        out,
+        dir.join(LOCAL_SETTINGS),
+        Guard::LocalSettings,
+        "claude saves \"always allow\" rules here: the project's copy in claudebox's state, \
+         never the host's file",
+    );
+}
+
+/// The host's entries of an existing `.claude`, read-only in the scratch one (all but
+/// `settings.local.json`).
+fn claude_entries(out: &mut Vec<Protected>, dir: &Path) {
+    if let Ok(rd) = fs::read_dir(dir) {
+        let mut entries: Vec<PathBuf> = rd
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name() != LOCAL_SETTINGS)
+            .map(|e| e.path())
+            .collect();
+        entries.sort();
+        for e in entries {
+            push(
+                out,
+                e,
+                Guard::ReadOnly,
+                "the host's .claude entry, read-only in the scratch .claude",
+            );
+        }
+    }
+}
+
+/// Git repositories nested in the work tree (not submodules, whose git dirs live in the
+/// common dir): their `.git` pinned, their hooks and config read-only, as the project's.
+/// Looked for (this is on the launch path, and a full walk of a large tree would cost
+/// more than the rest of the launch) in each top-level directory, and one level below
+/// the top-level directories where vendored code conventionally lives ([`VENDOR_DIRS`]).
+fn nested_repos(out: &mut Vec<Protected>, wt: &Path, top: &[(std::ffi::OsString, bool)]) {
+    for (name, is_dir) in top {
+        if !is_dir || NESTED_SKIP.iter().any(|s| name == *s) {
+            continue;
+        }
+        let dir = wt.join(name);
+        nested_repo(out, &dir);
+        if VENDOR_DIRS.iter().any(|v| name == *v) {
+            for sub in subdirs(&dir) {
+                nested_repo(out, &sub);
+            }
+        }
+    }
+}
+
+/// `dir/.git` when `dir` is a git work tree nested in the project.
+fn nested_repo(out: &mut Vec<Protected>, dir: &Path) {
+    let p = dir.join(".git");
+    match fs::symlink_metadata(&p) {
+        Ok(m) if m.is_dir() && p.join("HEAD").is_file() => {
+            pin(out, &p);
+            git_dir_entries(out, &p, mentions_worktree_config(&p.join("config")));
+        }
+        Ok(m) if m.is_file() && !out.iter().any(|q| q.path == p) => push(
+            out,
+            p,
+            Guard::ReadOnly,
+            "a nested repository's .git file: it names the git dir git uses",
+        ),
+        _ => {}
+    }
 }
 
 /// `hooks/`, `config` and `config.worktree` of one git directory.
@@ -219,12 +466,12 @@ fn modules(out: &mut Vec<Protected>, dir: &Path, wt: &Path, depth: usize) {
                 if sub_wt.starts_with(wt)
                     && fs::symlink_metadata(&dot_git).is_ok_and(|m| !m.is_dir())
                 {
-                    push(
-                        out,
-                        dot_git,
-                        Guard::ReadOnly,
-                        "a submodule's .git file: it names the git dir git uses",
-                    );
+                    out.push(Protected {
+                        path: dot_git,
+                        guard: Guard::ReadOnly,
+                        why: "a submodule's .git file: it names the git dir git uses",
+                        named_by: Some(sub.join("config")),
+                    });
                 }
             }
             pin(out, &sub.join("modules"));
@@ -238,7 +485,11 @@ fn modules(out: &mut Vec<Protected>, dir: &Path, wt: &Path, depth: usize) {
 
 /// `core.hooksPath` from the repository's and the user's git config, resolved.
 /// `common_config` is the common dir's `config` as already read (None: unreadable).
-fn hooks_paths(project: &Project, home: &Path, common_config: Option<&[u8]>) -> Vec<PathBuf> {
+fn hooks_paths(
+    project: &Project,
+    home: &Path,
+    common_config: Option<&[u8]>,
+) -> Vec<(PathBuf, PathBuf)> {
     let mut files = vec![home.join(".gitconfig"), home.join(".config/git/config")];
     let common_config_file = project.common_dir.as_ref().map(|c| c.join("config"));
     if let Some(c) = &project.common_dir {
@@ -266,7 +517,7 @@ fn hooks_paths(project: &Project, home: &Path, common_config: Option<&[u8]>) -> 
             Some(rest) => home.join(OsStr::from_bytes(rest)),
             None => project.work_tree.join(OsStr::from_bytes(&v)),
         };
-        out.push(normalize(&p));
+        out.push((normalize(&p), f));
     }
     out
 }
@@ -316,6 +567,23 @@ fn mentions_worktree_config_in(text: &[u8]) -> bool {
     text.to_ascii_lowercase()
         .windows(14)
         .any(|w| w == b"worktreeconfig")
+}
+
+/// The names in `dir`, each with whether it is a directory (not following symlinks),
+/// sorted.
+fn top_level(dir: &Path) -> Vec<(std::ffi::OsString, bool)> {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut v: Vec<(std::ffi::OsString, bool)> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let is_dir = e.file_type().is_ok_and(|t| t.is_dir());
+            (e.file_name(), is_dir)
+        })
+        .collect();
+    v.sort();
+    v
 }
 
 fn subdirs(dir: &Path) -> Vec<PathBuf> {
@@ -414,7 +682,7 @@ fn below_symlink(path: &Path) -> anyhow::Error {
         "cannot protect {} from writes: it is or lies below a symlink, which a mount \
          cannot make read-only; replace the symlink with the real file or directory, or \
          launch with --writable-project-config to leave it writable",
-        path.display()
+        crate::render::shown(path)
     )
 }
 

@@ -555,6 +555,8 @@ static DENIED: Mutex<Option<DeniedLog>> = Mutex::new(None);
 
 impl Config {
     fn record_denied(&self, method: &str, host: &str, port: u16) {
+        // What the agent sent, escaped before it reaches the log or the terminal.
+        let (method, host) = (crate::render::shown(method), crate::render::shown(host));
         let key = format!("{method} {host}:{port}");
         let now = Instant::now();
         let mut guard = DENIED.lock().unwrap_or_else(|e| e.into_inner());

@@ -6,6 +6,8 @@ use std::os::unix::ffi::OsStrExt;
 
 use shell_quote::Sh;
 
+pub use crate::escape::{escape_bytes, shown, Shown};
+
 use crate::confine;
 use crate::network::{self, NetworkMode};
 use crate::plan::{EnvOp, MountKind, Plan};
@@ -186,32 +188,6 @@ pub fn mount_table(plan: &Plan) -> Vec<u8> {
     out
 }
 
-/// One table cell: tabs, newlines and non-UTF-8 bytes shown as escapes so a row stays
-/// one line.
-pub fn escape_bytes(bytes: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            match c {
-                '\t' => out.extend_from_slice(b"\\t"),
-                '\n' => out.extend_from_slice(b"\\n"),
-                '\\' => out.extend_from_slice(b"\\\\"),
-                c if c.is_control() => {
-                    out.extend_from_slice(format!("\\x{:02x}", c as u32).as_bytes())
-                }
-                c => {
-                    let mut buf = [0u8; 4];
-                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
-                }
-            }
-        }
-        for b in chunk.invalid() {
-            out.extend_from_slice(format!("\\x{b:02x}").as_bytes());
-        }
-    }
-    out
-}
-
 /// The user's settings that are not mounts: the config file, the network mode and the
 /// default claude arguments, each with where it came from.
 pub fn settings_table(plan: &Plan) -> Vec<u8> {
@@ -281,16 +257,14 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
     }
     if let Some(c) = &plan.confine {
         out.extend_from_slice(b"# inside, before the command (claudebox --sandbox-init)\n");
-        out.extend_from_slice(
-            b"seccomp\tioctl TIOCSTI, TIOCLINUX -> EPERM: no typing into your terminal\n",
-        );
-        out.extend_from_slice(
-            b"seccomp\tadd_key, keyctl, request_key -> EPERM: the host session's kernel keyring\n",
-        );
+        for l in crate::confine::seccomp_lines() {
+            out.extend_from_slice(l.as_bytes());
+            out.push(b'\n');
+        }
         if c.scope_abstract_unix {
-            out.extend_from_slice(
-                b"landlock\tno connect() to the host's abstract unix sockets (X11, D-Bus)\n",
-            );
+            out.extend_from_slice(b"landlock\t");
+            out.extend_from_slice(crate::confine::LANDLOCK_SCOPE.as_bytes());
+            out.push(b'\n');
         }
         if c.default_signals {
             out.extend_from_slice(
@@ -381,5 +355,9 @@ mod tests {
     #[test]
     fn table_cells_stay_on_one_line() {
         assert_eq!(escape_bytes(b"a\tb\nc\xff"), b"a\\tb\\nc\\xff".to_vec());
+        assert_eq!(
+            shown("\x1b]52;c;eA==\x07 ok\u{9b}1m \u{202e}x"),
+            "\\x1b]52;c;eA==\\x07 ok\\x9b1m \\u{202e}x"
+        );
     }
 }

@@ -21,6 +21,7 @@ use crate::config::{self, Section};
 use crate::guard;
 use crate::network::{self, NetworkChoice, NetworkMode};
 use crate::project::Project;
+use crate::render::Shown;
 
 /// Where a mount or setting came from, shown by `--dry-run`.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -140,7 +141,7 @@ impl Where<'_> {
     fn error(&self, msg: impl fmt::Display) -> anyhow::Error {
         match self {
             Where::Config(file, span) => file.error(span, msg),
-            Where::Cli(flag, value) => anyhow!("{flag} {}: {msg}", value.to_string_lossy()),
+            Where::Cli(flag, value) => anyhow!("{flag} {}: {msg}", value.shown()),
         }
     }
     fn origin(&self) -> Origin {
@@ -300,6 +301,7 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
 
     s.mounts = resolve_mounts(requests, cx)?;
     guard::check_config_not_writable(cx, &s.mounts)?;
+    guard::check_state_not_writable(cx)?;
     s.env = last_wins(env, |e| e.name.clone());
     Ok(s)
 }
@@ -342,10 +344,7 @@ fn check_env_name(name: &OsStr, at: &Where) -> Result<()> {
         return Err(at.error("not a valid environment variable name"));
     }
     if b == b"CLAUDEBOX" || b.starts_with(b"CLAUDEBOX_") {
-        return Err(at.error(format!(
-            "{} is set by claudebox itself",
-            name.to_string_lossy()
-        )));
+        return Err(at.error(format!("{} is set by claudebox itself", name.shown())));
     }
     Ok(())
 }
@@ -366,10 +365,10 @@ fn resolve_mounts(requests: Vec<Request>, cx: &Context) -> Result<Vec<ExtraMount
     for r in requests {
         let source = fs::canonicalize(&r.path).map_err(|e| match e.kind() {
             std::io::ErrorKind::NotFound => {
-                r.at.error(format!("{} does not exist", r.path.display()))
+                r.at.error(format!("{} does not exist", r.path.shown()))
             }
             _ => {
-                r.at.error(format!("cannot resolve {}: {e}", r.path.display()))
+                r.at.error(format!("cannot resolve {}: {e}", r.path.shown()))
             }
         })?;
         let is_dir = fs::metadata(&source).map(|m| m.is_dir()).unwrap_or(false);

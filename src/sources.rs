@@ -31,7 +31,7 @@ use anyhow::{bail, Result};
 use nix::libc;
 
 use crate::plan::{MountKind, Plan};
-use crate::render::{escape_bytes, Bind};
+use crate::render::Bind;
 
 /// The opened sources of one plan, one entry per mount of the plan.
 pub struct Opened {
@@ -95,7 +95,7 @@ pub fn open(plan: &Plan, areas: &[PathBuf]) -> Result<Opened> {
 }
 
 fn show(p: &Path) -> String {
-    String::from_utf8_lossy(&escape_bytes(p.as_os_str().as_bytes())).into_owned()
+    crate::render::shown(p)
 }
 
 /// `p` lies inside (or is) one of `areas`.

@@ -19,6 +19,8 @@
 //!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode),
 //!         │                       at most 256 KiB, plus one rotated `.1`
 //!         ├── root-missing-since  when `--gc` first found the root missing (see gc.rs)
+//!         ├── claude-settings.local.json  mounted at <project>/.claude/settings.local.json:
+//!         │                     "always allow" rules saved inside, never the host's file
 //!         └── sessions/         named sessions (`--session NAME`), see `sessions/`
 //! ```
 //!
@@ -31,6 +33,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::render::Shown;
 use anyhow::{bail, Context, Result};
 
 pub const ROOT_FILE: &str = "project-root";
@@ -43,6 +46,8 @@ pub const LOCK_FILE: &str = "lock";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";
 pub const DENIED_LOG: &str = "network-denied.log";
+/// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
+pub const LOCAL_SETTINGS_FILE: &str = "claude-settings.local.json";
 /// When `--gc` first found the project's root missing (seconds since the epoch).
 pub const MISSING_FILE: &str = "root-missing-since";
 /// Prefix of a project directory being made (renamed into place when whole).
@@ -131,6 +136,10 @@ impl ProjectState {
     pub fn denied_log(&self) -> PathBuf {
         self.dir.join(DENIED_LOG)
     }
+    /// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
+    pub fn local_settings(&self) -> PathBuf {
+        self.dir.join(LOCAL_SETTINGS_FILE)
+    }
 }
 
 /// Creates (or empties) the file mounted over hidden files and missing setup files.
@@ -152,17 +161,83 @@ pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
         .mode(0o400)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(&path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
+        .with_context(|| format!("cannot create {}", path.shown()))?;
     let len = f
         .metadata()
-        .with_context(|| format!("cannot read {}", path.display()))?
+        .with_context(|| format!("cannot read {}", path.shown()))?
         .len();
     if len != 0 {
         f.set_len(0)
-            .with_context(|| format!("cannot empty {}", path.display()))?;
+            .with_context(|| format!("cannot empty {}", path.shown()))?;
         fs::set_permissions(&path, fs::Permissions::from_mode(0o400))?;
     }
     Ok(())
+}
+
+/// The permission lists that carry over from one sandbox to the next in the project's copy
+/// of `.claude/settings.local.json`: what "always allow" (and `/permissions`) save.
+const CARRIED_PERMISSIONS: &[&str] = &["allow", "deny", "ask", "additionalDirectories"];
+
+/// Rebuilds the sandbox's `.claude/settings.local.json` (the project's copy in the state):
+/// the host's file as it is now, plus the permission rules saved in the copy by earlier
+/// sandboxes. Nothing else the sandbox wrote there (hooks, MCP servers, env) survives, and
+/// nothing goes back to the host's file. A host file that is missing, a symlink or not a
+/// JSON object counts as `{}`.
+pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<()> {
+    use serde_json::{Map, Value};
+    let read_object = |p: &Path| -> Map<String, Value> {
+        let Ok(f) = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(p)
+        else {
+            return Map::new();
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            return Map::new();
+        }
+        match serde_json::from_reader(std::io::BufReader::new(f)) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        }
+    };
+    let copy = state.local_settings();
+    let mut out = read_object(host_file);
+    let prev = read_object(&copy);
+    if let Some(Value::Object(saved)) = prev.get("permissions") {
+        let perms = out
+            .entry("permissions")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !perms.is_object() {
+            *perms = Value::Object(Map::new());
+        }
+        let perms = perms.as_object_mut().expect("made an object above");
+        for key in CARRIED_PERMISSIONS {
+            let Some(Value::Array(rules)) = saved.get(*key) else {
+                continue;
+            };
+            let list = perms
+                .entry(*key)
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if !list.is_array() {
+                *list = Value::Array(Vec::new());
+            }
+            let list = list.as_array_mut().expect("made an array above");
+            for r in rules.iter().filter(|r| r.is_string()) {
+                if !list.contains(r) {
+                    list.push(r.clone());
+                }
+            }
+        }
+    }
+    let mut bytes = serde_json::to_vec_pretty(&Value::Object(out))?;
+    bytes.push(b'\n');
+    if fs::symlink_metadata(&copy).is_ok_and(|m| m.is_file())
+        && fs::read(&copy).ok().as_deref() == Some(&bytes[..])
+    {
+        return Ok(());
+    }
+    write_atomic(&copy, &bytes, 0o600)
 }
 
 /// Creates a 0700 directory, or accepts an existing directory (never a symlink to one).
@@ -175,7 +250,7 @@ pub fn mkdir_private(path: &Path) -> Result<()> {
         } else {
             Err(anyhow::anyhow!(
                 "{} exists and is not a directory",
-                path.display()
+                path.shown()
             ))
         }
     };
@@ -185,10 +260,9 @@ pub fn mkdir_private(path: &Path) -> Result<()> {
     match DirBuilder::new().mode(0o700).create(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == ErrorKind::AlreadyExists => exists_as_dir(
-            fs::symlink_metadata(path)
-                .with_context(|| format!("cannot read {}", path.display()))?,
+            fs::symlink_metadata(path).with_context(|| format!("cannot read {}", path.shown()))?,
         ),
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.display())),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.shown())),
     }
 }
 
@@ -207,7 +281,7 @@ pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -
         mkdir_private(&home.dir).with_context(|| {
             format!(
                 "the state directory {} cannot be created; set CLAUDEBOX_HOME to a writable directory",
-                home.dir.display()
+                home.dir.shown()
             )
         })?;
     }
@@ -215,9 +289,8 @@ pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -
     let projects_existed = fs::symlink_metadata(&projects).is_ok();
     let result = (|| -> Result<bool> {
         if !existed {
-            fs::set_permissions(&home.dir, fs::Permissions::from_mode(0o700)).with_context(
-                || format!("cannot make {} private (mode 0700)", home.dir.display()),
-            )?;
+            fs::set_permissions(&home.dir, fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("cannot make {} private (mode 0700)", home.dir.shown()))?;
         }
         mkdir_private(&projects)?;
         let made = match fs::symlink_metadata(&state.dir) {
@@ -255,11 +328,11 @@ fn create_whole(home: &StateHome, state: &ProjectState, root: &Path) -> Result<b
     name.push(id);
     name.push(format!(".{}.{seq}", std::process::id()));
     let tmp = home.projects().join(name);
-    let doing = || format!("creating the state of project {}", root.display());
+    let doing = || format!("creating the state of project {}", root.shown());
     DirBuilder::new()
         .mode(0o700)
         .create(&tmp)
-        .with_context(|| format!("cannot create {} ({})", tmp.display(), doing()))?;
+        .with_context(|| format!("cannot create {} ({})", tmp.shown(), doing()))?;
     let tmp_state = ProjectState { dir: tmp.clone() };
     let filled = (|| -> Result<()> {
         mkdir_private(&tmp_state.conversations())?;
@@ -269,10 +342,10 @@ fn create_whole(home: &StateHome, state: &ProjectState, root: &Path) -> Result<b
             .create_new(true)
             .mode(0o600)
             .open(&path)
-            .with_context(|| format!("cannot create {} ({})", path.display(), doing()))?;
+            .with_context(|| format!("cannot create {} ({})", path.shown(), doing()))?;
         f.write_all(root.as_os_str().as_bytes())
             .and_then(|()| f.sync_all())
-            .with_context(|| format!("cannot write {} ({})", path.display(), doing()))?;
+            .with_context(|| format!("cannot write {} ({})", path.shown(), doing()))?;
         touch(&tmp_state.history(), 0o600)?;
         touch(&tmp_state.lock(), 0o600)?;
         Ok(())
@@ -292,8 +365,8 @@ fn create_whole(home: &StateHome, state: &ProjectState, root: &Path) -> Result<b
         Err(e) => Err(e).with_context(|| {
             format!(
                 "cannot rename {} to {} ({})",
-                tmp.display(),
-                state.dir.display(),
+                tmp.shown(),
+                state.dir.shown(),
                 doing()
             )
         }),
@@ -347,8 +420,8 @@ pub fn check_writable(home: &StateHome) -> Result<()> {
         bail!(
             "the state directory {} is not writable ({} is not a writable directory); \
              fix its permissions or set CLAUDEBOX_HOME to a writable directory",
-            home.dir.display(),
-            probe.display()
+            home.dir.shown(),
+            probe.shown()
         );
     }
     Ok(())
@@ -366,7 +439,7 @@ fn touch(path: &Path, mode: u32) -> Result<()> {
         .mode(mode)
         .custom_flags(nix::libc::O_NOFOLLOW)
         .open(path)
-        .with_context(|| format!("cannot create {}", path.display()))?;
+        .with_context(|| format!("cannot create {}", path.shown()))?;
     Ok(())
 }
 
@@ -408,11 +481,11 @@ fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
             .create_new(true)
             .mode(mode)
             .open(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.display()))?;
+            .with_context(|| format!("cannot create {}", tmp.shown()))?;
         f.write_all(bytes)
             .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
-            .with_context(|| format!("cannot write {}", tmp.display()))?;
-        fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()))?;
+            .with_context(|| format!("cannot write {}", tmp.shown()))?;
+        fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.shown()))?;
         if durable {
             // Make the rename itself durable: a record must survive a reboot.
             File::open(dir).and_then(|d| d.sync_all()).ok();
@@ -423,4 +496,62 @@ fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
         let _ = fs::remove_file(&tmp);
     }
     result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_settings_copy_keeps_the_hosts_file_and_only_saved_permissions() {
+        let d = tempfile::tempdir().unwrap();
+        let state = ProjectState {
+            dir: d.path().to_path_buf(),
+        };
+        let host = d.path().join("host.json");
+        fs::write(
+            &host,
+            r#"{"permissions": {"allow": ["Bash(ls:*)"]}, "model": "x"}"#,
+        )
+        .unwrap();
+        // What a sandbox left in the copy: a rule claude saved, and a planted hook.
+        fs::write(
+            state.local_settings(),
+            r#"{"permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"],
+                "defaultMode": "bypassPermissions"},
+               "hooks": {"SessionStart": []}, "enableAllProjectMcpServers": true}"#,
+        )
+        .unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&fs::read(state.local_settings()).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"]},
+                "model": "x"
+            })
+        );
+        // The host's file is not written; a missing or broken one counts as {}.
+        assert!(fs::read_to_string(&host)
+            .unwrap()
+            .contains("\"model\": \"x\""));
+        fs::write(&host, "not json").unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&fs::read(state.local_settings()).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"]}})
+        );
+        // A symlinked host file is not followed.
+        fs::remove_file(&host).unwrap();
+        let secret = d.path().join("secret.json");
+        fs::write(&secret, r#"{"token": "SECRET"}"#).unwrap();
+        std::os::unix::fs::symlink(&secret, &host).unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        assert!(!fs::read_to_string(state.local_settings())
+            .unwrap()
+            .contains("SECRET"));
+    }
 }

@@ -15,6 +15,7 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::SystemTime;
 
+use crate::render::Shown;
 use anyhow::{Context, Result};
 use nix::errno::Errno;
 use nix::fcntl::{renameat2, RenameFlags};
@@ -86,13 +87,11 @@ pub fn find(conversations: &Path, uuid: &str, cwd: &Path) -> Result<Found> {
     let entries = match fs::read_dir(conversations) {
         Ok(e) => e,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Found::Nowhere),
-        Err(e) => {
-            return Err(e).with_context(|| format!("cannot read {}", conversations.display()))
-        }
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", conversations.shown())),
     };
     let mut best: Option<(SystemTime, OsString)> = None;
     for entry in entries {
-        let entry = entry.with_context(|| format!("cannot read {}", conversations.display()))?;
+        let entry = entry.with_context(|| format!("cannot read {}", conversations.shown()))?;
         if !entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
             continue;
         }
@@ -131,13 +130,13 @@ pub fn move_here(conversations: &Path, uuid: &str, from: &OsStr, cwd: &Path) -> 
     match fs::DirBuilder::new().mode(0o700).create(&target) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(e).with_context(|| format!("cannot create {}", target.display())),
+        Err(e) => return Err(e).with_context(|| format!("cannot create {}", target.shown())),
     }
     let src = open_dir(&conversations.join(from))?;
     let dst = open_dir(&target)?;
     let file = format!("{uuid}.jsonl");
     rename_noreplace(&src, &dst, OsStr::new(&file))
-        .with_context(|| format!("cannot move {file} into {}", target.display()))?;
+        .with_context(|| format!("cannot move {file} into {}", target.shown()))?;
     // The directory is optional; a leftover one under the target name is left alone.
     if file_type(&src, uuid) != Some(SFlag::S_IFDIR) {
         return Ok(());
@@ -153,7 +152,7 @@ pub fn move_here(conversations: &Path, uuid: &str, from: &OsStr, cwd: &Path) -> 
     if let Err(e) = rename_noreplace(&src, &dst, OsStr::new(uuid)) {
         eprintln!(
             "claudebox: warning: left {} where it was: {e:#}",
-            conversations.join(from).join(uuid).display()
+            conversations.join(from).join(uuid).shown()
         );
         return Ok(());
     }
@@ -165,8 +164,8 @@ pub fn move_here(conversations: &Path, uuid: &str, from: &OsStr, cwd: &Path) -> 
         eprintln!(
             "claudebox: warning: cannot leave a link at {} (files the conversation cites \
              there are now under {}): {e}",
-            conversations.join(from).join(uuid).display(),
-            target.join(uuid).display()
+            conversations.join(from).join(uuid).shown(),
+            target.join(uuid).shown()
         );
     }
     Ok(())
@@ -188,7 +187,7 @@ fn open_dir(p: &Path) -> Result<File> {
         .read(true)
         .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
         .open(p)
-        .with_context(|| format!("cannot open {} as a directory", p.display()))
+        .with_context(|| format!("cannot open {} as a directory", p.shown()))
 }
 
 fn rename_noreplace(src: &File, dst: &File, name: &OsStr) -> Result<()> {

@@ -7,6 +7,8 @@
 #[path = "escape/claude_home.rs"]
 mod claude_home;
 mod common;
+#[path = "escape/project_files.rs"]
+mod project_files;
 #[path = "escape/race.rs"]
 mod race;
 
@@ -254,6 +256,12 @@ struct Attempt {
     via: Via,
     /// Host-side evidence of success, checked after the run.
     host_check: Option<HostCheck>,
+    /// claudebox options and environment for this launch (a control's opt-out, a state
+    /// directory).
+    args: Vec<String>,
+    env: Vec<(&'static str, PathBuf)>,
+    /// A launch that claudebox refuses (one line on stderr) counts as stopped.
+    refusal_stops_it: bool,
 }
 
 fn attempt(name: &'static str, script: impl Into<String>) -> Attempt {
@@ -263,6 +271,9 @@ fn attempt(name: &'static str, script: impl Into<String>) -> Attempt {
         linked: false,
         via: Via::Plain,
         host_check: None,
+        args: Vec::new(),
+        env: Vec::new(),
+        refusal_stops_it: false,
     }
 }
 
@@ -277,6 +288,14 @@ impl Attempt {
     }
     fn host_check(mut self, f: impl Fn(&Arena) -> bool + 'static) -> Attempt {
         self.host_check = Some(Box::new(f));
+        self
+    }
+    fn env(mut self, name: &'static str, value: PathBuf) -> Attempt {
+        self.env.push((name, value));
+        self
+    }
+    fn refusal_stops_it(mut self) -> Attempt {
+        self.refusal_stops_it = true;
         self
     }
 }
@@ -296,6 +315,7 @@ fn contains_planted(p: &Path) -> bool {
 
 fn attempts(a: &Arena) -> Vec<Attempt> {
     let mut v = claude_home::attempts(a);
+    v.extend(project_files::attempts(a));
 
     // 1. Read the real home: keys, credentials, browser profiles, other projects, history.
     for rel in SECRETS {
@@ -657,12 +677,22 @@ fn run_attempt(a: &Arena, at: &Attempt) -> (bool, String) {
             "--".into(),
         ],
     };
-    let out: Output = a
-        .cmd(cwd, &wrapper)
+    let mut cmd = a.cmd(cwd, &wrapper);
+    cmd.envs(at.env.iter().map(|(k, v)| (k, v)));
+    let out: Output = cmd
+        .args(&at.args)
         .args(["--exec", "sh", "-c", &script])
         .output()
         .unwrap();
     let text = format!("{}{}", stdout(&out), stderr(&out));
+    if at.refusal_stops_it && !out.status.success() {
+        assert!(
+            stdout(&out).is_empty() && stderr(&out).lines().count() == 1,
+            "attempt {:?}: a refusal is one line on stderr:\n{text}",
+            at.name
+        );
+        return (false, text);
+    }
     assert!(
         out.status.success() && text.contains("ATTEMPT-RAN"),
         "attempt {:?} did not run to its end:\n{text}",
@@ -768,6 +798,7 @@ fn controls_show_the_attempts_can_succeed() {
         .unwrap();
     assert!(stdout(&o).contains("CONFIG-OK"), "{}", stderr(&o));
     assert!(contains_planted(&arena.proj.join(".git/hooks/post-commit")));
+    project_files::controls(&arena);
     // The launch race and an inherited descriptor, with sources bound by name and
     // descriptors left open.
     race::controls();

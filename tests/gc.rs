@@ -28,7 +28,7 @@ fn removes_only_state_whose_root_is_gone_and_dry_run_removes_nothing() {
     let w = World::new();
     let (live, live_id) = project(&w, OsStr::new("live"));
     let (gone, gone_id) = project(&w, OsStr::new("gone"));
-    fs::remove_dir(&gone).unwrap();
+    fs::remove_dir_all(&gone).unwrap();
 
     let before = snapshot(&w.root());
     let dry = run(&w, &["--gc", "--dry-run", "--gc-margin", "0"]);
@@ -102,14 +102,14 @@ fn never_follows_symlinks_and_keeps_what_it_cannot_vouch_for() {
             .file_type()
             .is_symlink()
     );
-    fs::remove_dir(&planted).unwrap();
+    fs::remove_dir_all(&planted).unwrap();
 
     // 2. projects/<id> is a symlink to a directory outside (id of a gone project).
     let ghost = w.work().join("ghost");
     let ghost_id = {
         fs::create_dir_all(&ghost).unwrap();
         let id = id_of(&w, &ghost);
-        fs::remove_dir(&ghost).unwrap();
+        fs::remove_dir_all(&ghost).unwrap();
         id
     };
     fs::create_dir_all(projects(&w)).unwrap();
@@ -127,7 +127,7 @@ fn never_follows_symlinks_and_keeps_what_it_cannot_vouch_for() {
         ("root-relative", "relative"),
     ] {
         let (dir, id) = project(&w, OsStr::new(name));
-        fs::remove_dir(&dir).unwrap();
+        fs::remove_dir_all(&dir).unwrap();
         let rf = projects(&w).join(&id).join("project-root");
         fs::remove_file(&rf).unwrap();
         match how {
@@ -157,8 +157,8 @@ fn never_follows_symlinks_and_keeps_what_it_cannot_vouch_for() {
     // 10. Non-UTF-8 and newline-containing roots, gone.
     let (odd, odd_id) = project(&w, OsStr::from_bytes(b"caf\xe9 \"q\" $x"));
     let (nl, nl_id) = project(&w, OsStr::new("two\nlines"));
-    fs::remove_dir(&odd).unwrap();
-    fs::remove_dir(&nl).unwrap();
+    fs::remove_dir_all(&odd).unwrap();
+    fs::remove_dir_all(&nl).unwrap();
 
     let before = snapshot(&w.root());
     let out = run(&w, &["--gc", "--gc-margin", "0"]);
@@ -242,7 +242,7 @@ fn unreadable_project_root_is_kept() {
     }
     let w = World::new();
     let (dir, id) = project(&w, OsStr::new("p"));
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
     let rf = projects(&w).join(&id).join("project-root");
     fs::set_permissions(&rf, fs::Permissions::from_mode(0o000)).unwrap();
     let out = run(&w, &["--gc", "--gc-margin", "0"]);
@@ -285,7 +285,7 @@ fn works_through_a_symlinked_state_home() {
         .output()
         .unwrap());
     settle(&link);
-    fs::remove_dir(&gone).unwrap();
+    fs::remove_dir_all(&gone).unwrap();
     let before = snapshot(&w.root());
     let out = w
         .cmd(&w.root())
@@ -326,7 +326,7 @@ fn a_projects_dir_that_is_a_symlink_is_refused() {
     let w = World::new();
     let elsewhere = w.dir("elsewhere");
     let (gone, id) = project(&w, OsStr::new("gone"));
-    fs::remove_dir(&gone).unwrap();
+    fs::remove_dir_all(&gone).unwrap();
     fs::rename(projects(&w), elsewhere.join("projects")).unwrap();
     symlink(elsewhere.join("projects"), projects(&w)).unwrap();
     let before = snapshot(&w.root());
@@ -358,7 +358,7 @@ fn keeps_state_in_use_by_a_running_sandbox() {
     let id = id_of(&w, &dir);
     let sandbox = Running::start(&w, &dir);
     // The project root disappears while the agent works in it.
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
 
     for args in [
         &["--gc", "--dry-run", "--gc-margin", "0"][..],
@@ -457,7 +457,7 @@ fn gc_skips_a_project_whose_lock_is_held() {
     let dir = w.dir("p");
     launch(&w, &dir);
     let state = projects(&w).join(id_of(&w, &dir));
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
     let lock = hold_lock(&state);
     let out = run(&w, &["--gc", "--gc-margin", "0"]);
     let err = stderr(&out);
@@ -498,7 +498,7 @@ fn a_missing_root_is_waited_for_before_its_state_is_removed() {
     let (dir, id) = project(&w, OsStr::new("away"));
     let state = projects(&w).join(&id);
     fs::write(state.join("claude-projects/conversation.jsonl"), "{}\n").unwrap();
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
 
     let before = snapshot(&w.root());
     let dry = stderr(&run(&w, &["--gc", "--dry-run"]));
@@ -554,7 +554,7 @@ fn a_missing_root_is_waited_for_before_its_state_is_removed() {
     assert_eq!(row(&list_json(&w), &id).unwrap()["gc"], "live");
 
     // Gone again, first seen 8 days ago but used 2 days ago: still kept.
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
     ok(&run(&w, &["--gc"]));
     age(&state.join("root-missing-since"), 0);
     let eight_days_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(8 * 86_400);
@@ -576,7 +576,7 @@ fn a_missing_root_is_waited_for_before_its_state_is_removed() {
 
     // Control: with no margin the first --gc removes a project whose root just went.
     let (dir, id) = project(&w, OsStr::new("control"));
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
     let err = stderr(&run(&w, &["--gc", "--gc-margin", "0"]));
     assert!(err.contains("1 of 1 project directories removed"), "{err}");
     assert!(!projects(&w).join(&id).exists());
@@ -587,7 +587,7 @@ fn a_missing_root_is_waited_for_before_its_state_is_removed() {
 fn the_margin_comes_from_the_config_file_too() {
     let w = World::new();
     let (dir, id) = project(&w, OsStr::new("cfg"));
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
     let cfg = w.home().join(".config/claudebox");
     fs::create_dir_all(&cfg).unwrap();
     fs::write(cfg.join("config.toml"), "gc_margin = \"fortnight\"\n").unwrap();
@@ -628,7 +628,7 @@ fn a_root_deleted_and_recreated_while_gc_runs_loses_nothing() {
         std::thread::spawn(move || {
             let mut flips = 0;
             while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                let _ = fs::remove_dir(&dir);
+                let _ = fs::remove_dir_all(&dir);
                 std::thread::sleep(std::time::Duration::from_millis(2));
                 let _ = fs::create_dir(&dir);
                 std::thread::sleep(std::time::Duration::from_millis(1));
@@ -655,7 +655,7 @@ fn a_root_deleted_and_recreated_while_gc_runs_loses_nothing() {
     assert!(saw_missing > 0, "the race never showed gc a missing root");
 
     // Control.
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
     ok(&run(&w, &["--gc", "--gc-margin", "0"]));
     assert!(
         !state.exists(),
@@ -709,7 +709,7 @@ fn a_root_under_an_empty_mount_point_is_unknown_not_gone() {
     );
     assert!(state.is_dir());
     // Control: really gone.
-    fs::remove_dir(&proj).unwrap();
+    fs::remove_dir_all(&proj).unwrap();
     let err = gc_in_namespace(false);
     assert!(err.contains("1 of 1 project directories removed"), "{err}");
     assert!(!state.exists());
@@ -764,7 +764,7 @@ fn gc_removes_what_the_agent_locked_with_chmod_000() {
             & 0o777,
         0
     );
-    fs::remove_dir(&dir).unwrap();
+    fs::remove_dir_all(&dir).unwrap();
     if !is_root() {
         // Control: what gc did before.
         let copy = w.work().join("copy");

@@ -58,7 +58,7 @@ fn one_row_per_project_with_root_existence_size_and_last_use() {
         ids[0],
         "a worktree is its repository's project"
     );
-    fs::remove_dir(&gone).unwrap();
+    fs::remove_dir_all(&gone).unwrap();
 
     let rows = list_json(&w);
     assert_eq!(rows.len(), 3, "{rows:#?}");

@@ -188,6 +188,10 @@ pub struct Inputs {
     pub log_denied: bool,
 }
 
+/// The files of `~/.config/git` that git reads to commit; the rest of it (`credentials`,
+/// tokens) is not bound.
+pub const GIT_XDG_FILES: &[&str] = &["config", "ignore", "attributes"];
+
 /// Where `--ssh-agent` puts the host agent's socket inside.
 pub const SSH_AGENT_SOCK: &str = "/run/claudebox/ssh-agent.sock";
 
@@ -369,11 +373,15 @@ pub fn build(inp: &Inputs) -> Plan {
         &home.join(".gitconfig"),
         "git identity, so commits work",
     ));
-    m.push(Mount::same(
-        MountKind::RoTry,
-        &home.join(".config/git"),
-        "git configuration, so commits work",
-    ));
+    // git's XDG files one by one, not the directory: `~/.config/git/credentials` (the
+    // credential store's XDG file) and whatever else lives there stay out.
+    for name in GIT_XDG_FILES {
+        m.push(Mount::same(
+            MountKind::RoTry,
+            &home.join(".config/git").join(name),
+            "git configuration, so commits work",
+        ));
+    }
 
     claude_home(inp, &mut m, &mut notes);
     m.extend(extra_after);
@@ -601,7 +609,9 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
     if !inp.protect_project_metadata {
         notes.push(
             "opt-in --writable-project-config: .git/hooks, .git/config, .envrc, .vscode, \
-             .idea are writable; tools on the host run code from them"
+             .idea, .claude, .mcp.json, .husky, lefthook and pre-commit config, .gitmodules, \
+             .devcontainer and nested repositories' git dirs are writable; tools on the host \
+             run code from them"
                 .to_string(),
         );
         return;
@@ -615,13 +625,27 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
             Guard::EmptyFile => {
                 Mount::new(MountKind::Ro, Some(Path::new("/dev/null")), &p.path, &why)
             }
+            Guard::Scratch => Mount::new(MountKind::Tmpfs, None, &p.path, &why),
+            Guard::LocalSettings => Mount::new(
+                MountKind::File,
+                Some(&inp.state.local_settings()),
+                &p.path,
+                &why,
+            ),
         });
     }
-    for p in &inp.unprotected_missing {
+    if !inp.unprotected_missing.is_empty() {
+        let names: Vec<String> = inp
+            .unprotected_missing
+            .iter()
+            .map(|p| crate::render::shown(p.file_name().unwrap_or(p.as_os_str())))
+            .collect();
         notes.push(format!(
-            "gap: {} does not exist, so it is not protected and can be created \
-             (a mount would leave an empty one in your project)",
-            p.display()
+            "gap: these do not exist in the work tree, so they are not protected and can be \
+             created (a mount would leave an empty one in your project): {}; nor are git \
+             repositories created later, or nested elsewhere than at the top level or in \
+             vendor/, third_party/, lib/, ... (see protect::VENDOR_DIRS)",
+            names.join(", ")
         ));
     }
 }

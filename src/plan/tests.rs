@@ -380,16 +380,19 @@ mod hardening {
                     path: "/p/.git".into(),
                     guard: Guard::Pin,
                     why: "pin",
+                    named_by: None,
                 },
                 Protected {
                     path: "/p/.git/hooks".into(),
                     guard: Guard::EmptyDir,
                     why: "hooks",
+                    named_by: None,
                 },
                 Protected {
                     path: "/p/.git/config".into(),
                     guard: Guard::ReadOnly,
                     why: "config",
+                    named_by: None,
                 },
             ],
             unprotected_missing: vec!["/p/.envrc".into()],
@@ -456,6 +459,43 @@ mod hardening {
     }
 
     #[test]
+    fn the_projects_claude_dir_is_a_scratch_tmpfs_with_the_state_copy_of_local_settings() {
+        let mut i = inputs();
+        for (path, guard) in [
+            ("/p/.claude", Guard::Scratch),
+            ("/p/.claude/settings.json", Guard::ReadOnly),
+            ("/p/.claude/settings.local.json", Guard::LocalSettings),
+        ] {
+            i.protected.push(Protected {
+                path: path.into(),
+                guard,
+                why: "claude",
+                named_by: None,
+            });
+        }
+        let copy = i.state.local_settings();
+        let a = render::argv(&build(&i));
+        let scratch = pos(&a, &["--tmpfs", "/p/.claude"]);
+        let shared = pos(
+            &a,
+            &[
+                "--ro-bind",
+                "/p/.claude/settings.json",
+                "/p/.claude/settings.json",
+            ],
+        );
+        let local = pos(
+            &a,
+            &[
+                "--bind",
+                copy.to_str().unwrap(),
+                "/p/.claude/settings.local.json",
+            ],
+        );
+        assert!(pos(&a, &["--bind", "/p", "/p"]) < scratch && scratch < shared && shared < local);
+    }
+
+    #[test]
     fn without_landlock_scopes_the_gap_is_told() {
         let mut i = inputs();
         i.landlock_abi = 5;
@@ -481,4 +521,34 @@ mod hardening {
         assert!(dry.contains("opt-in --writable-project-config"));
         assert!(dry.contains("opt-in --ssh-agent"));
     }
+}
+
+/// `--dry-run` shows the seccomp filter and the Landlock scope from their tables: each
+/// row once, and no seccomp or landlock line that is not a row.
+#[test]
+fn dry_run_shows_the_confinement_tables_exactly() {
+    let text = |abi: u32| {
+        let plan = build(&Inputs {
+            landlock_abi: abi,
+            ..test_inputs()
+        });
+        String::from_utf8(crate::render::dry_run(&plan)).unwrap()
+    };
+    let only = |t: &str, prefix: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(str::to_string)
+            .collect()
+    };
+    let dry = text(6);
+    assert_eq!(only(&dry, "seccomp"), crate::confine::seccomp_lines());
+    assert_eq!(
+        only(&dry, "landlock"),
+        [format!("landlock\t{}", crate::confine::LANDLOCK_SCOPE)]
+    );
+    for row in crate::confine::SECCOMP {
+        assert_eq!(dry.matches(&row.shown()).count(), 1, "{}", row.shown());
+    }
+    // Without Landlock scopes (ABI 5), no landlock line claims one.
+    assert!(only(&text(5), "landlock").is_empty());
 }

@@ -10,6 +10,7 @@ use anyhow::{Context, Result};
 use super::check_name;
 use super::lock::{is_running, read_run_info, RunInfo};
 use super::record::read_record;
+use crate::render::Shown;
 use crate::state::ProjectState;
 
 /// One named session, for `--list`.
@@ -30,7 +31,7 @@ pub fn list(state: &ProjectState) -> Result<Vec<SessionInfo>> {
     let entries = match fs::read_dir(&dir) {
         Ok(e) => e,
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.display())),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", dir.shown())),
     };
     let mut out = Vec::new();
     for entry in entries {

@@ -14,6 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{lock_path, running_path};
 use crate::holders::{self, Holder};
+use crate::render::Shown;
 use crate::state::{self, ProjectState};
 
 /// Who holds (or last held) a name's lock.
@@ -40,7 +41,7 @@ pub fn lock_name(state: &ProjectState, name: &str) -> Result<Option<Flock<File>>
         {
             Ok(_) => {}
             Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.display())),
+            Err(e) => return Err(e).with_context(|| format!("cannot create {}", path.shown())),
         }
         let f = match OpenOptions::new()
             .read(true)
@@ -49,7 +50,7 @@ pub fn lock_name(state: &ProjectState, name: &str) -> Result<Option<Flock<File>>
         {
             Ok(f) => f,
             Err(e) if e.kind() == ErrorKind::NotFound => continue, // forgotten meanwhile
-            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.display())),
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", path.shown())),
         };
         let Some(lock) = lock_exclusive(f, &path)? else {
             match holders::of_held(&path).unwrap_or(Holder::Ended) {
@@ -79,7 +80,7 @@ pub fn lock_name(state: &ProjectState, name: &str) -> Result<Option<Flock<File>>
 /// Exclusive, non-blocking. A shared holder is only `--list` looking for an instant, so
 /// that is waited out; an exclusive holder is a running session: `None`.
 fn lock_exclusive(mut f: File, path: &Path) -> Result<Option<Flock<File>>> {
-    let fail = |e: Errno| anyhow::Error::from(e).context(format!("cannot lock {}", path.display()));
+    let fail = |e: Errno| anyhow::Error::from(e).context(format!("cannot lock {}", path.shown()));
     loop {
         match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
             Ok(l) => return Ok(Some(l)),

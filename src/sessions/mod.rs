@@ -31,6 +31,7 @@ use crate::host;
 use crate::state::ProjectState;
 use crate::transcripts::{self, Found};
 
+use crate::render::Shown;
 use lock::{busy, is_running, lock_name, write_run_info, RunInfo};
 use record::{now, read_record, write_record, Record};
 
@@ -204,17 +205,17 @@ pub fn dry_run_note(state: &ProjectState, l: &Launch, cwd: &Path) -> String {
         Start::New => format!(
             "session `{n}`: would start a new conversation {} and record it in {}",
             l.uuid,
-            record_path(state, n).display()
+            record_path(state, n).shown()
         ),
         Start::Resume { from: None } => format!("session `{n}`: would resume {}", l.uuid),
         Start::Resume { from: Some(d) } => format!(
             "session `{n}`: would resume {} after moving its transcript from {} to {}",
             l.uuid,
-            state.conversations().join(d).display(),
+            state.conversations().join(d).shown(),
             state
                 .conversations()
                 .join(transcripts::dir_name(cwd))
-                .display()
+                .shown()
         ),
         Start::Fresh { lost } => gone_note(n, lost, &l.uuid, "would start"),
     }
@@ -515,7 +516,7 @@ pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<Strin
     let kept = match &uuid {
         Some(u) => format!(
             "its conversation {u} stays in {}",
-            state.conversations().display()
+            state.conversations().shown()
         ),
         None => "its record was unreadable".to_string(),
     };
@@ -528,7 +529,7 @@ pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<Strin
     let Some(lock) = lock_name(state, &name)? else {
         bail!("{}", busy(state, &name));
     };
-    fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.display()))?;
+    fs::remove_file(&path).with_context(|| format!("cannot remove {}", path.shown()))?;
     let _ = fs::remove_file(running_path(state, &name));
     let _ = fs::remove_file(lock_path(state, &name));
     File::open(state.sessions()).and_then(|d| d.sync_all()).ok();

@@ -11,6 +11,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{is_uuid, record_path};
+use crate::render::Shown;
 use crate::state::{self, ProjectState};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -42,15 +43,15 @@ pub fn read_record(state: &ProjectState, name: &str) -> Result<Option<Record>> {
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
         Err(e) => bail!(
             "cannot read the record of session `{name}`, {} ({e}); fix it (nothing was changed)",
-            path.display()
+            path.shown()
         ),
     }
     let corrupted = |why: String| {
         anyhow::anyhow!(
             "the record of session `{name}`, {}, is corrupted ({why}); repair it, or remove it \
              with `claudebox --forget {name}` (its conversation transcripts stay in {})",
-            path.display(),
-            state.conversations().display()
+            path.shown(),
+            state.conversations().shown()
         )
     };
     let rec: Record = serde_json::from_slice(&bytes).map_err(|e| corrupted(e.to_string()))?;

@@ -1,7 +1,9 @@
 //! Unit tests of the table, the mounts of `~/.claude` and the `.claude.json` merge.
 
 use super::*;
+use crate::project::Project;
 use serde_json::json;
+use std::time::{Duration, Instant};
 
 fn project() -> Project {
     Project {

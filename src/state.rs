@@ -12,6 +12,7 @@
 //!         ├── claude-config/    mounted at ~/.claude: what claude writes while it works,
 //!         │                     this project's .claude.json (see `claude_home`)
 //!         ├── claude-json-host.json  the host's .claude.json as last synced (filtered)
+//!         ├── claude-json-host.stamp the host file's inode, size, mtime then (skips a re-read)
 //!         ├── empty             an empty read-only file, mounted over hidden files
 //!         ├── lock              mutex between a launch registering and --gc; its mtime
 //!         │                     is the project's last use

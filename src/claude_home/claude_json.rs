@@ -131,6 +131,15 @@ pub fn merge(base: Option<&Value>, host: &Value, mine: Option<&Value>) -> Value 
 /// renamed, so a running sandbox of the project never reads half a file or loses its
 /// update. Remembers the host's view for the next three-way merge.
 pub fn sync_config(host: &HostClaude, st: &ProjectState, project: &Project) -> Result<()> {
+    // Most launches: the host's file is the very one merged last time (same inode, size
+    // and mtime), and the project's copy is there: nothing to read or parse.
+    let stamp = host_stamp(&host.json);
+    let stamp_path = st.claude_json_base().with_extension("stamp");
+    if fs::read_to_string(&stamp_path).ok().as_deref() == Some(stamp.as_str())
+        && is_regular(&st.claude_json())
+    {
+        return Ok(());
+    }
     let host_view = match fs::read(&host.json) {
         Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
             Ok(v) => Some(filter_for_project(&v, project)),
@@ -152,7 +161,9 @@ pub fn sync_config(host: &HostClaude, st: &ProjectState, project: &Project) -> R
             .and_then(|b| serde_json::from_slice(&b).ok())
     };
     if read_base().as_ref() == Some(&host_view) && is_regular(&path) {
-        return Ok(()); // nothing changed on the host since the last sync
+        // Nothing this project sees changed on the host since the last sync.
+        state::write_atomic_volatile(&stamp_path, stamp.as_bytes(), 0o600)?;
+        return Ok(());
     }
     {
         let _lock = ConfigLock::take(&path, &st.claude_json_lock_owner())?;
@@ -163,6 +174,7 @@ pub fn sync_config(host: &HostClaude, st: &ProjectState, project: &Project) -> R
         }
         merge_into(&path, base.as_ref(), &host_view)?;
         state::write_atomic_volatile(&base_path, &serde_json::to_vec(&host_view)?, 0o600)?;
+        state::write_atomic_volatile(&stamp_path, stamp.as_bytes(), 0o600)?;
     }
     // Durable after the lock is released, so the lock is held for as short as can be:
     // claude 2.1.x does not wait for it (a held lock makes it write without one).
@@ -207,6 +219,14 @@ fn merge_into(path: &Path, base: Option<&Value>, host_view: &Value) -> Result<()
         "{} keeps changing; the host's changes to ~/.claude.json come in at the next launch",
         path.display()
     )
+}
+
+/// The host file's identity as last seen: inode, size, mtime (empty when it is missing).
+fn host_stamp(path: &Path) -> String {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata(path)
+        .map(|m| format!("{} {} {} {}", m.ino(), m.size(), m.mtime(), m.mtime_nsec()))
+        .unwrap_or_default()
 }
 
 /// Whether `path` is a regular file (not through a symlink).

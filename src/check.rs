@@ -492,6 +492,8 @@ impl Probe {
                 home.join(".claude/sessions"),
                 work.clone(),
                 state.conversations(),
+                state.claude_config(),
+                state.login_dir(),
             ] {
                 fs::DirBuilder::new()
                     .recursive(true)
@@ -501,6 +503,13 @@ impl Probe {
             fs::write(home.join(".claude/history.jsonl"), b"")?;
             fs::write(home.join(".claude.json"), b"{}\n")?;
             fs::write(state.history(), b"")?;
+            fs::write(state.empty_file(), b"")?;
+            let claude_home = crate::claude_home::HostClaude {
+                dir: home.join(".claude"),
+                json: home.join(".claude.json"),
+                entries: Vec::new(),
+                credentials: None,
+            };
             Ok(Inputs {
                 project: Project {
                     root: work.clone(),
@@ -518,6 +527,8 @@ impl Probe {
                 bwrap: bwrap.to_path_buf(),
                 session: None,
                 settings: Default::default(),
+                claude_home,
+                writable_claude_setup: false,
                 protect_project_metadata: false,
                 protected: Vec::new(),
                 unprotected_missing: Vec::new(),

@@ -86,6 +86,12 @@ pub struct Cli {
     #[arg(long)]
     pub writable_project_config: bool,
 
+    /// Leave your Claude Code setup in ~/.claude writable (settings.json, hooks, commands,
+    /// agents, skills, plugins, CLAUDE.md, ...), to change it from inside. Claude on the
+    /// host and in every other sandbox runs what is written there.
+    #[arg(long)]
+    pub writable_claude_setup: bool,
+
     /// Check whether this machine can run claudebox (bwrap, user namespaces, a nested
     /// sandbox, claude, credentials, state); exit non-zero when a check fails.
     #[arg(long, conflicts_with_all = ["gc", "list", "exec", "dry_run", "args"])]
@@ -146,6 +152,7 @@ impl Cli {
             network: self.network_choice(),
             ssh_agent: self.ssh_agent,
             writable_project_config: self.writable_project_config,
+            writable_claude_setup: self.writable_claude_setup,
         }
     }
 

@@ -315,12 +315,17 @@ fn older_than(p: &Path, age: Duration, now: SystemTime) -> bool {
         .is_ok_and(|t| t + age <= now)
 }
 
-/// Temporary files of an interrupted write (`.NAME.tmp.PID.N`) in a project directory
-/// and its `sessions/`, older than [`STALE`]: regular files only.
+/// Temporary files of an interrupted write (`.NAME.tmp.PID.N`) in a project directory,
+/// its `sessions/` and its `claude-config/` (claude's and the launch's `.claude.json`
+/// temporaries), older than [`STALE`]: regular files only.
 pub fn leftovers(dir: &Path, now: SystemTime) -> Vec<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let mut out = Vec::new();
-    for d in [dir.to_path_buf(), dir.join(state::SESSIONS_DIR)] {
+    for d in [
+        dir.to_path_buf(),
+        dir.join(state::SESSIONS_DIR),
+        dir.join(state::CLAUDE_CONFIG_DIR),
+    ] {
         let Ok(rd) = fs::read_dir(&d) else { continue };
         for entry in rd.flatten() {
             let name = entry.file_name();

@@ -1,13 +1,12 @@
 //! The launch path: gather inputs, plan, then (the only side effects) create state, mark
 //! the project in use and exec bwrap.
 
-use std::fs::{self, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::fs;
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
+use crate::claude_home::{self, HostClaude};
 use crate::cli::Cli;
 use crate::config;
 use crate::guard;
@@ -81,6 +80,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         }
     }
     let protect_project_metadata = settings.writable_project_config.is_none();
+    let writable_claude_setup = settings.writable_claude_setup.is_some();
     let (protected, unprotected_missing) = if protect_project_metadata {
         let protected = protect::probe(&project, &home)?;
         let missing = protect::missing_work_tree_entries(&project, &protected);
@@ -93,6 +93,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     } else {
         None
     };
+    let claude_home = HostClaude::probe(&home);
     let inputs = Inputs {
         project,
         home,
@@ -104,6 +105,8 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         bwrap,
         session,
         settings,
+        claude_home,
+        writable_claude_setup,
         protect_project_metadata,
         protected,
         unprotected_missing,
@@ -175,7 +178,6 @@ fn refuse_dangerous_root(work_tree: &Path, home: &Path, yes: bool) -> Result<()>
 pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
     state::check_writable(&p.state_home)?;
-    ensure_claude_mount_points(&inp.home)?;
     if let Some(spec) = &p.plan.proxy {
         // Before any lock is taken: the proxy must not inherit one, and its descriptor
         // for the sandbox goes on a fixed number.
@@ -195,9 +197,16 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
 /// The rest of [`exec`], once registered; returns only on error (the slot is released).
 fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
-    if inp.settings.hides_a_file() {
-        state::ensure_empty_file(&inp.state)?;
-    }
+    // The empty file stands in for hidden files and for setup files the user has none of.
+    state::ensure_empty_file(&inp.state)?;
+    let overlays = claude_home::overlays(
+        &inp.home,
+        &inp.claude_home,
+        &inp.state,
+        inp.writable_claude_setup,
+    );
+    claude_home::prepare_mount_points(&inp.home, &inp.state, &overlays)?;
+    claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
     if inp.protect_project_metadata {
         if let Some(p) = inp
             .protected
@@ -287,45 +296,4 @@ fn ignore_terminal_signals() -> bool {
             sig == nix::sys::signal::Signal::SIGINT && matches!(old, Ok(SigHandler::SigIgn));
     }
     !was_ignored
-}
-
-/// Makes sure the mount points bwrap needs exist on the host, so bwrap does not create
-/// them itself: `~/.claude` and the entries overlaid on it, and `~/.claude.json`.
-fn ensure_claude_mount_points(home: &Path) -> Result<()> {
-    let claude = home.join(".claude");
-    let mut b = fs::DirBuilder::new();
-    b.mode(0o700).recursive(true);
-    for d in [
-        claude.clone(),
-        claude.join("projects"),
-        claude.join("sessions"),
-    ] {
-        // Looks first: one `stat` where `mkdir -p` would make two system calls.
-        if fs::metadata(&d).is_ok_and(|m| m.is_dir()) {
-            continue;
-        }
-        b.create(&d)
-            .with_context(|| format!("cannot create {}", d.shown()))?;
-    }
-    create_if_missing(&claude.join("history.jsonl"), b"")?;
-    create_if_missing(&home.join(".claude.json"), b"{}\n")?;
-    Ok(())
-}
-
-fn create_if_missing(path: &Path, content: &[u8]) -> Result<()> {
-    if fs::metadata(path).is_ok() {
-        return Ok(());
-    }
-    match OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-    {
-        Ok(mut f) => f
-            .write_all(content)
-            .with_context(|| format!("cannot write {}", path.shown())),
-        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.shown())),
-    }
 }

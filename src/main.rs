@@ -1,6 +1,7 @@
 //! claudebox: run Claude Code inside a per-project bubblewrap sandbox.
 
 mod check;
+mod claude_home;
 mod cli;
 mod config;
 mod confine;

@@ -101,15 +101,8 @@ pub struct Settings {
     pub ssh_agent: Option<Origin>,
     /// Opt-out of the project write protection, and where that was asked for.
     pub writable_project_config: Option<Origin>,
-}
-
-impl Settings {
-    /// Whether a hidden path is a file (it gets the state's empty file over it).
-    pub fn hides_a_file(&self) -> bool {
-        self.mounts
-            .iter()
-            .any(|m| m.kind == ExtraKind::Hide && !m.is_dir)
-    }
+    /// Opt-out of the read-only Claude Code setup, and where that was asked for.
+    pub writable_claude_setup: Option<Origin>,
 }
 
 /// What claudebox's own command-line options ask for.
@@ -122,6 +115,7 @@ pub struct CliRequest {
     pub network: NetworkChoice,
     pub ssh_agent: bool,
     pub writable_project_config: bool,
+    pub writable_claude_setup: bool,
 }
 
 /// Facts about the launch that resolving needs.
@@ -245,6 +239,7 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
             for (flag, value) in [
                 (&mut s.ssh_agent, &sec.ssh_agent),
                 (&mut s.writable_project_config, &sec.writable_project_config),
+                (&mut s.writable_claude_setup, &sec.writable_claude_setup),
             ] {
                 if let Some(v) = value {
                     *flag = v.get_ref().then(|| Where::Config(file, v.span()).origin());
@@ -299,6 +294,9 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
     }
     if cli.writable_project_config {
         s.writable_project_config = Some(Origin::CommandLine);
+    }
+    if cli.writable_claude_setup {
+        s.writable_claude_setup = Some(Origin::CommandLine);
     }
 
     s.mounts = resolve_mounts(requests, cx)?;

@@ -2,11 +2,17 @@
 //!
 //! ```text
 //! $CLAUDEBOX_HOME (default ~/.claudebox, mode 0700)
+//! ├── login/                mounted at the same path in every sandbox: claude's secure-
+//! │                         storage dir (OAuth refresh lock; .credentials.json bound in)
 //! └── projects/
 //!     └── <id>/                 16 hex chars of sha256(project root)
 //!         ├── project-root      the canonical project root, raw bytes, no newline
 //!         ├── claude-projects/  mounted at ~/.claude/projects inside the sandbox
 //!         ├── history.jsonl     mounted at ~/.claude/history.jsonl
+//!         ├── claude-config/    mounted at ~/.claude: what claude writes while it works,
+//!         │                     this project's .claude.json (see `claude_home`)
+//!         ├── claude-json-host.json  the host's .claude.json as last synced (filtered)
+//!         ├── claude-json-host.stamp the host file's inode, size, mtime then (skips a re-read)
 //!         ├── empty             an empty read-only file, mounted over hidden files
 //!         ├── lock              mutex between a launch registering and --gc; its mtime
 //!         │                     is the project's last use
@@ -34,6 +40,9 @@ use anyhow::{bail, Context, Result};
 pub const ROOT_FILE: &str = "project-root";
 pub const CONVERSATIONS_DIR: &str = "claude-projects";
 pub const HISTORY_FILE: &str = "history.jsonl";
+pub const CLAUDE_CONFIG_DIR: &str = "claude-config";
+pub const CLAUDE_JSON_BASE: &str = "claude-json-host.json";
+pub const LOGIN_DIR: &str = "login";
 pub const LOCK_FILE: &str = "lock";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";
@@ -88,6 +97,32 @@ impl ProjectState {
     pub fn history(&self) -> PathBuf {
         self.dir.join(HISTORY_FILE)
     }
+    /// The login's directory, shared by every project: `<state home>/login` (claude's
+    /// `CLAUDE_SECURESTORAGE_CONFIG_DIR` inside, see `claude_home`).
+    pub fn login_dir(&self) -> PathBuf {
+        let home = self
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(&self.dir);
+        home.join(LOGIN_DIR)
+    }
+    /// Mounted at `~/.claude` (see `claude_home`).
+    pub fn claude_config(&self) -> PathBuf {
+        self.dir.join(CLAUDE_CONFIG_DIR)
+    }
+    /// The project's `.claude.json` (`CLAUDE_CONFIG_DIR` inside points at its dir).
+    pub fn claude_json(&self) -> PathBuf {
+        self.claude_config().join(".claude.json")
+    }
+    /// Who holds claude's lock of the project's `.claude.json` for a launch.
+    pub fn claude_json_lock_owner(&self) -> PathBuf {
+        self.dir.join("claude-json-lock-owner")
+    }
+    /// The host's `.claude.json` as last synced, for the next three-way merge.
+    pub fn claude_json_base(&self) -> PathBuf {
+        self.dir.join(CLAUDE_JSON_BASE)
+    }
     pub fn lock(&self) -> PathBuf {
         self.dir.join(LOCK_FILE)
     }
@@ -108,9 +143,19 @@ impl ProjectState {
     }
 }
 
-/// Creates (or empties) the file mounted over hidden files.
+/// Creates (or empties) the file mounted over hidden files and missing setup files.
+/// Looks first: on most launches it exists, empty, read-only (which the owner cannot open
+/// for writing unless root).
 pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
     let path = state.empty_file();
+    if let Ok(m) = fs::symlink_metadata(&path) {
+        if m.is_file() && m.len() == 0 {
+            return Ok(());
+        }
+        if m.is_file() {
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o600))?;
+        }
+    }
     let f = OpenOptions::new()
         .create(true)
         .append(true)
@@ -125,6 +170,7 @@ pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
     if len != 0 {
         f.set_len(0)
             .with_context(|| format!("cannot empty {}", path.shown()))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o400))?;
     }
     Ok(())
 }

@@ -868,7 +868,7 @@ fn the_config_file_sets_the_allowlist_and_the_opt_ins_per_project() {
         &format!(
             "allow_hosts = [\"example.org\"]\n\
              [[project]]\nroot = {}\nnetwork = \"allowlist\"\nallow_hosts = [\"*.internal.example\"]\n\
-             writable_project_config = true\n",
+             writable_project_config = true\nwritable_claude_setup = true\n",
             q(&a)
         ),
     );
@@ -881,6 +881,7 @@ fn the_config_file_sets_the_allowlist_and_the_opt_ins_per_project() {
         "the origin of the per-project host:\n{out}"
     );
     assert!(out.contains("opt-in --writable-project-config"), "{out}");
+    assert!(out.contains("opt-in --writable-claude-setup"), "{out}");
     assert!(!out.contains("protected: "), "protection still on:\n{out}");
     // in another project only the top level applies: listing hosts means allowlist,
     // and the project protection stays on

@@ -4,6 +4,8 @@
 //! `controls_*` prove that the same attempts succeed where nothing stops them, so a pass
 //! here means something.
 
+#[path = "escape/claude_home.rs"]
+mod claude_home;
 mod common;
 #[path = "escape/project_files.rs"]
 mod project_files;
@@ -312,7 +314,8 @@ fn contains_planted(p: &Path) -> bool {
 }
 
 fn attempts(a: &Arena) -> Vec<Attempt> {
-    let mut v = project_files::attempts(a);
+    let mut v = claude_home::attempts(a);
+    v.extend(project_files::attempts(a));
 
     // 1. Read the real home: keys, credentials, browser profiles, other projects, history.
     for rel in SECRETS {
@@ -782,6 +785,7 @@ fn controls_show_the_attempts_can_succeed() {
             .unwrap();
         assert!(stdout(&o).contains(MARK), "TIOCSTI control: {}", stdout(&o));
     }
+    claude_home::controls(&arena);
     // Inside with --writable-project-config, planting a hook and a config works.
     let o = arena
         .cmd(&arena.proj, &[])

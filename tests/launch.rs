@@ -92,7 +92,7 @@ fn a_worktree_shares_conversations_with_its_main_checkout() {
 }
 
 #[test]
-fn skills_plugins_settings_and_credentials_are_visible_and_claude_dir_writable() {
+fn skills_plugins_settings_and_credentials_are_visible_and_writes_stay_with_the_project() {
     let w = World::new();
     let c = w.home().join(".claude");
     fs::create_dir_all(c.join("skills/my-skill")).unwrap();
@@ -105,12 +105,38 @@ fn skills_plugins_settings_and_credentials_are_visible_and_claude_dir_writable()
     let out = ok(&w.run_claude(
         &p,
         [] as [&str; 0],
-        "cat ~/.claude/skills/my-skill/SKILL.md ~/.claude/plugins/p1/plugin.json ~/.claude/settings.json ~/.claude/.credentials.json; echo; echo new > ~/.claude/new-file",
+        "cat ~/.claude/skills/my-skill/SKILL.md ~/.claude/plugins/p1/plugin.json ~/.claude/settings.json ~/.claude/.credentials.json; echo; \
+         echo new > ~/.claude/new-file && echo NEW-OK; echo x >> ~/.claude/settings.json || echo SETTINGS-RO; \
+         echo refreshed > ~/.claude/.credentials.json && echo CRED-OK",
     ));
-    for s in ["skill-body", "plugin-body", "{\"s\":1}", "cred-body"] {
+    for s in [
+        "skill-body",
+        "plugin-body",
+        "{\"s\":1}",
+        "cred-body",
+        "NEW-OK",
+        "SETTINGS-RO",
+        "CRED-OK",
+    ] {
         assert!(out.contains(s), "missing {s}:\n{out}");
     }
-    assert_eq!(fs::read_to_string(c.join("new-file")).unwrap(), "new\n");
+    // What claude writes stays with the project; the setup is unchanged; the login is shared.
+    assert!(!c.join("new-file").exists());
+    let id = env_in_dry_run(&dry_run(&w, &p), "CLAUDEBOX_PROJECT_ID").unwrap();
+    let mine = w
+        .state()
+        .join("projects")
+        .join(&id)
+        .join("claude-config/new-file");
+    assert_eq!(fs::read_to_string(mine).unwrap(), "new\n");
+    assert_eq!(
+        fs::read_to_string(c.join("settings.json")).unwrap(),
+        "{\"s\":1}"
+    );
+    assert_eq!(
+        fs::read_to_string(c.join(".credentials.json")).unwrap(),
+        "refreshed\n"
+    );
 }
 
 #[test]
@@ -155,20 +181,48 @@ fn sessions_registry_is_private_to_each_launch() {
 }
 
 #[test]
-fn claude_json_is_shared_both_ways() {
+fn claude_json_is_the_projects_own_and_follows_the_host() {
     let w = World::new();
-    fs::write(w.home().join(".claude.json"), "{\"host\":true}").unwrap();
+    let host = w.home().join(".claude.json");
+    fs::write(
+        &host,
+        "{\"host\":1,\"projects\":{\"/elsewhere\":{\"lastSessionId\":\"SECRET-B\"}}}",
+    )
+    .unwrap();
     let p = w.dir("p");
     let out = ok(&w.run_claude(
         &p,
         [] as [&str; 0],
-        "cat ~/.claude.json; echo; printf '{\"inside\":true}' > ~/.claude.json",
+        "cat ~/.claude.json; echo; echo \"$CLAUDE_CONFIG_DIR\"; \
+         printf '{\"host\":1,\"inside\":true}' > ~/.claude/.claude.json",
     ));
-    assert!(out.contains("{\"host\":true}"), "{out}");
-    assert_eq!(
-        fs::read_to_string(w.home().join(".claude.json")).unwrap(),
-        "{\"inside\":true}"
+    assert!(
+        out.contains("\"host\": 1") && !out.contains("SECRET-B"),
+        "{out}"
     );
+    assert!(
+        out.contains(&format!("{}/.claude\n", w.home().display())),
+        "{out}"
+    );
+    // The host's file is untouched; a host change shows at the next launch, beside the
+    // project's own change.
+    assert!(fs::read_to_string(&host).unwrap().contains("SECRET-B"));
+    fs::write(&host, "{\"host\":2}").unwrap();
+    let out = ok(&w.run_claude(&p, [] as [&str; 0], "cat ~/.claude.json"));
+    let v: serde_json::Value = serde_json::from_str(
+        out.lines()
+            .skip_while(|l| !l.starts_with('{'))
+            .collect::<Vec<_>>()
+            .join("\n")
+            .as_str(),
+    )
+    .unwrap();
+    assert_eq!(v["host"], 2, "{out}");
+    assert_eq!(v["inside"], true, "{out}");
+    // Another project does not see it.
+    let q = w.dir("q");
+    let out = ok(&w.run_claude(&q, [] as [&str; 0], "cat ~/.claude.json"));
+    assert!(!out.contains("\"inside\""), "{out}");
 }
 
 #[test]
@@ -606,6 +660,45 @@ fn the_agent_gets_sigpipe_at_its_default_and_a_pipe_closing_ends_the_writer() {
     assert!(out.contains("yes=141"), "{out}");
 }
 
+/// One login, many agents: every sandbox, of every project, has the same secure-storage
+/// directory (claude's `CLAUDE_SECURESTORAGE_CONFIG_DIR`, where it takes its OAuth refresh
+/// lock `.oauth_refresh.lock` with `mkdir`), with the host's credentials in it.
+#[test]
+fn every_project_shares_the_login_directory_and_its_locks() {
+    let w = World::new();
+    fs::write(w.home().join(".claude/.credentials.json"), "tokens-v1").unwrap();
+    let a = w.dir("a");
+    let b = w.dir("b");
+    let out = ok(&w.run_claude(
+        &a,
+        [] as [&str; 0],
+        "echo \"DIR<$CLAUDE_SECURESTORAGE_CONFIG_DIR>\"; cat \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"; echo; \
+         mkdir \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.oauth_refresh.lock\" && echo A-HOLDS",
+    ));
+    assert!(
+        out.contains("tokens-v1") && out.contains("A-HOLDS"),
+        "{out}"
+    );
+    let dir = out
+        .lines()
+        .find_map(|l| l.strip_prefix("DIR<").and_then(|l| l.strip_suffix('>')))
+        .unwrap()
+        .to_string();
+    assert_eq!(Path::new(&dir), w.state().join("login"));
+    let out = ok(&w.run_claude(
+        &b,
+        [] as [&str; 0],
+        "mkdir \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.oauth_refresh.lock\" 2>/dev/null && echo B-TOOK || echo B-WAITS; \
+         echo tokens-v2 > \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"",
+    ));
+    assert!(out.contains("B-WAITS"), "{out}");
+    // A refresh written in place reaches the host's file.
+    assert_eq!(
+        fs::read_to_string(w.home().join(".claude/.credentials.json")).unwrap(),
+        "tokens-v2\n"
+    );
+}
+
 /// The installation is read-only inside: claude's auto-updater can only fail, so
 /// claudebox turns it off unless the user chose (host environment or `--env`).
 #[test]
@@ -637,5 +730,44 @@ fn the_auto_updater_is_off_inside_unless_the_user_set_it() {
     assert_eq!(
         inside(w.cmd(&proj).args(["--env", "DISABLE_AUTOUPDATER=0"])),
         "<0>"
+    );
+}
+
+/// A host that sets `CLAUDE_CONFIG_DIR` keeps its Claude Code config there: that is the
+/// real config dir (its setup read-only at `~/.claude` inside, its `.claude.json` merged
+/// into the project's copy); inside, `CLAUDE_CONFIG_DIR` is `~/.claude`.
+#[test]
+fn a_host_claude_config_dir_is_the_real_config_dir() {
+    let w = World::new();
+    let d = w.root().join("cfg");
+    fs::create_dir_all(d.join("commands")).unwrap();
+    fs::write(d.join("settings.json"), "{\"from\":\"cfg-dir\"}").unwrap();
+    fs::write(d.join("commands/c.md"), "cmd").unwrap();
+    fs::write(d.join(".claude.json"), "{\"fromCfgDir\":true}").unwrap();
+    fs::write(w.home().join(".claude.json"), "{\"fromHome\":true}").unwrap();
+    let p = w.dir("p");
+    let out = ok(&w
+        .cmd(&p)
+        .env("CLAUDE_CONFIG_DIR", &d)
+        .env(
+            "FAKE_CLAUDE_SCRIPT",
+            "echo \"CFG<$CLAUDE_CONFIG_DIR>\"; cat ~/.claude/settings.json ~/.claude/commands/c.md; echo; \
+             cat ~/.claude/.claude.json; echo x > ~/.claude/settings.json || echo RO",
+        )
+        .output()
+        .unwrap());
+    assert!(
+        out.contains(&format!("CFG<{}/.claude>", w.home().display())),
+        "{out}"
+    );
+    assert!(out.contains("cfg-dir") && out.contains("cmd"), "{out}");
+    assert!(
+        out.contains("fromCfgDir") && !out.contains("fromHome"),
+        "{out}"
+    );
+    assert!(out.contains("RO"), "{out}");
+    assert_eq!(
+        fs::read_to_string(d.join("settings.json")).unwrap(),
+        "{\"from\":\"cfg-dir\"}"
     );
 }

@@ -14,10 +14,13 @@
 //! 5. the `claude` installation and claudebox itself (it runs first inside, to apply the
 //!    seccomp filter and the Landlock scope), read-only; git's configuration, read-only;
 //!    with `--ssh-agent`, the agent's socket;
-//! 6. the real `~/.claude`, read-write, then over it, in this order, the project's
-//!    conversations (`~/.claude/projects`), the project's history
-//!    (`~/.claude/history.jsonl`) and a private `~/.claude/sessions`;
-//! 7. the shared `~/.claude.json`;
+//! 6. `~/.claude` (see `claude_home`): the project's own directory in claudebox's state,
+//!    read-write, then over it the project's conversations and history, the user's setup
+//!    from the real `~/.claude` read-only (read-write with `--writable-claude-setup`),
+//!    empty read-only stand-ins for setup the user has none of, the login's credentials
+//!    file, a tmpfs per launch-private entry, and the claude installation again when it
+//!    lies under `~/.claude`;
+//! 7. `~/.claude.json`, a symlink to the project's copy in `~/.claude`;
 //! 8. the user's extra mounts (`ro`, `rw`, `hide` from the config file and the command
 //!    line), parents before children.
 //! 9. in allowlist mode, claudebox's first step inside (see `confine`) also hands the proxy
@@ -39,6 +42,7 @@ use std::fmt;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
+use crate::claude_home::{self, HostClaude, Overlay};
 use crate::host::{ClaudeInstall, HostFacts, SystemEntry};
 use crate::netbridge;
 use crate::network::{NetworkMode, ProxySpec};
@@ -160,6 +164,10 @@ pub struct Inputs {
     pub session: Option<sessions::Launch>,
     /// The user's extra mounts, environment, network mode and claude arguments.
     pub settings: Settings,
+    /// The real Claude Code config dir and its entries (see `claude_home`).
+    pub claude_home: HostClaude,
+    /// `--writable-claude-setup`: the Setup entries of `~/.claude` bound read-write.
+    pub writable_claude_setup: bool,
     /// Lay read-only mounts over `protected` (off with `--writable-project-config`).
     pub protect_project_metadata: bool,
     /// The project's code-bearing paths (see `protect`).
@@ -375,35 +383,7 @@ pub fn build(inp: &Inputs) -> Plan {
         ));
     }
 
-    let claude_dir = home.join(".claude");
-    m.push(Mount::same(
-        MountKind::Rw,
-        &claude_dir,
-        "the real ~/.claude: settings, plugins, skills, hooks, credentials",
-    ));
-    m.push(Mount::new(
-        MountKind::Rw,
-        Some(&inp.state.conversations()),
-        &claude_dir.join("projects"),
-        "this project's conversations, over the real ones",
-    ));
-    m.push(Mount::new(
-        MountKind::File,
-        Some(&inp.state.history()),
-        &claude_dir.join("history.jsonl"),
-        "this project's prompt history, over the real one",
-    ));
-    m.push(Mount::new(
-        MountKind::Tmpfs,
-        None,
-        &claude_dir.join("sessions"),
-        "running-session registry private to this launch (claude is pid 2 in every sandbox)",
-    ));
-    m.push(Mount::same(
-        MountKind::File,
-        &home.join(".claude.json"),
-        "user config shared with the host: MCP servers, onboarding",
-    ));
+    claude_home(inp, &mut m, &mut notes);
     m.extend(extra_after);
 
     let mut flags = NAMESPACE_FLAGS.to_vec();
@@ -431,6 +411,11 @@ pub fn build(inp: &Inputs) -> Plan {
     if inp.ssh_agent.is_some() {
         env.push(set("SSH_AUTH_SOCK", OsStr::new(SSH_AGENT_SOCK)));
     }
+    env.push(set("CLAUDE_CONFIG_DIR", home.join(".claude").as_os_str()));
+    env.push(set(
+        "CLAUDE_SECURESTORAGE_CONFIG_DIR",
+        inp.state.login_dir().as_os_str(),
+    ));
     env.extend([
         set("CLAUDEBOX", OsStr::new("1")),
         set("CLAUDEBOX_PROJECT_ROOT", p.root.as_os_str()),
@@ -492,6 +477,7 @@ pub fn build(inp: &Inputs) -> Plan {
         None => argv,
     };
 
+    let claude_dir = home.join(".claude");
     let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &claude_dir);
     Plan {
         bwrap: inp.bwrap.clone(),
@@ -510,6 +496,75 @@ pub fn build(inp: &Inputs) -> Plan {
         notes,
         sync_fd: None,
         proxy,
+    }
+}
+
+/// Steps 6 and 7: `~/.claude` (see `claude_home`), then the installation again if it
+/// lies under `~/.claude` (so nothing of that group can re-expose it read-write), and
+/// `~/.claude.json` as a symlink to the project's copy.
+fn claude_home(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
+    let home = inp.home.as_path();
+    let inside = home.join(".claude");
+    for o in claude_home::overlays(
+        home,
+        &inp.claude_home,
+        &inp.state,
+        inp.writable_claude_setup,
+    ) {
+        m.push(match o {
+            Overlay::Bind {
+                source,
+                target,
+                writable,
+                file,
+                why,
+            } => {
+                let kind = match (writable, file) {
+                    (true, true) => MountKind::File,
+                    (true, false) => MountKind::Rw,
+                    (false, _) if source.starts_with(&inp.state.dir) => MountKind::Ro,
+                    (false, _) => MountKind::RoTry,
+                };
+                Mount::new(kind, Some(&source), &target, &why)
+            }
+            Overlay::EmptyDir { target, why } => {
+                Mount::new(MountKind::EmptyRo, None, &target, &why)
+            }
+            Overlay::Tmpfs { target, why } => Mount::new(MountKind::Tmpfs, None, &target, &why),
+        });
+    }
+    if let Some(c) = &inp.claude {
+        if c.bind.starts_with(&inside) {
+            m.push(Mount::same(
+                MountKind::Ro,
+                &c.bind,
+                "the claude installation, again: it lies under ~/.claude and stays read-only",
+            ));
+        }
+        if c.on_path.starts_with(&inside) && c.on_path != c.real && !c.bind.starts_with(&c.on_path)
+        {
+            m.push(Mount::new(
+                MountKind::Symlink,
+                Some(&c.real),
+                &c.on_path,
+                "claude as the host's PATH finds it, again (under ~/.claude)",
+            ));
+        }
+    }
+    m.push(Mount::new(
+        MountKind::Symlink,
+        Some(Path::new(".claude/.claude.json")),
+        &home.join(".claude.json"),
+        "this project's config (CLAUDE_CONFIG_DIR=~/.claude keeps it in ~/.claude), \
+         for tools that read ~/.claude.json",
+    ));
+    if inp.writable_claude_setup {
+        notes.push(
+            "opt-in --writable-claude-setup: your ~/.claude setup (settings.json, hooks, \
+             commands, agents, skills, plugins, CLAUDE.md, ...) is writable; what the agent \
+             writes there runs on the host and in every other sandbox"
+                .to_string(),
+        );
     }
 }
 
@@ -653,11 +708,13 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
     );
     s.extend_from_slice(inp.project.work_tree.as_os_str().as_bytes());
     s.extend_from_slice(
-        b", ~/.claude, ~/.claude.json, and the temporary /tmp and home directory (both \
-          discarded when the sandbox exits). The rest of the system is read-only; the rest \
-          of the real home directory (ssh keys, other projects) is not visible. Files you \
-          create outside the project and ~/.claude are lost at exit. If a command fails \
-          for lack of access, say so instead of working around the sandbox.",
+        b", ~/.claude (this project's own copy: the user's setup in it, settings, hooks, \
+          commands, agents, skills, plugins, CLAUDE.md, is read-only), ~/.claude.json (this \
+          project's copy), and the temporary /tmp and home directory (both discarded when \
+          the sandbox exits). The rest of the system is read-only; the rest of the real \
+          home directory (ssh keys, other projects) is not visible. Files you create \
+          outside the project and ~/.claude are lost at exit. If a command fails for lack \
+          of access, say so instead of working around the sandbox.",
     );
     for (kind, label) in [
         (ExtraKind::Ro, " Also readable (read-only):"),

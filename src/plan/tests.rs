@@ -24,6 +24,13 @@ pub(crate) fn test_inputs() -> Inputs {
         bwrap: "/usr/bin/bwrap".into(),
         session: None,
         settings: Settings::default(),
+        claude_home: HostClaude {
+            dir: "/h/.claude".into(),
+            json: "/h/.claude.json".into(),
+            entries: Vec::new(),
+            credentials: None,
+        },
+        writable_claude_setup: false,
         protect_project_metadata: false,
         protected: Vec::new(),
         unprotected_missing: Vec::new(),
@@ -33,6 +40,65 @@ pub(crate) fn test_inputs() -> Inputs {
         own_exe: "/opt/cb/claudebox".into(),
         landlock_abi: 7,
         log_denied: false,
+    }
+}
+
+mod claude_home_group {
+    use super::*;
+
+    /// A claude installed under `~/.claude/local` stays read-only: its mount comes again
+    /// after the whole `~/.claude` group, even with the setup writable.
+    #[test]
+    fn an_installation_under_dot_claude_is_read_only_last() {
+        for writable in [false, true] {
+            let inp = Inputs {
+                claude: Some(ClaudeInstall {
+                    on_path: "/h/.claude/local/claude".into(),
+                    real: "/h/.claude/local/node_modules/@anthropic-ai/claude-code/cli.js".into(),
+                    bind: "/h/.claude/local/node_modules/@anthropic-ai/claude-code".into(),
+                }),
+                claude_home: HostClaude {
+                    dir: "/h/.claude".into(),
+                    json: "/h/.claude.json".into(),
+                    entries: vec![("local".into(), true), ("settings.json".into(), false)],
+                    credentials: None,
+                },
+                writable_claude_setup: writable,
+                ..test_inputs()
+            };
+            let plan = build(&inp);
+            let last_over = |p: &str| {
+                plan.mounts
+                    .iter()
+                    .rev()
+                    .find(|m| Path::new(p).starts_with(&m.target))
+                    .unwrap()
+                    .clone()
+            };
+            let m = last_over("/h/.claude/local/node_modules/@anthropic-ai/claude-code/cli.js");
+            assert_eq!(m.kind, MountKind::Ro, "{m:?}");
+            let m = last_over("/h/.claude/local/claude");
+            assert!(
+                matches!(
+                    m.kind,
+                    MountKind::Ro | MountKind::RoTry | MountKind::Symlink
+                ),
+                "{m:?}"
+            );
+            let m = last_over("/h/.claude/settings.json");
+            let want = if writable {
+                MountKind::File
+            } else {
+                MountKind::RoTry
+            };
+            assert_eq!(m.kind, want);
+            assert_eq!(
+                plan.notes
+                    .iter()
+                    .any(|n| n.contains("--writable-claude-setup")),
+                writable
+            );
+        }
     }
 }
 
@@ -80,7 +146,14 @@ mod argv_order {
     #[test]
     fn overlays_come_after_claude_dir_in_order() {
         let a = render::argv(&build(&inputs(Command::Claude(vec![]))));
-        let claude = pos(&a, &["--bind", "/home/u/.claude", "/home/u/.claude"]);
+        let claude = pos(
+            &a,
+            &[
+                "--bind",
+                "/home/u/.claudebox/projects/0123456789abcdef/claude-config",
+                "/home/u/.claude",
+            ],
+        );
         let conv = pos(
             &a,
             &[
@@ -107,9 +180,10 @@ mod argv_order {
         assert!(
             pos(
                 &a,
-                &["--bind", "/home/u/.claude.json", "/home/u/.claude.json"]
+                &["--symlink", ".claude/.claude.json", "/home/u/.claude.json"]
             ) > claude
         );
+        assert!(pos(&a, &["--setenv", "CLAUDE_CONFIG_DIR", "/home/u/.claude"]) > claude);
     }
 
     #[test]
@@ -225,7 +299,7 @@ mod argv_order {
         };
         let plan = build(&inputs_with(settings));
         let project = position(&plan, "/w/p", MountKind::Rw);
-        let claude_json = position(&plan, "/h/.claude.json", MountKind::File);
+        let claude_json = position(&plan, "/h/.claude.json", MountKind::Symlink);
         let parent = position(&plan, "/w", MountKind::Ro);
         assert!(
             parent < project,

@@ -12,6 +12,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+pub use crate::policy::facts::{ClaudeInstall, HostFacts, SystemEntry};
 use crate::policy::render::Shown;
 use anyhow::{bail, Context, Result};
 
@@ -30,20 +31,6 @@ pub const SYSTEM_PATHS: &[&str] = &[
     "/nix/var/nix/profiles",
     "/run/current-system",
 ];
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SystemEntry {
-    Dir,
-    Symlink(PathBuf),
-}
-
-/// Facts about the host file system the plan depends on.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct HostFacts {
-    pub system: Vec<(PathBuf, SystemEntry)>,
-    /// Where `/etc/resolv.conf` leads when that is outside `/etc` (systemd-resolved).
-    pub resolv_conf_target: Option<PathBuf>,
-}
 
 impl HostFacts {
     pub fn probe() -> HostFacts {
@@ -69,17 +56,6 @@ impl HostFacts {
             resolv_conf_target,
         }
     }
-}
-
-/// Where `claude` is installed and what must be bound so that it runs inside.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ClaudeInstall {
-    /// The path the host's PATH resolves to (possibly a symlink).
-    pub on_path: PathBuf,
-    /// That path with symlinks resolved.
-    pub real: PathBuf,
-    /// What to bind read-only: the npm package directory holding it, or the file itself.
-    pub bind: PathBuf,
 }
 
 /// The user's home directory: `$HOME`, or the password database when HOME is unset or

@@ -11,51 +11,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::policy::escape::Shown;
+pub use crate::policy::facts::{project_id, Project};
 use anyhow::{Context, Result};
-use sha2::{Digest, Sha256};
-
-/// Where a launch happens and what of the file system belongs to its project.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Project {
-    /// Canonical root: the git common dir, or the real cwd outside git.
-    pub root: PathBuf,
-    /// The work tree that is bound read-write: the top of the current work tree, or the
-    /// real cwd outside git (or inside a bare repository / a git dir).
-    pub work_tree: PathBuf,
-    /// The git dir of this work tree (differs from `common_dir` in linked worktrees).
-    pub git_dir: Option<PathBuf>,
-    /// The common dir, equal to `root` inside git.
-    pub common_dir: Option<PathBuf>,
-    /// The real cwd, where the agent starts.
-    pub cwd: PathBuf,
-}
-
-impl Project {
-    /// The first 16 hex characters of the SHA-256 of the root path's bytes.
-    pub fn id(&self) -> String {
-        project_id(&self.root)
-    }
-
-    /// Git directories that lie outside the work tree and must be bound with it.
-    pub fn outside_git_dirs(&self) -> Vec<PathBuf> {
-        let mut out: Vec<PathBuf> = Vec::new();
-        // The common dir holds the git dir in every layout git makes; bind the outermost
-        // one only, so that one mount covers both.
-        for dir in [&self.common_dir, &self.git_dir].into_iter().flatten() {
-            let covered =
-                dir.starts_with(&self.work_tree) || out.iter().any(|o| dir.starts_with(o));
-            if !covered {
-                out.push(dir.clone());
-            }
-        }
-        out
-    }
-}
-
-pub fn project_id(root: &Path) -> String {
-    let digest = Sha256::digest(root.as_os_str().as_bytes());
-    hex::encode(&digest[..8])
-}
 
 /// Finds the project of `cwd` (which need not be canonical).
 pub fn discover(cwd: &Path) -> Result<Project> {
@@ -165,6 +122,7 @@ fn common_dir_of(git_dir: &Path) -> (PathBuf, CommonFrom) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sha2::{Digest, Sha256};
 
     #[test]
     fn id_is_16_hex_of_sha256_of_path_bytes() {

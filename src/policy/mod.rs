@@ -3,8 +3,10 @@
 
 pub mod confinement;
 pub mod escape;
+pub mod facts;
 pub mod ipc;
 pub mod network;
 pub mod plan;
+pub mod protected;
 pub mod render;
 pub mod settings;

@@ -14,7 +14,7 @@
 //! The proxy dies with bwrap (`PR_SET_PDEATHSIG`), runs in its own session (a Ctrl-C in
 //! the terminal does not reach it) and writes to the terminal only with `--log-denied`.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io::IoSlice;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
@@ -29,46 +29,14 @@ use nix::sys::socket::{
     SockFlag, SockType,
 };
 
-use crate::policy::network::{
-    self, Allowlist, HostPattern, LoopbackForward, ProxySpec, PROXY_PORT, SANDBOX_NET_FD,
+use crate::policy::network::{self, Allowlist, HostPattern, ProxySpec, PROXY_PORT, SANDBOX_NET_FD};
+pub use crate::policy::network::{
+    listen_argv, proxy_env, FORWARD, FORWARD_OPTIONAL, INTERNAL_LISTEN,
 };
 use crate::proxy;
 
 pub const INTERNAL_PROXY: &str = "--internal-proxy";
-pub const INTERNAL_LISTEN: &str = "--internal-listen";
 
-/// The sandbox's first program in allowlist mode:
-/// `SELF --internal-listen FD PORT [--forward ADDR | --forward-optional ADDR]... -- CMD...`,
-/// with one `--forward` per loopback forward (see [`LoopbackForward`]).
-pub fn listen_argv(
-    self_in_sandbox: &OsStr,
-    forwards: &[LoopbackForward],
-    cmd: &[OsString],
-) -> Vec<OsString> {
-    let mut v: Vec<OsString> = vec![
-        self_in_sandbox.to_os_string(),
-        INTERNAL_LISTEN.into(),
-        SANDBOX_NET_FD.to_string().into(),
-        PROXY_PORT.to_string().into(),
-    ];
-    for f in forwards {
-        v.push(
-            if f.optional {
-                FORWARD_OPTIONAL
-            } else {
-                FORWARD
-            }
-            .into(),
-        );
-        v.push(f.listen.to_string().into());
-    }
-    v.push("--".into());
-    v.extend(cmd.iter().cloned());
-    v
-}
-
-const FORWARD: &str = "--forward";
-const FORWARD_OPTIONAL: &str = "--forward-optional";
 /// At most this many loopback forwards (descriptors in one message).
 pub const MAX_FORWARDS: usize = 32;
 
@@ -375,27 +343,10 @@ fn listen_and_exec(args: &[OsString]) -> Result<()> {
     )
 }
 
-/// The proxy variables set inside in allowlist mode; `NODE_USE_ENV_PROXY` makes Node.js
-/// (22.21+/24+) honour them in `fetch` and `http(s)` too (older Node ignores it).
-pub fn proxy_env() -> Vec<(&'static str, &'static str)> {
-    let url = network::PROXY_URL;
-    let no = network::NO_PROXY;
-    vec![
-        ("HTTPS_PROXY", url),
-        ("https_proxy", url),
-        ("HTTP_PROXY", url),
-        ("http_proxy", url),
-        ("ALL_PROXY", url),
-        ("all_proxy", url),
-        ("NO_PROXY", no),
-        ("no_proxy", no),
-        ("NODE_USE_ENV_PROXY", "1"),
-    ]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ffi::OsStr;
 
     #[test]
     fn the_denied_log_is_rotated_past_one_mebibyte() {

@@ -42,12 +42,12 @@ use std::fmt;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
-use crate::host::project::Project;
-use crate::host::protect::{Guard, Protected};
-use crate::host::{ClaudeInstall, HostFacts, SystemEntry};
+use crate::policy::facts::Project;
+use crate::policy::facts::{ClaudeInstall, HostFacts, SystemEntry};
 use crate::policy::network::{NetworkMode, ProxySpec};
+use crate::policy::protected::{Guard, Protected};
 use crate::policy::settings::{ExtraKind, ExtraMount, Origin, Settings};
-use crate::proxy::netbridge;
+
 use crate::state::claude_home::{self, HostClaude, Overlay};
 use crate::state::sessions;
 use crate::state::ProjectState;
@@ -443,7 +443,7 @@ pub fn build(inp: &Inputs) -> Plan {
         );
     }
     if proxy.is_some() {
-        for (k, v) in netbridge::proxy_env() {
+        for (k, v) in crate::policy::network::proxy_env() {
             env.push(set(k, OsStr::new(v)));
         }
     }
@@ -473,7 +473,7 @@ pub fn build(inp: &Inputs) -> Plan {
             // An allowlist with a forward on the proxy's port is refused at the edge.
             let forwards =
                 crate::policy::network::loopback_forwards(&spec.allowlist).unwrap_or_default();
-            netbridge::listen_argv(inp.own_exe.as_os_str(), &forwards, &argv)
+            crate::policy::network::listen_argv(inp.own_exe.as_os_str(), &forwards, &argv)
         }
         None => argv,
     };

@@ -210,7 +210,7 @@ mod argv_order {
             &[
                 "--setenv",
                 "CLAUDEBOX_PROJECT_ID",
-                &crate::host::project::project_id(Path::new("/src/app/.git")),
+                &crate::policy::facts::project_id(Path::new("/src/app/.git")),
             ],
         );
         // the claude found on PATH is reachable at the same path inside

@@ -284,7 +284,7 @@ pub fn writable_areas(inp: &Inputs) -> Vec<std::path::PathBuf> {
 }
 
 /// Ignores SIGINT and SIGQUIT for claudebox and bwrap, which inherit the disposition (see
-/// src/confine.rs). Returns whether the agent should get the default back: not when
+/// src/inside/confine.rs). Returns whether the agent should get the default back: not when
 /// claudebox itself was started with SIGINT ignored (a background job of a shell), which
 /// then stays ignored for the agent too.
 fn ignore_terminal_signals() -> bool {

@@ -203,7 +203,7 @@ pub struct Confine {
     /// Block `connect()` to the host's abstract unix sockets (Landlock ABI 6+).
     pub scope_abstract_unix: bool,
     /// Give SIGINT/SIGQUIT their default action back before the command: the launcher
-    /// ignores them so that a terminal's Ctrl-C reaches the agent alone (src/confine.rs).
+    /// ignores them so that a terminal's Ctrl-C reaches the agent alone (src/inside/confine.rs).
     /// The launch clears it when claudebox was started with SIGINT already ignored (a
     /// background job), so the agent inherits that choice.
     pub default_signals: bool,
@@ -240,7 +240,7 @@ pub struct Plan {
     /// Opt-ins and known gaps of this launch, each with its reason, for `--dry-run`.
     pub notes: Vec<String>,
     /// A descriptor bwrap keeps open in the sandbox's pid 1 for the sandbox's whole life
-    /// (`--sync-fd`): the launch's in-use lock (src/inuse.rs). Set by the launch just
+    /// (`--sync-fd`): the launch's in-use lock (src/state/inuse.rs). Set by the launch just
     /// before exec, so `--dry-run` never shows it.
     pub sync_fd: Option<i32>,
     /// Allowlist mode: the proxy that the launcher starts on the host before bwrap.

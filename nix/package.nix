@@ -28,9 +28,6 @@ rustPlatform.buildRustPackage {
       (lib.fileset.maybeMissing ../tests)
       # Cargo.toml declares the bench target, so cargo needs its file to read the manifest
       ../benches
-      (lib.fileset.maybeMissing ../build.rs)
-      # build.rs hands it to the linker when the linker is lld (it checks)
-      (lib.fileset.maybeMissing ../launch.order)
     ];
   };
 

@@ -10,8 +10,8 @@ use nix::sys::signal::{signal, SigHandler, Signal};
 /// Runs `argv[0]` (looked up on PATH when it holds no `/`) with `argv` in place of this
 /// process, in this process's environment. Returns only when that fails.
 ///
-/// What std's `Command::exec` does that matters is kept: SIGPIPE, which claudebox ignores
-/// (`src/entry.rs`), is back at its default for the program. What it does besides costs a
+/// What std's `Command::exec` does that matters is kept: SIGPIPE, which std's start-up
+/// ignores in claudebox, is back at its default for the program. What it does besides costs a
 /// launch: a copy of every argument into a list of its own, and a look at the
 /// environment, for bwrap's hundred-odd arguments.
 pub fn replace_with<S: AsRef<OsStr>>(argv: &[S]) -> io::Error {

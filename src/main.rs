@@ -1,4 +1,3 @@
-#![cfg_attr(not(test), no_main)] // the entry point is in entry.rs
 //! claudebox: run Claude Code inside a per-project bubblewrap sandbox.
 
 mod check;
@@ -7,8 +6,6 @@ mod cli;
 mod config;
 mod confine;
 mod diagnose;
-#[cfg(not(test))]
-mod entry;
 mod escape;
 mod exec;
 mod gc;

@@ -218,3 +218,12 @@ pub fn own_exe() -> Result<PathBuf> {
     }
     Ok(exe)
 }
+
+/// The host IPC variables set in this process's environment, in table order.
+pub fn ipc_vars_present() -> Vec<OsString> {
+    crate::policy::ipc::HOST_IPC_VARS
+        .iter()
+        .filter(|(name, _)| std::env::var_os(name).is_some())
+        .map(|(name, _)| OsString::from(name))
+        .collect()
+}

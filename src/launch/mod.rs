@@ -14,7 +14,6 @@ use crate::host::project;
 use crate::host::protect;
 use crate::host::sources;
 use crate::host::{self, HostFacts};
-use crate::policy::ipc;
 use crate::policy::plan::{self, Command, Inputs, Plan};
 use crate::policy::render;
 use crate::policy::render::Shown;
@@ -111,7 +110,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         protect_project_metadata,
         protected,
         unprotected_missing,
-        ipc_vars: ipc::present(),
+        ipc_vars: host::ipc_vars_present(),
         preset_vars: plan::DEFAULT_ENV
             .iter()
             .filter(|(n, _, _)| std::env::var_os(n).is_some())

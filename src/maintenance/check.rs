@@ -532,7 +532,7 @@ impl Probe {
                 protect_project_metadata: false,
                 protected: Vec::new(),
                 unprotected_missing: Vec::new(),
-                ipc_vars: crate::policy::ipc::present(),
+                ipc_vars: crate::host::ipc_vars_present(),
                 preset_vars: Vec::new(),
                 ssh_agent: None,
                 own_exe: host::own_exe()?,

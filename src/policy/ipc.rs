@@ -3,8 +3,6 @@
 //! `/tmp` are not mounted; these variables are not passed in either, so nothing inside is
 //! pointed at them.
 
-use std::ffi::OsString;
-
 /// Variables naming a socket or bus of the host session, with what is behind them.
 pub const HOST_IPC_VARS: &[(&str, &str)] = &[
     ("SSH_AUTH_SOCK", "ssh agent: signs with your ssh keys"),
@@ -45,12 +43,3 @@ pub const HOST_IPC_VARS: &[(&str, &str)] = &[
     ("NOTIFY_SOCKET", "systemd notification socket"),
     ("KRB5CCNAME", "Kerberos credential cache"),
 ];
-
-/// The host IPC variables set in this process's environment, in table order.
-pub fn present() -> Vec<OsString> {
-    HOST_IPC_VARS
-        .iter()
-        .filter(|(name, _)| std::env::var_os(name).is_some())
-        .map(|(name, _)| OsString::from(name))
-        .collect()
-}

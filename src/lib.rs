@@ -2,8 +2,9 @@
 //!
 //! One folder per layer; a module imports only from its own folder or a lower layer
 //! (the table and its test are in `layers.rs`):
-//! `policy` < `host` < `state` < `config` < `proxy` < `inside` < `launch` < `maintenance`
-//! < `cli`. The binary (`main.rs`) picks its role once and calls into one of them.
+//! `policy` < `host` < `state` < `config` < `cli` < `proxy` < `inside` < `launch` <
+//! `maintenance` < `run`. The binary (`main.rs`) picks its role once and calls into one of
+//! them.
 
 pub mod cli;
 pub mod config;

@@ -1,18 +1,17 @@
-//! claudebox's binary: picks its role once and calls into the library. The roles: the
-//! step inside the sandbox (`--sandbox-init`), the allowlist's in-sandbox listener
-//! (`--internal-listen`), and otherwise the launcher and maintenance command line.
+//! claudebox's binary: picks its role once and calls into the library. The roles: the one
+//! step inside the sandbox (`--sandbox-init`), the allowlist's proxy on the host
+//! (`--internal-proxy`), and otherwise the launcher and maintenance command line. The
+//! two hidden roles have their own clap parsers and are no part of the user's `--help`.
 
 use std::process::ExitCode;
 
-use claudebox::{host, inside::confine, proxy::netbridge, run};
+use claudebox::{host, inside::confine, policy::network::INTERNAL_PROXY, proxy::netbridge, run};
 
 fn main() -> ExitCode {
     let args = host::args_os();
-    if args.get(1).is_some_and(|a| a == confine::INIT_FLAG) {
-        return confine::main(&args[2..]);
+    match args.get(1) {
+        Some(a) if a == confine::INIT_FLAG => confine::main(&args[2..]),
+        Some(a) if a == INTERNAL_PROXY => netbridge::main(&args[2..]),
+        _ => run::main(args),
     }
-    if let Some(code) = netbridge::internal(&args) {
-        return code;
-    }
-    run::main(args)
 }

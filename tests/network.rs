@@ -318,7 +318,7 @@ fn none_mode_starts_no_proxy_and_sets_no_proxy_variables() {
         .unwrap());
     assert!(dry.contains("# network: none"), "{dry}");
     assert!(dry.contains(" --unshare-net "), "{dry}");
-    assert!(!dry.contains("internal-listen"), "{dry}");
+    assert!(!dry.contains("--proxy-fd"), "{dry}");
 }
 
 /// Pids of running proxies whose command line names `instance`.
@@ -522,21 +522,18 @@ fn dry_run_shows_the_policy_and_creates_nothing() {
         "{out}"
     );
     assert!(out.contains(" --unshare-net "), "{out}");
-    // claudebox's own first step inside (bound read-only at its host path) opens the
-    // proxy port, after the seccomp/Landlock step
+    // claudebox's one step inside (bound read-only at its host path) also opens the proxy
+    // port, after its mount checks: one process before the command, not two
     let own = std::fs::canonicalize(BIN).unwrap();
     assert!(
         out.contains(&format!("--ro-bind {0} {0} ", own.display())),
         "{out}"
     );
-    // (between them, the init step's own flags: the Landlock scope, the mount checks)
     let init = out.find(" --sandbox-init ").expect("the init step");
-    let listen = format!(
-        " -- {} --internal-listen 3 3128 \
-         --forward 127.0.0.1:8080 --forward-optional '[::1]:8080' -- ",
-        own.display()
-    );
-    assert!(out[init..].contains(&listen), "{out}");
+    let listen = " --proxy-fd 3 --proxy-port 3128 \
+         --forward 127.0.0.1:8080 --forward-optional '[::1]:8080' -- ";
+    assert!(out[init..].contains(listen), "{out}");
+    assert!(!out.contains("--internal-listen"), "{out}");
     assert!(!w.state().exists(), "--dry-run created the state directory");
 
     let open = ok(&w.cmd(&proj).arg("--dry-run").output().unwrap());
@@ -602,9 +599,10 @@ fn the_sandbox_end_of_the_bridge_fails_closed_when_run_alone() {
         .env("HOME", w.home())
         .output()
         .unwrap();
+    // 126: the one step inside failed, before the command.
     assert_eq!(
         o.status.code(),
-        Some(1),
+        Some(126),
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );

@@ -181,3 +181,12 @@ impl Cli {
         }
     }
 }
+
+/// A clap error as one line, for the hidden roles (the step inside, the proxy): their
+/// argv is rendered by claudebox, so a bad one is a bug or a hand-made line, not a user's
+/// typo that needs clap's usage text.
+pub fn one_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let first = text.lines().next().unwrap_or("bad arguments");
+    first.strip_prefix("error: ").unwrap_or(first).to_string()
+}

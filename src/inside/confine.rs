@@ -48,9 +48,51 @@ use seccompiler::{
 /// the launcher ignores and the first step inside gives back to the agent.
 pub const TERMINAL_SIGNALS: [Signal; 2] = [Signal::SIGINT, Signal::SIGQUIT];
 
+/// The step's command line, after `--sandbox-init` (rendered by `policy::render` from the
+/// plan; hidden: it is no part of the user's `--help`).
+#[derive(clap::Parser, Debug, PartialEq, Eq)]
+#[command(
+    name = "claudebox --sandbox-init",
+    no_binary_name = true,
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
+pub struct Args {
+    /// Landlock: no connect() to abstract unix sockets made outside the sandbox.
+    #[arg(long = "scope-abstract-unix")]
+    pub scope_abstract_unix: bool,
+    /// SIGINT and SIGQUIT back to their default action.
+    #[arg(long = "default-signals")]
+    pub default_signals: bool,
+    /// A read-only mount that must be at exactly this path.
+    #[arg(long = "expect-ro", value_name = "PATH")]
+    pub expect_ro: Vec<PathBuf>,
+    /// A read-write mount that must be at exactly this path.
+    #[arg(long = "expect-rw", value_name = "PATH")]
+    pub expect_rw: Vec<PathBuf>,
+    /// Allowlist mode: the descriptor to the proxy on the host.
+    #[arg(long = "proxy-fd", value_name = "FD", requires = "proxy_port")]
+    pub proxy_fd: Option<i32>,
+    /// Allowlist mode: the proxy's port on the sandbox's loopback.
+    #[arg(long = "proxy-port", value_name = "PORT", requires = "proxy_fd")]
+    pub proxy_port: Option<u16>,
+    /// A loopback address to listen on for an allowed loopback host.
+    #[arg(long = "forward", value_name = "ADDR", requires = "proxy_fd")]
+    pub forward: Vec<std::net::SocketAddr>,
+    /// The same, skipped where the sandbox has no such address (`localhost`'s IPv6 half).
+    #[arg(long = "forward-optional", value_name = "ADDR", requires = "proxy_fd")]
+    pub forward_optional: Vec<std::net::SocketAddr>,
+    /// The command, after `--`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
 /// Entry point for `claudebox --sandbox-init ...` (args after the flag).
 pub fn main(args: &[OsString]) -> ExitCode {
-    match run(args) {
+    let parsed = <Args as clap::Parser>::try_parse_from(args)
+        .map_err(|e| anyhow::anyhow!("{}", crate::cli::one_line(&e)))
+        .and_then(run);
+    match parsed {
         Ok(never) => match never {},
         Err(e) => {
             eprintln!("claudebox: sandbox init: {e:#}");
@@ -59,50 +101,37 @@ pub fn main(args: &[OsString]) -> ExitCode {
     }
 }
 
-fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
-    let mut scope = false;
-    let mut checks: Vec<(PathBuf, bool)> = Vec::new();
-    let mut default_signals = false;
-    let mut rest = args;
-    loop {
-        match rest.first().and_then(|a| a.to_str()) {
-            Some(SCOPE_FLAG) => scope = true,
-            Some(flag @ (EXPECT_RO | EXPECT_RW)) if rest.len() > 1 => {
-                checks.push((PathBuf::from(&rest[1]), flag == EXPECT_RO));
-                rest = &rest[1..];
-            }
-            Some(SIGNALS_FLAG) => default_signals = true,
-            Some("--") => {
-                rest = &rest[1..];
-                break;
-            }
-            _ => bail!(
-                "usage: claudebox {INIT_FLAG} [{SCOPE_FLAG}] [{SIGNALS_FLAG}] \
-                 [{EXPECT_RO}|{EXPECT_RW} PATH]... -- CMD [ARGS...]"
-            ),
-        }
-        rest = &rest[1..];
-    }
-    let Some(cmd) = rest.first() else {
-        bail!("no command to run");
-    };
+/// In order: the mount checks, Landlock, seccomp, the signals, the proxy's listeners; then
+/// the command in this process's place.
+fn run(args: Args) -> Result<std::convert::Infallible> {
+    let checks: Vec<(PathBuf, bool)> = (args.expect_ro.iter().map(|p| (p.clone(), true)))
+        .chain(args.expect_rw.iter().map(|p| (p.clone(), false)))
+        .collect();
+    let cmd = &args.command;
     if !checks.is_empty() {
         check_mounts(&checks)?;
     }
-    if scope {
+    if args.scope_abstract_unix {
         scope_abstract_unix()?;
     }
     let filter = filter()?;
     seccompiler::apply_filter(&filter).context("cannot install the seccomp filter")?;
-    if default_signals {
+    if args.default_signals {
         for sig in TERMINAL_SIGNALS {
             // SAFETY: SIG_DFL installs no handler.
             unsafe { signal(sig, SigHandler::SigDfl) }
                 .with_context(|| format!("cannot restore the default action of {sig}"))?;
         }
     }
-    let err = crate::host::exec::replace_with(rest);
-    Err(err).with_context(|| format!("cannot run {}", crate::policy::render::shown(cmd)))
+    if let (Some(fd), Some(port)) = (args.proxy_fd, args.proxy_port) {
+        let forwards: Vec<(std::net::SocketAddr, bool)> =
+            (args.forward.iter().map(|a| (*a, false)))
+                .chain(args.forward_optional.iter().map(|a| (*a, true)))
+                .collect();
+        crate::inside::listen::hand_to_proxy(fd, port, &forwards)?;
+    }
+    let err = crate::host::exec::replace_with(cmd);
+    Err(err).with_context(|| format!("cannot run {}", crate::policy::render::shown(&cmd[0])))
 }
 
 /// Each `(path, read_only)` must be a mount point at exactly `path`, reached with no
@@ -267,6 +296,94 @@ pub fn filter() -> Result<BpfProgram> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The step's argv as the one renderer makes it from an allowlist plan, parsed back by
+    /// the step's clap parser: every planned check, scope, signal and listener arrives.
+    #[test]
+    fn the_rendered_step_parses_back_into_the_plan() {
+        use crate::policy::network::{Allowlist, HostPattern, NetworkMode};
+        use crate::policy::render::{self, Runtime};
+        let mut list = Allowlist::default();
+        list.push(HostPattern::parse("api.anthropic.com").unwrap(), "test");
+        list.push(HostPattern::parse("localhost:8080").unwrap(), "test");
+        let mut inp = crate::policy::plan::test_inputs();
+        inp.settings.network = NetworkMode::Allowlist(list);
+        inp.command = crate::policy::plan::Command::Exec(vec!["sh".into(), "--x".into()]);
+        let plan = crate::policy::plan::build(&inp);
+        let c = plan.confine.as_ref().unwrap();
+        for (rt, signals) in [
+            (Runtime::DRY_RUN, true),
+            (
+                Runtime {
+                    proxy_fd: 7,
+                    signals_ignored_on_entry: true,
+                    ..Runtime::DRY_RUN
+                },
+                false,
+            ),
+        ] {
+            let argv = render::argv_with(&plan, &rt);
+            let at = argv.iter().position(|a| a == INIT_FLAG).unwrap();
+            let parsed = <Args as clap::Parser>::try_parse_from(&argv[at + 1..]).unwrap();
+            assert_eq!(parsed.command, ["sh", "--x"].map(OsString::from));
+            assert_eq!(parsed.scope_abstract_unix, c.scope_abstract_unix);
+            assert_eq!(parsed.default_signals, signals);
+            let ro: Vec<PathBuf> = (c.mount_checks.iter().filter(|m| m.read_only))
+                .map(|m| m.path.clone())
+                .collect();
+            let rw: Vec<PathBuf> = (c.mount_checks.iter().filter(|m| !m.read_only))
+                .map(|m| m.path.clone())
+                .collect();
+            assert!(!ro.is_empty() && !rw.is_empty());
+            assert_eq!((parsed.expect_ro, parsed.expect_rw), (ro, rw));
+            assert_eq!(parsed.proxy_fd, Some(rt.proxy_fd));
+            assert_eq!(parsed.proxy_port, Some(crate::policy::network::PROXY_PORT));
+            assert_eq!(parsed.forward, ["127.0.0.1:8080".parse().unwrap()]);
+            assert_eq!(parsed.forward_optional, ["[::1]:8080".parse().unwrap()]);
+        }
+        // Open mode: no listeners.
+        inp.settings.network = NetworkMode::Open;
+        let argv = render::argv(&crate::policy::plan::build(&inp));
+        let at = argv.iter().position(|a| a == INIT_FLAG).unwrap();
+        let parsed = <Args as clap::Parser>::try_parse_from(&argv[at + 1..]).unwrap();
+        assert_eq!((parsed.proxy_fd, parsed.proxy_port), (None, None));
+        // Control: the parser refuses what the renderer never makes.
+        for bad in [
+            &["--proxy-fd", "3", "--", "sh"][..],
+            &["--forward", "127.0.0.1:1", "--", "sh"],
+            &["--expect-ro"],
+            &["--bogus", "--", "sh"],
+            &["sh"],
+        ] {
+            assert!(
+                <Args as clap::Parser>::try_parse_from(bad).is_err(),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_rendered_proxy_argv_parses_back() {
+        use crate::policy::network::{Allowlist, HostPattern, ProxySpec};
+        use crate::proxy::netbridge::ProxyArgs;
+        let mut allowlist = Allowlist::default();
+        allowlist.push(HostPattern::parse("*.example.com").unwrap(), "test");
+        allowlist.push(HostPattern::parse("localhost:8080").unwrap(), "test");
+        let spec = ProxySpec {
+            allowlist,
+            denied_log: PathBuf::from(OsString::from_vec(b"/s/a b\xff/denied.log".to_vec())),
+            log_stderr: true,
+            instance_id: "i-1".into(),
+        };
+        let argv = crate::policy::render::proxy_argv(&spec, 9);
+        assert_eq!(argv[0], crate::policy::network::INTERNAL_PROXY);
+        let p = <ProxyArgs as clap::Parser>::try_parse_from(&argv[1..]).unwrap();
+        assert_eq!(
+            (p.instance.as_str(), p.fd, &p.denied_log, p.log_denied),
+            ("i-1", 9, &spec.denied_log, true)
+        );
+        assert_eq!(p.allow, ["*.example.com", "localhost:8080"]);
+    }
 
     #[test]
     fn mountinfo_rows_are_read_with_escapes() {

@@ -178,15 +178,16 @@ fn refuse_dangerous_root(work_tree: &Path, home: &Path, yes: bool) -> Result<()>
 pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
     state::check_writable(&p.state_home)?;
-    if let Some(spec) = &p.plan.proxy {
+    let proxy_fd = match &p.plan.proxy {
         // Before any lock is taken: the proxy must not inherit one, and its descriptor
         // for the sandbox goes on a fixed number.
-        netbridge::start_proxy(spec)?;
-    }
+        Some(spec) => Some(netbridge::start_proxy(spec)?),
+        None => None,
+    };
     // Creates the project's state and registers this sandbox as running on it.
     let in_use = inuse::mark(&p.state_home, &inp.state, &inp.project.root)?;
     let created = in_use.created;
-    let err = exec_registered(p, in_use).unwrap_err();
+    let err = exec_registered(p, in_use, proxy_fd).unwrap_err();
     // A first launch that failed leaves no project directory behind.
     if created {
         state::remove_unused(&inp.state);
@@ -195,7 +196,11 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
 }
 
 /// The rest of [`exec`], once registered; returns only on error (the slot is released).
-fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::Infallible> {
+fn exec_registered(
+    p: &Prepared,
+    in_use: inuse::InUse,
+    proxy_fd: Option<i32>,
+) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
     // The empty file stands in for hidden files and for setup files the user has none of.
     state::ensure_empty_file(&inp.state)?;
@@ -217,15 +222,15 @@ fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::I
         }
     }
     // A named session is decided again under its own lock; replan if that changed it.
-    let mut plan = p.plan.clone();
+    let mut replanned = None;
     let session = match &inp.session {
         Some(s) => {
             let claimed = sessions::claim(&inp.state, s, &inp.project.cwd, &inp.instance_id)?;
             if claimed.launch != *s {
-                plan = plan::build(&Inputs {
+                replanned = Some(plan::build(&Inputs {
                     session: Some(claimed.launch.clone()),
                     ..inp.clone()
-                });
+                }));
             }
             Some(claimed.lock)
         }
@@ -242,20 +247,24 @@ fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::I
             Command::Exec(_) => None,
         },
     };
-    plan.sync_fd = Some(in_use.fd());
-    if let Some(c) = &mut plan.confine {
-        c.default_signals = ignore_terminal_signals();
-    }
+    let plan = replanned.as_ref().unwrap_or(&p.plan);
+    let signals_ignored_on_entry = !ignore_terminal_signals();
     // Every bind source opened and checked now, and mounted by that descriptor.
-    let opened = sources::open(&plan, &writable_areas(inp))?;
+    let opened = sources::open(plan, &writable_areas(inp))?;
     let table = opened.table();
-    let argv = render::argv_with(&plan, render::Sources::Fds(&table));
+    let argv = render::argv_with(
+        plan,
+        &render::Runtime {
+            sources: render::Sources::Fds(&table),
+            sync_fd: Some(in_use.fd()),
+            proxy_fd: proxy_fd.unwrap_or(crate::policy::network::SANDBOX_NET_FD),
+            signals_ignored_on_entry,
+        },
+    );
     // Only claudebox's own descriptors cross into bwrap, none inherited from the shell.
     let mut keep = opened.fds();
     keep.push(in_use.fd());
-    if plan.proxy.is_some() {
-        keep.push(crate::policy::network::SANDBOX_NET_FD);
-    }
+    keep.extend(proxy_fd);
     // A named session's lock is held by the sandbox's processes for their life (bwrap's
     // pid 1 keeps only the sync fd), so it reaches the command: a known gap (README).
     if let Some(lock) = &session {

@@ -557,7 +557,13 @@ impl Probe {
         // Sources bound by descriptor, as a launch binds them.
         let opened = crate::host::sources::open(&plan, &crate::launch::writable_areas(&inputs))?;
         let table = opened.table();
-        let argv = render::argv_with(&plan, render::Sources::Fds(&table));
+        let argv = render::argv_with(
+            &plan,
+            &render::Runtime {
+                sources: render::Sources::Fds(&table),
+                ..render::Runtime::DRY_RUN
+            },
+        );
         let mut cmd = std::process::Command::new(&argv[0]);
         cmd.args(&argv[1..]).env("HOME", &inputs.home);
         let fds = opened.fds();

@@ -13,6 +13,12 @@ pub const SCOPE_FLAG: &str = "--scope-abstract-unix";
 pub const EXPECT_RO: &str = "--expect-ro";
 pub const EXPECT_RW: &str = "--expect-rw";
 pub const SIGNALS_FLAG: &str = "--default-signals";
+/// Allowlist mode: `--proxy-fd FD --proxy-port PORT [--forward ADDR]
+/// [--forward-optional ADDR]...`: open these listeners and send them to the proxy over FD.
+pub const PROXY_FD_FLAG: &str = "--proxy-fd";
+pub const PROXY_PORT_FLAG: &str = "--proxy-port";
+pub const FORWARD_FLAG: &str = "--forward";
+pub const FORWARD_OPTIONAL_FLAG: &str = "--forward-optional";
 
 /// One rule of the seccomp filter: a syscall, the argument it is matched on (if any), and
 /// why. The filter is compiled from [`SECCOMP`] and `--dry-run` prints it from there, one

@@ -4,7 +4,6 @@
 //! Pure: parsing, matching and merging. The proxy lives in `proxy.rs`, the plumbing that
 //! starts it and hands it the sandbox's port in `netbridge.rs`.
 
-use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::path::PathBuf;
@@ -437,43 +436,8 @@ pub fn portless_loopback(list: &Allowlist) -> Vec<String> {
         .collect()
 }
 
-// The bridge into the sandbox, as the plan renders it (run by `proxy::netbridge`).
-
-pub const INTERNAL_LISTEN: &str = "--internal-listen";
-
-/// The sandbox's first program in allowlist mode:
-/// `SELF --internal-listen FD PORT [--forward ADDR | --forward-optional ADDR]... -- CMD...`,
-/// with one `--forward` per loopback forward (see [`LoopbackForward`]).
-pub fn listen_argv(
-    self_in_sandbox: &OsStr,
-    forwards: &[LoopbackForward],
-    cmd: &[OsString],
-) -> Vec<OsString> {
-    let mut v: Vec<OsString> = vec![
-        self_in_sandbox.to_os_string(),
-        INTERNAL_LISTEN.into(),
-        SANDBOX_NET_FD.to_string().into(),
-        PROXY_PORT.to_string().into(),
-    ];
-    for f in forwards {
-        v.push(
-            if f.optional {
-                FORWARD_OPTIONAL
-            } else {
-                FORWARD
-            }
-            .into(),
-        );
-        v.push(f.listen.to_string().into());
-    }
-    v.push("--".into());
-    v.extend(cmd.iter().cloned());
-    v
-}
-
-pub const FORWARD: &str = "--forward";
-
-pub const FORWARD_OPTIONAL: &str = "--forward-optional";
+/// The proxy's hidden role on claudebox's command line.
+pub const INTERNAL_PROXY: &str = "--internal-proxy";
 
 /// The proxy variables set inside in allowlist mode; `NODE_USE_ENV_PROXY` makes Node.js
 /// (22.21+/24+) honour them in `fetch` and `http(s)` too (older Node ignores it).

@@ -9,7 +9,7 @@ use shell_quote::Sh;
 pub use crate::policy::escape::{escape_bytes, shown, Shown};
 
 use crate::policy::confinement as confine;
-use crate::policy::network::{self, NetworkMode};
+use crate::policy::network::{self, NetworkMode, ProxySpec};
 use crate::policy::plan::{EnvOp, MountKind, Plan};
 
 /// How one plan mount's source reaches bwrap at the launch (see `sources`).
@@ -33,18 +33,46 @@ pub enum Sources<'a> {
     Fds(&'a [Bind]),
 }
 
+/// What only the launch knows, given to the renderer beside the plan (the plan itself is
+/// never changed after it is built).
+#[derive(Debug, Clone, Copy)]
+pub struct Runtime<'a> {
+    /// How bind mounts name their sources.
+    pub sources: Sources<'a>,
+    /// A descriptor bwrap keeps open in the sandbox's pid 1 for the sandbox's whole life
+    /// (`--sync-fd`): the launch's in-use lock (src/state/inuse.rs).
+    pub sync_fd: Option<i32>,
+    /// Allowlist mode: the descriptor on which the step inside reaches the proxy.
+    pub proxy_fd: i32,
+    /// claudebox was started with SIGINT ignored (a background job of a shell): the agent
+    /// inherits that choice, so the step inside leaves the signals alone.
+    pub signals_ignored_on_entry: bool,
+}
+
+impl Runtime<'static> {
+    /// `--dry-run`: sources by name, no lock, the proxy's descriptor where the launch puts
+    /// it.
+    pub const DRY_RUN: Runtime<'static> = Runtime {
+        sources: Sources::Names,
+        sync_fd: None,
+        proxy_fd: network::SANDBOX_NET_FD,
+        signals_ignored_on_entry: false,
+    };
+}
+
 /// bwrap's full argv with sources named by path (`--dry-run`).
 pub fn argv(plan: &Plan) -> Vec<OsString> {
-    argv_with(plan, Sources::Names)
+    argv_with(plan, &Runtime::DRY_RUN)
 }
 
 /// bwrap's full argv, program first.
-pub fn argv_with(plan: &Plan, sources: Sources) -> Vec<OsString> {
+pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
+    let sources = rt.sources;
     let mut a: Vec<OsString> = vec![plan.bwrap.clone().into_os_string()];
     for f in &plan.flags {
         a.push(f.into());
     }
-    if let Some(fd) = plan.sync_fd {
+    if let Some(fd) = rt.sync_fd {
         a.push("--sync-fd".into());
         a.push(fd.to_string().into());
     }
@@ -124,7 +152,7 @@ pub fn argv_with(plan: &Plan, sources: Sources) -> Vec<OsString> {
         if c.scope_abstract_unix {
             a.push(confine::SCOPE_FLAG.into());
         }
-        if c.default_signals {
+        if c.default_signals && !rt.signals_ignored_on_entry {
             a.push(confine::SIGNALS_FLAG.into());
         }
         for check in &c.mount_checks {
@@ -138,9 +166,48 @@ pub fn argv_with(plan: &Plan, sources: Sources) -> Vec<OsString> {
             );
             a.push(check.path.clone().into_os_string());
         }
+        if let Some(l) = &c.listen {
+            a.push(confine::PROXY_FD_FLAG.into());
+            a.push(rt.proxy_fd.to_string().into());
+            a.push(confine::PROXY_PORT_FLAG.into());
+            a.push(l.port.to_string().into());
+            for f in &l.forwards {
+                a.push(
+                    if f.optional {
+                        confine::FORWARD_OPTIONAL_FLAG
+                    } else {
+                        confine::FORWARD_FLAG
+                    }
+                    .into(),
+                );
+                a.push(f.listen.to_string().into());
+            }
+        }
         a.push("--".into());
     }
     a.extend(plan.argv.iter().cloned());
+    a
+}
+
+/// The proxy's argv (the hidden `--internal-proxy` role, parsed by `proxy::netbridge`'s
+/// clap parser), with `fd` its end of the bridge to the sandbox.
+pub fn proxy_argv(spec: &ProxySpec, fd: i32) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec![
+        network::INTERNAL_PROXY.into(),
+        "--instance".into(),
+        spec.instance_id.clone().into(),
+        "--fd".into(),
+        fd.to_string().into(),
+        "--denied-log".into(),
+        spec.denied_log.clone().into_os_string(),
+    ];
+    if spec.log_stderr {
+        a.push("--log-denied".into());
+    }
+    for e in &spec.allowlist.entries {
+        a.push("--allow".into());
+        a.push(e.pattern.to_string().into());
+    }
     a
 }
 
@@ -256,7 +323,7 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
         line("set", e.name.as_bytes(), Some(e.value.as_bytes()), &from);
     }
     if let Some(c) = &plan.confine {
-        out.extend_from_slice(b"# inside, before the command (claudebox --sandbox-init)\n");
+        out.extend_from_slice(b"# inside, before the command (claudebox --sandbox-init, one step: mount checks, Landlock, seccomp, signals, and in allowlist mode the proxy's listeners)\n");
         for l in crate::policy::confinement::seccomp_lines() {
             out.extend_from_slice(l.as_bytes());
             out.push(b'\n');
@@ -304,7 +371,7 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
                 );
             }
         }
-        out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first program hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
+        out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first step hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
         out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));
         out.push(b'\n');
     }

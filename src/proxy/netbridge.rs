@@ -3,10 +3,11 @@
 //! 1. Before it execs bwrap, claudebox makes a socket pair, starts the proxy (itself, with
 //!    the hidden `--internal-proxy`) holding one end, and leaves the other end on
 //!    [`SANDBOX_NET_FD`] for bwrap and the sandbox to inherit.
-//! 2. Inside the sandbox (its own network namespace) the first program is claudebox again
-//!    (`--internal-listen`): it opens 127.0.0.1:[`PROXY_PORT`], sends that listening
-//!    socket over the inherited descriptor, closes the descriptor and execs the agent, so
-//!    the agent keeps its pid and its exit status is the sandbox's.
+//! 2. Inside the sandbox (its own network namespace) claudebox's one step inside
+//!    (`--sandbox-init`, see `inside::listen`), last before the agent, opens
+//!    127.0.0.1:[`PROXY_PORT`], sends that listening socket over the inherited descriptor,
+//!    closes the descriptor and execs the agent, so the agent keeps its pid and its exit
+//!    status is the sandbox's.
 //! 3. The proxy accepts connections on a socket that lives in the sandbox's namespace and
 //!    connects out from the host's. No socket path exists that another user (or another
 //!    sandbox) could connect to, and nothing is left behind to clean up.
@@ -15,35 +16,28 @@
 //! the terminal does not reach it) and writes to the terminal only with `--log-denied`.
 
 use std::ffi::OsString;
-use std::io::IoSlice;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{ExitCode, Stdio};
 
 use anyhow::{bail, Context, Result};
 use nix::sys::socket::{
-    recvmsg, sendmsg, socketpair, AddressFamily, ControlMessage, ControlMessageOwned, MsgFlags,
-    SockFlag, SockType,
+    recvmsg, socketpair, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType,
 };
 
+pub use crate::policy::network::INTERNAL_PROXY;
 use crate::policy::network::{self, Allowlist, HostPattern, ProxySpec, PROXY_PORT, SANDBOX_NET_FD};
-pub use crate::policy::network::{
-    listen_argv, proxy_env, FORWARD, FORWARD_OPTIONAL, INTERNAL_LISTEN,
-};
 use crate::proxy;
-
-pub const INTERNAL_PROXY: &str = "--internal-proxy";
 
 /// At most this many loopback forwards (descriptors in one message).
 pub const MAX_FORWARDS: usize = 32;
 
 /// Starts the proxy and leaves the sandbox's end of the bridge on [`SANDBOX_NET_FD`],
-/// inheritable. Call right before exec'ing bwrap, before any other descriptor meant for
-/// the sandbox is opened.
-pub fn start_proxy(spec: &ProxySpec) -> Result<()> {
+/// inheritable; returns that descriptor (a runtime input of the renderer). Call right
+/// before exec'ing bwrap, before any other descriptor meant for the sandbox is opened.
+pub fn start_proxy(spec: &ProxySpec) -> Result<RawFd> {
     let (host_end, sandbox_end) = socketpair(
         AddressFamily::Unix,
         SockType::Stream,
@@ -53,19 +47,10 @@ pub fn start_proxy(spec: &ProxySpec) -> Result<()> {
     .context("cannot create the socket pair for the network proxy")?;
     let mut cmd = std::process::Command::new("/proc/self/exe");
     cmd.arg0("claudebox")
-        .arg(INTERNAL_PROXY)
-        .arg("--instance")
-        .arg(&spec.instance_id)
-        .arg("--fd")
-        .arg(host_end.as_raw_fd().to_string())
-        .arg("--denied-log")
-        .arg(&spec.denied_log);
-    if spec.log_stderr {
-        cmd.arg("--log-denied");
-    }
-    for e in &spec.allowlist.entries {
-        cmd.arg("--allow").arg(e.pattern.to_string());
-    }
+        .args(crate::policy::render::proxy_argv(
+            spec,
+            host_end.as_raw_fd(),
+        ));
     cmd.stdin(Stdio::null()).stdout(Stdio::null());
     if !spec.log_stderr {
         cmd.stderr(Stdio::null());
@@ -88,7 +73,8 @@ pub fn start_proxy(spec: &ProxySpec) -> Result<()> {
     // The child is not waited for: after the exec it is bwrap's child, and dies with it.
     cmd.spawn().context("cannot start the network proxy")?;
     drop(host_end);
-    place_on(sandbox_end, SANDBOX_NET_FD)
+    place_on(sandbox_end, SANDBOX_NET_FD)?;
+    Ok(SANDBOX_NET_FD)
 }
 
 /// Moves `fd` to number `target` without close-on-exec.
@@ -109,60 +95,58 @@ fn clear_cloexec(fd: RawFd) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Runs a hidden internal role when `args[1]` names one.
-pub fn internal(args: &[OsString]) -> Option<ExitCode> {
-    let role = args.get(1)?.as_bytes();
-    let result = if role == INTERNAL_PROXY.as_bytes() {
-        run_proxy(&args[2..])
-    } else if role == INTERNAL_LISTEN.as_bytes() {
-        listen_and_exec(&args[2..])
-    } else {
-        return None;
-    };
-    Some(match result {
+/// The proxy's command line after `--internal-proxy` (rendered by
+/// `policy::render::proxy_argv`; hidden: no part of the user's `--help`).
+#[derive(clap::Parser, Debug)]
+#[command(
+    name = "claudebox --internal-proxy",
+    no_binary_name = true,
+    disable_help_flag = true,
+    disable_version_flag = true
+)]
+pub struct ProxyArgs {
+    /// The sandbox's instance id (only so that the process can be found).
+    #[arg(long)]
+    pub instance: String,
+    /// The proxy's end of the bridge to the sandbox.
+    #[arg(long)]
+    pub fd: RawFd,
+    #[arg(long = "denied-log")]
+    pub denied_log: PathBuf,
+    /// Also report denied hosts on stderr.
+    #[arg(long = "log-denied")]
+    pub log_denied: bool,
+    #[arg(long = "allow", value_name = "PATTERN")]
+    pub allow: Vec<String>,
+}
+
+/// Runs the proxy role: `args` are those after `--internal-proxy`.
+pub fn main(args: &[OsString]) -> ExitCode {
+    let result = <ProxyArgs as clap::Parser>::try_parse_from(args)
+        .map_err(|e| anyhow::anyhow!("internal proxy: {}", crate::cli::one_line(&e)))
+        .and_then(run_proxy);
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("claudebox: {e:#}");
             ExitCode::from(1)
         }
-    })
-}
-
-fn utf8(a: &OsString) -> Result<&str> {
-    a.to_str().context("non-UTF-8 internal argument")
-}
-
-/// `--internal-proxy --instance ID --fd N --denied-log PATH [--log-denied] [--allow P]...`
-fn run_proxy(args: &[OsString]) -> Result<()> {
-    let mut fd: Option<RawFd> = None;
-    let mut denied_log: Option<PathBuf> = None;
-    let mut log_stderr = false;
-    let mut allowlist = Allowlist::default();
-    let mut it = args.iter();
-    while let Some(a) = it.next() {
-        match utf8(a)? {
-            "--instance" => {
-                it.next();
-            }
-            "--fd" => fd = Some(utf8(it.next().context("--fd needs a value")?)?.parse()?),
-            "--denied-log" => {
-                denied_log = Some(it.next().context("--denied-log needs a value")?.into())
-            }
-            "--log-denied" => log_stderr = true,
-            "--allow" => {
-                let p = utf8(it.next().context("--allow needs a value")?)?;
-                allowlist.push(HostPattern::parse(p)?, "launcher");
-            }
-            other => bail!("internal proxy: unknown argument {other:?}"),
-        }
     }
-    let fd = fd.context("internal proxy: no --fd")?;
+}
+
+fn run_proxy(args: ProxyArgs) -> Result<()> {
+    let mut allowlist = Allowlist::default();
+    for p in &args.allow {
+        allowlist.push(HostPattern::parse(p)?, "launcher");
+    }
+    let log_stderr = args.log_denied;
+    let fd = args.fd;
     // Shown by ps/top instead of "exe" (it was started through /proc/self/exe).
     let _ = nix::sys::prctl::set_name(c"claudebox-proxy");
     exit_with_parent();
     // SAFETY: the launcher passed this descriptor to us and nothing else owns it.
     let ctl = unsafe { OwnedFd::from_raw_fd(fd) };
-    let denied_log = denied_log.context("internal proxy: no --denied-log")?;
+    let denied_log = args.denied_log;
     rotate(&denied_log);
     let config = || proxy::Config {
         allowlist: allowlist.clone(),
@@ -277,76 +261,9 @@ fn receive_listeners(ctl: &OwnedFd) -> Result<Vec<TcpListener>> {
     bail!("the sandbox exited before it opened the proxy port")
 }
 
-/// `--internal-listen FD PORT [--forward ADDR | --forward-optional ADDR]... -- CMD
-/// [ARGS...]`, inside the sandbox.
-fn listen_and_exec(args: &[OsString]) -> Result<()> {
-    let usage = || {
-        anyhow::anyhow!(
-            "usage: {INTERNAL_LISTEN} FD PORT [{FORWARD} ADDR | {FORWARD_OPTIONAL} ADDR]... \
-             -- CMD [ARGS...]"
-        )
-    };
-    let [fd, port, rest @ ..] = args else {
-        return Err(usage());
-    };
-    let mut forwards: Vec<(SocketAddr, bool)> = Vec::new();
-    let mut rest = rest;
-    loop {
-        match rest {
-            [flag, addr, more @ ..] if flag == FORWARD || flag == FORWARD_OPTIONAL => {
-                forwards.push((utf8(addr)?.parse()?, flag == FORWARD_OPTIONAL));
-                rest = more;
-            }
-            [dashes, ..] if dashes == "--" => break,
-            _ => return Err(usage()),
-        }
-    }
-    let cmd = &rest[1..];
-    if cmd.is_empty() || forwards.len() > MAX_FORWARDS {
-        return Err(usage());
-    }
-    let fd: RawFd = utf8(fd)?.parse()?;
-    let port: u16 = utf8(port)?.parse()?;
-    let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, port))
-        .with_context(|| format!("cannot open the proxy port 127.0.0.1:{port} in the sandbox"))?;
-    let mut listeners = vec![listener];
-    for (addr, optional) in forwards {
-        match TcpListener::bind(addr) {
-            Ok(l) => listeners.push(l),
-            // `localhost`'s IPv6 half, where the sandbox has no IPv6 loopback.
-            Err(_) if optional => {}
-            Err(e) => {
-                bail!("cannot listen on {addr} in the sandbox for the allowed loopback host: {e}")
-            }
-        }
-    }
-    let raw: Vec<RawFd> = listeners.iter().map(AsRawFd::as_raw_fd).collect();
-    sendmsg::<()>(
-        fd,
-        &[IoSlice::new(b"L")],
-        &[ControlMessage::ScmRights(&raw)],
-        MsgFlags::MSG_NOSIGNAL,
-        None,
-    )
-    .with_context(|| {
-        format!(
-            "the network proxy is not reachable on descriptor {fd}; allowlist mode works \
-             only when claudebox itself starts the sandbox"
-        )
-    })?;
-    let _ = nix::unistd::close(fd);
-    drop(listeners);
-    let err = crate::host::exec::replace_with(cmd);
-    bail!(
-        "cannot run {}: {err}",
-        crate::policy::render::shown(&cmd[0])
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ffi::OsStr;
 
     #[test]
     fn the_denied_log_is_rotated_past_one_mebibyte() {
@@ -360,25 +277,5 @@ mod tests {
         assert!(!log.exists());
         let old = dir.path().join("network-denied.log.old");
         assert_eq!(std::fs::metadata(old).unwrap().len(), (1 << 20) + 1);
-    }
-
-    #[test]
-    fn the_sandbox_command_is_wrapped_unchanged() {
-        let cmd: Vec<OsString> = vec!["claude".into(), "--".into(), "a b".into()];
-        let v = listen_argv(OsStr::new("/run/claudebox/claudebox"), &[], &cmd);
-        assert_eq!(
-            v,
-            [
-                "/run/claudebox/claudebox",
-                "--internal-listen",
-                "3",
-                "3128",
-                "--",
-                "claude",
-                "--",
-                "a b"
-            ]
-            .map(OsString::from)
-        );
     }
 }

@@ -211,6 +211,17 @@ pub struct Confine {
     /// dirs, `~/.claude`): checked from inside before the command starts, since bwrap
     /// follows symlinks in a destination and another sandbox can swap one in.
     pub mount_checks: Vec<MountCheck>,
+    /// Allowlist mode: the listening sockets this step opens in the sandbox's network
+    /// namespace and hands to the proxy on the host, before the command starts.
+    pub listen: Option<Listen>,
+}
+
+/// The sockets the step inside opens for the proxy: the proxy port, then one per loopback
+/// forward of the allowlist. The descriptor to the proxy is a runtime input of the renderer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listen {
+    pub port: u16,
+    pub forwards: Vec<crate::policy::network::LoopbackForward>,
 }
 
 /// One mount the first step inside verifies: `path` is a mount point, reached without a
@@ -239,10 +250,6 @@ pub struct Plan {
     pub settings: Settings,
     /// Opt-ins and known gaps of this launch, each with its reason, for `--dry-run`.
     pub notes: Vec<String>,
-    /// A descriptor bwrap keeps open in the sandbox's pid 1 for the sandbox's whole life
-    /// (`--sync-fd`): the launch's in-use lock (src/state/inuse.rs). Set by the launch just
-    /// before exec, so `--dry-run` never shows it.
-    pub sync_fd: Option<i32>,
     /// Allowlist mode: the proxy that the launcher starts on the host before bwrap.
     pub proxy: Option<ProxySpec>,
 }
@@ -468,15 +475,11 @@ pub fn build(inp: &Inputs) -> Plan {
         }
     };
 
-    let argv = match &proxy {
-        Some(spec) => {
-            // An allowlist with a forward on the proxy's port is refused at the edge.
-            let forwards =
-                crate::policy::network::loopback_forwards(&spec.allowlist).unwrap_or_default();
-            crate::policy::network::listen_argv(inp.own_exe.as_os_str(), &forwards, &argv)
-        }
-        None => argv,
-    };
+    let listen = proxy.as_ref().map(|spec| Listen {
+        port: crate::policy::network::PROXY_PORT,
+        // An allowlist with a forward on the proxy's port is refused at the edge.
+        forwards: crate::policy::network::loopback_forwards(&spec.allowlist).unwrap_or_default(),
+    });
 
     let claude_dir = home.join(".claude");
     let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &claude_dir);
@@ -491,11 +494,11 @@ pub fn build(inp: &Inputs) -> Plan {
             scope_abstract_unix,
             mount_checks,
             default_signals: true,
+            listen,
         }),
         argv,
         settings: inp.settings.clone(),
         notes,
-        sync_fd: None,
         proxy,
     }
 }

@@ -9,7 +9,7 @@ use shell_quote::Sh;
 pub use crate::policy::escape::{escape_bytes, shown, Shown};
 
 use crate::policy::confinement as confine;
-use crate::policy::network::{self, NetworkMode, ProxySpec};
+use crate::policy::network::{self, ProxySpec};
 use crate::policy::plan::{EnvOp, MountKind, Plan};
 
 /// How one plan mount's source reaches bwrap at the launch (see `sources`).
@@ -138,7 +138,7 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
             }
         }
     }
-    for e in &plan.settings.env {
+    for e in &plan.user_env {
         a.push("--setenv".into());
         a.push(e.name.clone());
         a.push(e.value.clone());
@@ -258,30 +258,15 @@ pub fn mount_table(plan: &Plan) -> Vec<u8> {
 /// The user's settings that are not mounts: the config file, the network mode and the
 /// default claude arguments, each with where it came from.
 pub fn settings_table(plan: &Plan) -> Vec<u8> {
-    let s = &plan.settings;
     let mut out = Vec::new();
     out.extend_from_slice(b"# settings\n# name\tvalue\tfrom\n");
-    let mut row = |name: &str, value: &[u8], from: &str| {
-        out.extend_from_slice(name.as_bytes());
+    for r in &plan.settings_rows {
+        out.extend_from_slice(r.name.as_bytes());
         out.push(b'\t');
-        out.extend_from_slice(&escape_bytes(value));
+        out.extend_from_slice(&escape_bytes(&r.value));
         out.push(b'\t');
-        out.extend_from_slice(&escape_bytes(from.as_bytes()));
+        out.extend_from_slice(&escape_bytes(r.from.as_bytes()));
         out.push(b'\n');
-    };
-    let state = if s.config_read { "read" } else { "not present" };
-    row("config-file", s.config_file.as_os_str().as_bytes(), state);
-    row(
-        "network",
-        match &s.network {
-            NetworkMode::Open => b"open".as_slice(),
-            NetworkMode::Allowlist(_) => b"allowlist",
-            NetworkMode::None => b"none",
-        },
-        &s.network_origin.to_string(),
-    );
-    for a in &s.claude_args {
-        row("claude-args", &shell_line(&a.args), &a.origin.to_string());
     }
     out
 }
@@ -318,7 +303,7 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
             EnvOp::Unset(k) => line("unset", k.as_bytes(), None, "default"),
         }
     }
-    for e in &plan.settings.env {
+    for e in &plan.user_env {
         let from = e.origin.to_string();
         line("set", e.name.as_bytes(), Some(e.value.as_bytes()), &from);
     }
@@ -346,9 +331,7 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
             out.push(b'\n');
         }
     }
-    out.extend_from_slice(
-        format!("# network: {}\n", network::describe(&plan.settings.network)).as_bytes(),
-    );
+    out.extend_from_slice(format!("# network: {}\n", network::describe(&plan.network)).as_bytes());
     if let Some(proxy) = &plan.proxy {
         for e in &proxy.allowlist.entries {
             out.extend_from_slice(format!("allow\t{}\t{}\n", e.pattern, e.source).as_bytes());

@@ -46,7 +46,7 @@ use crate::policy::facts::Project;
 use crate::policy::facts::{ClaudeInstall, HostFacts, SystemEntry};
 use crate::policy::network::{NetworkMode, ProxySpec};
 use crate::policy::protected::{Guard, Protected};
-use crate::policy::settings::{ExtraKind, ExtraMount, Origin, Settings};
+use crate::policy::settings::{ExtraKind, ExtraMount, Origin, Settings, UserEnv};
 
 use crate::state::claude_home::{self, HostClaude, Overlay};
 use crate::state::sessions;
@@ -232,6 +232,44 @@ pub struct MountCheck {
     pub read_only: bool,
 }
 
+/// One row of `--dry-run`'s settings table: a name, its value and where it came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SettingRow {
+    pub name: &'static str,
+    pub value: Vec<u8>,
+    pub from: String,
+}
+
+/// The settings table's rows: the config file, the network mode and the default claude
+/// arguments, each with where it came from.
+fn settings_rows(s: &Settings) -> Vec<SettingRow> {
+    let state = if s.config_read { "read" } else { "not present" };
+    let mut rows = vec![
+        SettingRow {
+            name: "config-file",
+            value: s.config_file.as_os_str().as_bytes().to_vec(),
+            from: state.to_string(),
+        },
+        SettingRow {
+            name: "network",
+            value: match &s.network {
+                NetworkMode::Open => b"open".to_vec(),
+                NetworkMode::Allowlist(_) => b"allowlist".to_vec(),
+                NetworkMode::None => b"none".to_vec(),
+            },
+            from: s.network_origin.to_string(),
+        },
+    ];
+    for a in &s.claude_args {
+        rows.push(SettingRow {
+            name: "claude-args",
+            value: crate::policy::render::shell_line(&a.args),
+            from: a.origin.to_string(),
+        });
+    }
+    rows
+}
+
 /// The typed sandbox plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
@@ -245,9 +283,13 @@ pub struct Plan {
     pub confine: Option<Confine>,
     /// Program and arguments run inside.
     pub argv: Vec<OsString>,
-    /// The user's settings. Their variables (`settings.env`) are set after `env`, so that
-    /// an explicit `--env NAME` wins over claudebox's own changes.
-    pub settings: Settings,
+    /// The user's variables (`--env`, the config file), set after `env`, so that an
+    /// explicit `--env NAME` wins over claudebox's own changes.
+    pub user_env: Vec<UserEnv>,
+    /// The network mode in force (shown by `--dry-run`; the proxy is `proxy`).
+    pub network: NetworkMode,
+    /// The user's settings that are not mounts, one row each, for `--dry-run`.
+    pub settings_rows: Vec<SettingRow>,
     /// Opt-ins and known gaps of this launch, each with its reason, for `--dry-run`.
     pub notes: Vec<String>,
     /// Allowlist mode: the proxy that the launcher starts on the host before bwrap.
@@ -497,7 +539,9 @@ pub fn build(inp: &Inputs) -> Plan {
             listen,
         }),
         argv,
-        settings: inp.settings.clone(),
+        user_env: inp.settings.env.clone(),
+        network: inp.settings.network.clone(),
+        settings_rows: settings_rows(&inp.settings),
         notes,
         proxy,
     }

@@ -95,14 +95,9 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     };
     let claude_home = HostClaude::probe(&home);
     let inputs = Inputs {
-        project,
-        home,
-        state,
         claude,
         command,
-        instance_id: host::random_id()?,
         host: HostFacts::probe(),
-        bwrap,
         session,
         settings,
         claude_home,
@@ -117,9 +112,16 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             .map(|(n, _, _)| n.into())
             .collect(),
         ssh_agent,
-        own_exe: host::own_exe()?,
         landlock_abi: host::landlock_abi(),
         log_denied: cli.log_denied,
+        ..Inputs::new(
+            project,
+            home,
+            state,
+            bwrap,
+            host::own_exe()?,
+            host::random_id()?,
+        )
     };
     let plan = plan::build(&inputs);
     host::check_path_lengths(

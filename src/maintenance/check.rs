@@ -504,40 +504,27 @@ impl Probe {
             fs::write(home.join(".claude.json"), b"{}\n")?;
             fs::write(state.history(), b"")?;
             fs::write(state.empty_file(), b"")?;
-            let claude_home = crate::state::claude_home::HostClaude {
-                dir: home.join(".claude"),
-                json: home.join(".claude.json"),
-                entries: Vec::new(),
-                credentials: None,
-            };
             Ok(Inputs {
-                project: Project {
-                    root: work.clone(),
-                    work_tree: work.clone(),
-                    git_dir: None,
-                    common_dir: None,
-                    cwd: work,
-                },
-                home,
-                state,
                 claude: claude.cloned(),
                 command: Command::Exec(vec!["true".into()]),
-                instance_id: host::random_id()?,
                 host: HostFacts::probe(),
-                bwrap: bwrap.to_path_buf(),
-                session: None,
-                settings: Default::default(),
-                claude_home,
-                writable_claude_setup: false,
                 protect_project_metadata: false,
-                protected: Vec::new(),
-                unprotected_missing: Vec::new(),
                 ipc_vars: crate::host::ipc_vars_present(),
-                preset_vars: Vec::new(),
-                ssh_agent: None,
-                own_exe: host::own_exe()?,
                 landlock_abi: host::landlock_abi(),
-                log_denied: false,
+                ..Inputs::new(
+                    Project {
+                        root: work.clone(),
+                        work_tree: work.clone(),
+                        git_dir: None,
+                        common_dir: None,
+                        cwd: work,
+                    },
+                    home,
+                    state,
+                    bwrap.to_path_buf(),
+                    host::own_exe()?,
+                    host::random_id()?,
+                )
             })
         };
         match probe_inputs(&dir) {

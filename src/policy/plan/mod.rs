@@ -188,6 +188,51 @@ pub struct Inputs {
     pub log_denied: bool,
 }
 
+impl Inputs {
+    /// The one place every field is named: the project, its home and state, bwrap and
+    /// claudebox's own executable, with the rest neutral and safe (no claude found, claude
+    /// with no arguments, no extra settings, an empty `~/.claude` at `home`, the project's
+    /// metadata protected with nothing probed yet, no Landlock). The launch, `--check` and
+    /// the tests override what they probed with `Inputs { field, ..Inputs::new(..) }`.
+    pub fn new(
+        project: Project,
+        home: PathBuf,
+        state: ProjectState,
+        bwrap: PathBuf,
+        own_exe: PathBuf,
+        instance_id: String,
+    ) -> Inputs {
+        Inputs {
+            claude_home: HostClaude {
+                dir: home.join(".claude"),
+                json: home.join(".claude.json"),
+                entries: Vec::new(),
+                credentials: None,
+            },
+            project,
+            home,
+            state,
+            claude: None,
+            command: Command::Claude(Vec::new()),
+            instance_id,
+            host: HostFacts::default(),
+            bwrap,
+            session: None,
+            settings: Settings::default(),
+            writable_claude_setup: false,
+            protect_project_metadata: true,
+            protected: Vec::new(),
+            unprotected_missing: Vec::new(),
+            ipc_vars: Vec::new(),
+            preset_vars: Vec::new(),
+            ssh_agent: None,
+            own_exe,
+            landlock_abi: 0,
+            log_denied: false,
+        }
+    }
+}
+
 /// The files of `~/.config/git` that git reads to commit; the rest of it (`credentials`,
 /// tokens) is not bound.
 pub const GIT_XDG_FILES: &[&str] = &["config", "ignore", "attributes"];

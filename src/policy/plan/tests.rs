@@ -6,40 +6,25 @@ use super::*;
 /// what they look at with `Inputs { field, ..test_inputs() }`.
 pub(crate) fn test_inputs() -> Inputs {
     Inputs {
-        project: Project {
-            root: "/p/.git".into(),
-            work_tree: "/p".into(),
-            git_dir: Some("/p/.git".into()),
-            common_dir: Some("/p/.git".into()),
-            cwd: "/p".into(),
-        },
-        home: "/h".into(),
-        state: ProjectState {
-            dir: "/h/.claudebox/projects/0123456789abcdef".into(),
-        },
-        claude: None,
         command: Command::Exec(vec!["sh".into()]),
-        instance_id: "0".repeat(32),
-        host: HostFacts::default(),
-        bwrap: "/usr/bin/bwrap".into(),
-        session: None,
-        settings: Settings::default(),
-        claude_home: HostClaude {
-            dir: "/h/.claude".into(),
-            json: "/h/.claude.json".into(),
-            entries: Vec::new(),
-            credentials: None,
-        },
-        writable_claude_setup: false,
         protect_project_metadata: false,
-        protected: Vec::new(),
-        unprotected_missing: Vec::new(),
-        ipc_vars: Vec::new(),
-        preset_vars: Vec::new(),
-        ssh_agent: None,
-        own_exe: "/opt/cb/claudebox".into(),
         landlock_abi: 7,
-        log_denied: false,
+        ..Inputs::new(
+            Project {
+                root: "/p/.git".into(),
+                work_tree: "/p".into(),
+                git_dir: Some("/p/.git".into()),
+                common_dir: Some("/p/.git".into()),
+                cwd: "/p".into(),
+            },
+            "/h".into(),
+            ProjectState {
+                dir: "/h/.claudebox/projects/0123456789abcdef".into(),
+            },
+            "/usr/bin/bwrap".into(),
+            "/opt/cb/claudebox".into(),
+            "0".repeat(32),
+        )
     }
 }
 

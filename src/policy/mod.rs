@@ -1,12 +1,15 @@
 //! Pure data and policy, no I/O: the sandbox plan and its one renderer, the network
-//! policy, the IPC variables table, the escaper for untrusted text.
+//! policy, the IPC variables table, the `~/.claude` table, the state's layout, the escaper for untrusted text.
 
+pub mod claude_home;
 pub mod confinement;
 pub mod escape;
 pub mod facts;
 pub mod ipc;
+pub mod layout;
 pub mod network;
 pub mod plan;
 pub mod protected;
 pub mod render;
+pub mod session;
 pub mod settings;

@@ -48,9 +48,9 @@ use crate::policy::network::{NetworkMode, ProxySpec};
 use crate::policy::protected::{Guard, Protected};
 use crate::policy::settings::{ExtraKind, ExtraMount, Origin, Settings, UserEnv};
 
-use crate::state::claude_home::{self, HostClaude, Overlay};
-use crate::state::sessions;
-use crate::state::ProjectState;
+use crate::policy::claude_home::{self, HostClaude, Overlay};
+use crate::policy::layout::ProjectState;
+use crate::policy::session as sessions;
 
 /// How a path appears inside the sandbox.
 #[derive(Debug, Clone, PartialEq, Eq)]

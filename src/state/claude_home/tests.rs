@@ -2,7 +2,9 @@
 
 use super::*;
 use crate::host::project::Project;
+use crate::policy::claude_home::Class::*;
 use serde_json::json;
+use std::ffi::OsStr;
 use std::time::{Duration, Instant};
 
 fn project() -> Project {

@@ -1,0 +1,352 @@
+//! `~/.claude` inside the sandbox as data: one row per entry of the user's real Claude
+//! Code directory with its class and why ([`TABLE`]), what the launch found on the host
+//! ([`HostClaude`]) and the group's mounts in order ([`overlays`], pure). The I/O (probing
+//! the host, making mount points, syncing `.claude.json`) is `state::claude_home`.
+//!
+//! A new Claude Code entry of `~/.claude` is one row of [`TABLE`].
+
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+use crate::policy::layout::ProjectState;
+
+/// Whose an entry of `~/.claude` is, inside the sandbox.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Class {
+    /// The user's setup: the real entry, read-only (read-write with
+    /// `--writable-claude-setup`). When the host has none, an empty read-only one, so
+    /// that nothing planted in the project's directory takes its place.
+    Setup,
+    /// Written while claude works; this project's, persistent, shared by its sandboxes,
+    /// never the host's: the real entry is not visible.
+    Project,
+    /// Private to one launch and discarded at its end (an empty tmpfs).
+    Launch,
+    /// Shared by every sandbox and the host, read-write: one login.
+    Login,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    File,
+    Dir,
+}
+
+pub struct Entry {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub class: Class,
+    pub why: &'static str,
+}
+
+const fn row(name: &'static str, kind: Kind, class: Class, why: &'static str) -> Entry {
+    Entry {
+        name,
+        kind,
+        class,
+        why,
+    }
+}
+
+use Class::*;
+use Kind::*;
+
+/// Every entry of `~/.claude` claudebox knows. A new Claude Code directory is one line.
+#[rustfmt::skip]
+pub const TABLE: &[Entry] = &[
+    // The setup: what claude reads and runs without asking.
+    row("settings.json", File, Setup, "user settings: hooks, statusLine, apiKeyHelper, permissions, env (hot-reloaded)"),
+    row("settings.local.json", File, Setup, "user settings, local layer: same powers as settings.json"),
+    row("CLAUDE.md", File, Setup, "user memory: part of every prompt"),
+    row("keybindings.json", File, Setup, "key bindings"),
+    row("commands", Dir, Setup, "user slash commands: prompts"),
+    row("agents", Dir, Setup, "user subagents: prompts and tool grants"),
+    row("skills", Dir, Setup, "user skills: prompts and scripts"),
+    row("plugins", Dir, Setup, "installed plugins and marketplaces: hooks, MCP servers, commands"),
+    row("hooks", Dir, Setup, "scripts that settings.json hooks name"),
+    row("output-styles", Dir, Setup, "output styles: system-prompt text"),
+    row("rules", Dir, Setup, "user rules: prompt text (2.1.330)"),
+    row("workflows", Dir, Setup, "user workflows (2.1.330)"),
+    row("themes", Dir, Setup, "user themes (2.1.330)"),
+    row(
+        "cowork_plugins",
+        Dir,
+        Setup,
+        "plugins of the desktop app's cowork mode (2.1.330)",
+    ),
+    row(
+        "cowork_settings.json",
+        File,
+        Setup,
+        "settings of cowork mode (2.1.330)",
+    ),
+    row(
+        "state",
+        Dir,
+        Setup,
+        "hybrid settings and consents (2.1.330)",
+    ),
+    row(".config.json", File, Setup, "legacy user config, read at start"),
+    row("local", Dir, Setup, "a claude installed by `claude migrate-installer`: the host runs it"),
+    row("ide", Dir, Setup, "IDE lock files naming the IDE's port and token"),
+    // What claude writes while it works: this project's.
+    row(
+        "projects",
+        Dir,
+        Project,
+        "conversations and memory (claudebox's claude-projects state)",
+    ),
+    row(
+        "history.jsonl",
+        File,
+        Project,
+        "prompt history (claudebox's history.jsonl state)",
+    ),
+    row(
+        ".claude.json",
+        File,
+        Project,
+        "config: this project's copy (see sync)",
+    ),
+    row(".claude.json.lock", Dir, Project, "claude's lock of .claude.json"),
+    row("backups", Dir, Project, "copies of .claude.json: the host's name every project"),
+    row("file-history", Dir, Project, "pre-edit copies of edited files; /rewind writes them back"),
+    row("todos", Dir, Project, "todo lists per session"),
+    row("plans", Dir, Project, "plan-mode plans"),
+    row("tasks", Dir, Project, "task lists"),
+    row("teams", Dir, Project, "agent teams"),
+    row("paste-cache", Dir, Project, "pasted text"),
+    row("image-cache", Dir, Project, "pasted images"),
+    row("uploads", Dir, Project, "uploaded files"),
+    row("downloads", Dir, Project, "downloaded files (2.1.330)"),
+    row("debug", Dir, Project, "debug logs"),
+    row("telemetry", Dir, Project, "failed telemetry events"),
+    row("statsig", Dir, Project, "feature-flag cache"),
+    row(
+        "cache",
+        Dir,
+        Project,
+        "model catalog and other caches (2.1.330)",
+    ),
+    row("stats-cache.json", File, Project, "usage statistics"),
+    row("usage-data", Dir, Project, "usage data"),
+    row("agent-memory", Dir, Project, "subagent memory"),
+    row("mcp-needs-auth-cache.json", File, Project, "MCP servers waiting for a login"),
+    row("policy-limits.json", File, Project, "organisation policy cache"),
+    row("remote-settings.json", File, Project, "remote managed settings cache"),
+    row("chrome", Dir, Project, "Chrome integration: the host's native-messaging host is not shown"),
+    row("jobs", Dir, Project, "background jobs (2.1.330)"),
+    row("daemon", Dir, Project, "background daemon state (2.1.330)"),
+    row(
+        "daemon.json",
+        File,
+        Project,
+        "background daemon state (2.1.330)",
+    ),
+    row("dev-mods", Dir, Project, "per-session state (2.1.330)"),
+    row(".device-keys.json", File, Project, "device keys (2.1.330)"),
+    row(
+        ".storage-write.lock",
+        Dir,
+        Project,
+        "claude's storage lock (2.1.330)",
+    ),
+    row(
+        ".hybrid_oauth_refresh.lock",
+        Dir,
+        Project,
+        "claude's lock (2.1.330)",
+    ),
+    row(".oauth_refresh.lock", Dir, Project, "OAuth refresh lock: shared by the project's sandboxes"),
+    // Private to one launch.
+    row(
+        "sessions",
+        Dir,
+        Launch,
+        "running-session registry keyed by pid (claude is pid 2 in every sandbox)",
+    ),
+    row("shell-snapshots", Dir, Launch, "sourced before every Bash call of every running session"),
+    row("session-env", Dir, Launch, "hook environment scripts, run without asking"),
+    // One login.
+    row(".credentials.json", File, Login, "OAuth tokens of the login, refreshed by any claude"),
+];
+
+/// Where `claude migrate-installer` puts claude: read-only whatever the options.
+const INSTALLATION: &str = "local";
+
+/// The class of an entry of the real `~/.claude`; unknown entries are Setup.
+pub fn class_of(name: &OsStr) -> Class {
+    entry(name).map_or(Setup, |e| e.class)
+}
+
+pub fn entry(name: &OsStr) -> Option<&'static Entry> {
+    TABLE.iter().find(|e| OsStr::new(e.name) == name)
+}
+
+/// What the launch found of the user's Claude Code configuration on the host.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostClaude {
+    /// The real config dir: `$CLAUDE_CONFIG_DIR` when the host sets it, else `~/.claude`.
+    pub dir: PathBuf,
+    /// The real `.claude.json`: `$CLAUDE_CONFIG_DIR/.claude.json`, else `~/.claude.json`.
+    pub json: PathBuf,
+    /// The entries of `dir`, sorted by name, each with whether it is a directory.
+    pub entries: Vec<(OsString, bool)>,
+    /// The login's credentials file, when there is one: in
+    /// `$CLAUDE_SECURESTORAGE_CONFIG_DIR` when the host sets it, else in `dir`.
+    pub credentials: Option<PathBuf>,
+}
+
+/// One mount of the `~/.claude` group, for the plan to turn into its own type.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Overlay {
+    /// Bind `source` at `target`, read-only unless `writable`; skipped if `source` went.
+    Bind {
+        source: PathBuf,
+        target: PathBuf,
+        writable: bool,
+        file: bool,
+        why: String,
+    },
+    /// An empty read-only directory.
+    EmptyDir { target: PathBuf, why: String },
+    /// A fresh empty tmpfs.
+    Tmpfs { target: PathBuf, why: String },
+}
+
+/// The `~/.claude` group, in mount order: the project's directory, then over it every
+/// entry that is not the project's. Pure.
+pub fn overlays(
+    home: &Path,
+    host: &HostClaude,
+    st: &ProjectState,
+    writable_setup: bool,
+) -> Vec<Overlay> {
+    let inside = home.join(".claude");
+    let mut v = vec![Overlay::Bind {
+        source: st.claude_config(),
+        target: inside.clone(),
+        writable: true,
+        file: false,
+        why: "this project's ~/.claude (claudebox state): what claude writes while it works".into(),
+    }];
+    v.push(Overlay::Bind {
+        source: st.conversations(),
+        target: inside.join("projects"),
+        writable: true,
+        file: false,
+        why: "this project's conversations".into(),
+    });
+    v.push(Overlay::Bind {
+        source: st.history(),
+        target: inside.join("history.jsonl"),
+        writable: true,
+        file: true,
+        why: "this project's prompt history".into(),
+    });
+    let on_host = |name: &str| host.entries.iter().any(|(n, _)| n == name);
+    for (name, is_dir) in &host.entries {
+        let class = class_of(name);
+        let target = inside.join(name);
+        let source = host.dir.join(name);
+        match class {
+            Setup => {
+                let known = entry(name).is_some();
+                // The installation stays read-only even with the opt-out: the host runs it.
+                let writable = writable_setup && name != INSTALLATION;
+                v.push(Overlay::Bind {
+                    source,
+                    target,
+                    writable,
+                    file: !is_dir,
+                    why: match (writable, known) {
+                        (true, _) => "your setup, read-write (--writable-claude-setup)".into(),
+                        (false, true) => {
+                            format!(
+                                "your setup, read-only: {}",
+                                entry(name).map_or("", |e| e.why)
+                            )
+                        }
+                        (false, false) => {
+                            "your setup (an entry claudebox does not know), read-only".into()
+                        }
+                    },
+                });
+            }
+            Login => v.push(Overlay::Bind {
+                source,
+                target,
+                writable: true,
+                file: true,
+                why: "the login's OAuth tokens, shared with the host".into(),
+            }),
+            Project | Launch => {}
+        }
+    }
+    if !writable_setup {
+        for e in TABLE
+            .iter()
+            .filter(|e| e.class == Setup && !on_host(e.name) && placeholder(e.name))
+        {
+            let target = inside.join(e.name);
+            let why = format!("empty and read-only, as you have none: {}", e.why);
+            v.push(match e.kind {
+                Dir => Overlay::EmptyDir { target, why },
+                File => Overlay::Bind {
+                    source: st.empty_file(),
+                    target,
+                    writable: false,
+                    file: true,
+                    why,
+                },
+            });
+        }
+    }
+    for e in TABLE.iter().filter(|e| e.class == Launch) {
+        v.push(Overlay::Tmpfs {
+            target: inside.join(e.name),
+            why: format!("private to this launch: {}", e.why),
+        });
+    }
+    // The login: claude's secure-storage dir (CLAUDE_SECURESTORAGE_CONFIG_DIR inside),
+    // one for every sandbox of every project, so they share the OAuth refresh lock.
+    let login = st.login_dir();
+    v.push(Overlay::Bind {
+        source: login.clone(),
+        target: login.clone(),
+        writable: true,
+        file: false,
+        why: "the login's directory, shared by every sandbox: OAuth refresh and storage \
+              locks (claude's CLAUDE_SECURESTORAGE_CONFIG_DIR)"
+            .into(),
+    });
+    if let Some(c) = host.credentials.as_ref().filter(|c| !c.starts_with(&login)) {
+        v.push(Overlay::Bind {
+            source: c.clone(),
+            target: login.join(".credentials.json"),
+            writable: true,
+            file: true,
+            why: "the login's OAuth tokens, shared with the host".into(),
+        });
+    }
+    v
+}
+
+/// Setup entries that get an empty read-only stand-in when the host has none: those
+/// claude runs or prompts from.
+fn placeholder(name: &str) -> bool {
+    matches!(
+        name,
+        "settings.json"
+            | "settings.local.json"
+            | "CLAUDE.md"
+            | "commands"
+            | "agents"
+            | "skills"
+            | "plugins"
+            | "hooks"
+            | "output-styles"
+            | "rules"
+            | "workflows"
+    )
+}

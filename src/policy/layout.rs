@@ -1,0 +1,83 @@
+//! The on-disk state's layout as data: the names in a project's state directory and the
+//! paths of one project's state (`~/.claudebox/projects/<id>/`). Pure; `state` does the I/O.
+
+use std::path::{Path, PathBuf};
+
+pub const ROOT_FILE: &str = "project-root";
+pub const CONVERSATIONS_DIR: &str = "claude-projects";
+pub const HISTORY_FILE: &str = "history.jsonl";
+pub const CLAUDE_CONFIG_DIR: &str = "claude-config";
+pub const CLAUDE_JSON_BASE: &str = "claude-json-host.json";
+pub const LOGIN_DIR: &str = "login";
+pub const LOCK_FILE: &str = "lock";
+pub const SESSIONS_DIR: &str = "sessions";
+pub const EMPTY_FILE: &str = "empty";
+pub const DENIED_LOG: &str = "network-denied.log";
+/// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
+pub const LOCAL_SETTINGS_FILE: &str = "claude-settings.local.json";
+/// When `--gc` first found the project's root missing (seconds since the epoch).
+pub const MISSING_FILE: &str = "root-missing-since";
+/// Prefix of a project directory being made (renamed into place when whole).
+pub const NEW_PREFIX: &str = ".new-";
+
+/// The paths of one project's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectState {
+    pub dir: PathBuf,
+}
+
+impl ProjectState {
+    pub fn root_file(&self) -> PathBuf {
+        self.dir.join(ROOT_FILE)
+    }
+    pub fn conversations(&self) -> PathBuf {
+        self.dir.join(CONVERSATIONS_DIR)
+    }
+    pub fn history(&self) -> PathBuf {
+        self.dir.join(HISTORY_FILE)
+    }
+    /// The login's directory, shared by every project: `<state home>/login` (claude's
+    /// `CLAUDE_SECURESTORAGE_CONFIG_DIR` inside, see `claude_home`).
+    pub fn login_dir(&self) -> PathBuf {
+        let home = self
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(&self.dir);
+        home.join(LOGIN_DIR)
+    }
+    /// Mounted at `~/.claude` (see `claude_home`).
+    pub fn claude_config(&self) -> PathBuf {
+        self.dir.join(CLAUDE_CONFIG_DIR)
+    }
+    /// The project's `.claude.json` (`CLAUDE_CONFIG_DIR` inside points at its dir).
+    pub fn claude_json(&self) -> PathBuf {
+        self.claude_config().join(".claude.json")
+    }
+    /// Who holds claude's lock of the project's `.claude.json` for a launch.
+    pub fn claude_json_lock_owner(&self) -> PathBuf {
+        self.dir.join("claude-json-lock-owner")
+    }
+    /// The host's `.claude.json` as last synced, for the next three-way merge.
+    pub fn claude_json_base(&self) -> PathBuf {
+        self.dir.join(CLAUDE_JSON_BASE)
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join(LOCK_FILE)
+    }
+    pub fn sessions(&self) -> PathBuf {
+        self.dir.join(SESSIONS_DIR)
+    }
+    /// Mounted read-only over each hidden file (`hide`).
+    pub fn empty_file(&self) -> PathBuf {
+        self.dir.join(EMPTY_FILE)
+    }
+    /// Hosts the allowlist proxy refused.
+    pub fn denied_log(&self) -> PathBuf {
+        self.dir.join(DENIED_LOG)
+    }
+    /// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
+    pub fn local_settings(&self) -> PathBuf {
+        self.dir.join(LOCAL_SETTINGS_FILE)
+    }
+}

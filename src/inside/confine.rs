@@ -1,5 +1,8 @@
-//! The sandbox's first step inside: `claudebox --sandbox-init [--scope-abstract-unix] --
-//! CMD [ARGS...]` applies what bwrap cannot express, then execs CMD in its place:
+//! The sandbox's one step inside: `claudebox --sandbox-init [--scope-abstract-unix]
+//! [--default-signals] [--expect-ro|--expect-rw PATH]... [--proxy-fd FD --proxy-port PORT
+//! [--forward ADDR|--forward-optional ADDR]...] -- CMD [ARGS...]` (parsed by [`Args`],
+//! rendered only by `policy::render`) applies what bwrap cannot express, then execs CMD in
+//! its place:
 //!
 //! - a seccomp filter that makes `ioctl(TIOCSTI)` and `ioctl(TIOCLINUX)` fail with EPERM
 //!   (typing into the user's terminal) while every other ioctl (TIOCGWINSZ for resizing)
@@ -22,6 +25,8 @@
 //!   down mid-cleanup through `--die-with-parent`; bwrap's processes inherit the ignored
 //!   disposition and only the agent, given the default back here, sees the signal. This
 //!   step is essential: a non-interactive shell cannot trap a signal ignored on entry.
+//!
+//! - in allowlist mode, last, the proxy's listeners (see `inside::listen`).
 //!
 //! It runs as a step of the printed command line, so `--dry-run` shows it and pasting that
 //! line applies it too. Any failure ends the launch: nothing runs unconfined.

@@ -23,8 +23,8 @@
 //! 7. `~/.claude.json`, a symlink to the project's copy in `~/.claude`;
 //! 8. the user's extra mounts (`ro`, `rw`, `hide` from the config file and the command
 //!    line), parents before children.
-//! 9. in allowlist mode, claudebox's first step inside (see `confine`) also hands the proxy
-//!    its port (see `netbridge`).
+//! 9. in allowlist mode, claudebox's one step inside (see `inside::confine`) also opens
+//!    the proxy's port and hands it to the proxy (see `inside::listen`).
 //!
 //! The `~/.claude` group comes after the project so that it still wins when the project
 //! is the home directory itself (only allowed with `--yes`).
@@ -324,7 +324,8 @@ pub struct Plan {
     pub mounts: Vec<Mount>,
     pub env: Vec<EnvOp>,
     pub cwd: PathBuf,
-    /// The first step inside: seccomp filter and Landlock scope, then exec of `argv`.
+    /// The one step inside: mount checks, Landlock, seccomp, signals, the proxy's
+    /// listeners, then exec of `argv`.
     pub confine: Option<Confine>,
     /// Program and arguments run inside.
     pub argv: Vec<OsString>,

@@ -204,6 +204,8 @@ fn exec_registered(
     proxy_fd: Option<i32>,
 ) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
+    // Sibling launches prepare the same files: one at a time, until the fds are open.
+    let setup = inuse::setup_lock(&inp.state)?;
     // The empty file stands in for hidden files and for setup files the user has none of.
     state::ensure_empty_file(&inp.state)?;
     let overlays = claude_home::overlays(
@@ -253,6 +255,7 @@ fn exec_registered(
     let signals_ignored_on_entry = !ignore_terminal_signals();
     // Every bind source opened and checked now, and mounted by that descriptor.
     let opened = sources::open(plan, &writable_areas(inp))?;
+    drop(setup);
     let table = opened.table();
     let argv = render::argv_with(
         plan,

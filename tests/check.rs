@@ -190,6 +190,37 @@ fn a_state_dir_that_cannot_be_made_fails() {
     assert!(fix.contains("CLAUDEBOX_HOME"), "{fix}");
 }
 
+/// A path holding "; " comes out whole: the fix is data, not the message cut at "; "
+/// (which gave the detail "the state directory .../a" and the fix "b/afile/state is not
+/// writable (...)").
+#[test]
+fn a_state_dir_path_holding_a_semicolon_comes_out_whole() {
+    let w = World::new();
+    let dir = w.dir("a; b");
+    let file = dir.join("afile");
+    fs::write(&file, "").unwrap();
+    let out = check(&w, |c| {
+        c.env("CLAUDEBOX_HOME", file.join("state"));
+    });
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (st, detail, fix) = row_of(&text, "state dir");
+    assert_eq!(st, "fail", "{text}");
+    assert!(detail.starts_with("the state directory "), "{detail}");
+    assert!(
+        detail.contains("a; b/afile/state is not writable"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("a; b/afile is not a writable directory)"),
+        "{detail}"
+    );
+    assert_eq!(
+        fix, "fix: fix its permissions or set CLAUDEBOX_HOME to a writable directory",
+        "{text}"
+    );
+}
+
 #[test]
 fn an_unwritable_state_dir_fails_for_a_user() {
     if is_root() {

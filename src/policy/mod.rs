@@ -2,6 +2,7 @@
 //! policy, the IPC variables table, the escaper for untrusted text.
 
 pub mod confinement;
+pub mod error;
 pub mod escape;
 pub mod facts;
 pub mod ipc;

@@ -510,7 +510,10 @@ pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<Strin
     let name = check_name(name)?;
     let path = record_path(state, &name);
     if fs::symlink_metadata(&path).is_err() {
-        bail!("there is no session named `{name}` in this project; `claudebox --list` shows them");
+        bail!(crate::policy::error::Fixable::new(
+            format!("there is no session named `{name}` in this project"),
+            "`claudebox --list` shows them"
+        ));
     }
     let uuid = read_record(state, &name).ok().flatten().map(|r| r.uuid);
     let kept = match &uuid {

@@ -219,6 +219,18 @@ fn a_state_dir_path_holding_a_semicolon_comes_out_whole() {
         fix, "fix: fix its permissions or set CLAUDEBOX_HOME to a writable directory",
         "{text}"
     );
+    // The check runs from the world's root, which holds the config file: a launch there
+    // would refuse it, and the row gives that refusal's own fix, from its fields.
+    let (st, detail, fix) = row_of(&text, "config");
+    assert_eq!(st, "warn", "{text}");
+    assert!(
+        detail.ends_with("the agent could rewrite its own configuration"),
+        "{detail}"
+    );
+    assert_eq!(
+        fix, "fix: set XDG_CONFIG_HOME to a directory outside it",
+        "{text}"
+    );
 }
 
 #[test]

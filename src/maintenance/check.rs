@@ -112,6 +112,12 @@ fn parts(e: &anyhow::Error, fallback: &str) -> (String, String) {
     }
 }
 
+/// The [`error::Fixable`] that is the error itself (not one under a context, whose
+/// `what` would leave the context out).
+fn top_fixable(e: &anyhow::Error) -> Option<&error::Fixable> {
+    e.chain().next()?.downcast_ref::<error::Fixable>()
+}
+
 fn checks() -> Result<Vec<Row>> {
     let home = host::home_dir()?;
     let mut rows = Vec::new();
@@ -193,11 +199,19 @@ fn config_row(home: &Path) -> Row {
                 }
             ),
         ),
-        Err(e) => warn(
-            "config",
-            format!("a launch from this directory would stop: {e:#}"),
-            format!("fix {} or launch from your project", show(&config_file)),
-        ),
+        Err(e) => match top_fixable(&e) {
+            // A refusal that says its own fix (e.g. the config file inside the project).
+            Some(f) => warn(
+                "config",
+                format!("a launch from this directory would stop: {}", f.what),
+                f.fix.clone(),
+            ),
+            None => warn(
+                "config",
+                format!("a launch from this directory would stop: {e:#}"),
+                format!("fix {} or launch from your project", show(&config_file)),
+            ),
+        },
     }
 }
 

@@ -112,11 +112,14 @@ pub fn check_claude_args(name: &str, args: &[OsString]) -> Result<()> {
                 || (b[1..].iter().all(u8::is_ascii_alphabetic)
                     && b[1..].iter().any(|c| *c == b'r' || *c == b'c')));
         if long || short {
-            bail!(
-                "`--session {name}` chooses the conversation itself, so claude's `{}` cannot \
-                 be used with it; drop it (to start this name over: `claudebox --forget {name}`)",
-                a.to_string_lossy()
-            );
+            bail!(crate::policy::error::Fixable::new(
+                format!(
+                    "`--session {name}` chooses the conversation itself, so claude's `{}` \
+                     cannot be used with it",
+                    a.to_string_lossy()
+                ),
+                format!("drop it (to start this name over: `claudebox --forget {name}`)")
+            ));
         }
     }
     Ok(())

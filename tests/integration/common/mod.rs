@@ -1,6 +1,5 @@
 //! Shared test harness: a throwaway HOME, a fake `claude` on PATH that reports from inside
 //! the sandbox, and helpers to build real git repositories.
-#![allow(dead_code)]
 
 use std::ffi::{OsStr, OsString};
 use std::fs;

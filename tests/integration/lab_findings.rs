@@ -3,8 +3,6 @@
 //! hosts in allowlist mode: tests/conversations.rs
 //! allowlist_reaches_a_loopback_api_only_through_the_proxy.)
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -12,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use common::lab::*;
-use common::*;
+use crate::common::lab::*;
+use crate::common::*;
 
 const RUN_LIMIT: Duration = Duration::from_secs(90);
 

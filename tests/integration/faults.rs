@@ -6,11 +6,9 @@
 //! --nocapture`) and is bounded: loops have fixed counts, servers are on 127.0.0.1 and
 //! stop with the test.
 
-mod common;
-
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -20,8 +18,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::maintenance::*;
-use common::{ok, stderr, World};
+use crate::common::maintenance::*;
+use crate::common::{ok, stderr, World};
 
 /// A small deterministic generator (xorshift), seeded from the clock and printed.
 struct Rng(u64);
@@ -529,7 +527,7 @@ fn gc_never_sees_a_first_launch_half_way() {
         let path = w.path_var();
         thread::spawn(move || {
             while stop.load(Ordering::Relaxed) == 0 {
-                let out = Command::new(common::BIN)
+                let out = Command::new(crate::common::BIN)
                     .current_dir(&root)
                     .env_clear()
                     .env("HOME", &home)
@@ -568,7 +566,7 @@ fn with_small_tmpfs(w: &World, mount: &Path, size: u64, script: &str) -> std::pr
         .arg("--tmpfs")
         .arg(mount)
         .args(["sh", "-c", script, "sh"])
-        .arg(common::BIN)
+        .arg(crate::common::BIN)
         .current_dir(w.root())
         .env_clear()
         .env("HOME", w.home())
@@ -909,11 +907,4 @@ fn a_path_too_long_for_bwrap_is_refused_before_any_state() {
     let fine = deep(3900);
     ok(&w.cmd(&fine).args(["--exec", "true"]).output().unwrap());
     println!("long paths: 4092 bytes refused before any state, 3900 bytes launched");
-}
-
-#[allow(dead_code)]
-fn read_all(mut s: TcpStream) -> String {
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
 }

@@ -8,8 +8,6 @@
 //! (scripts/test installs both); without them these tests fail unless
 //! `CLAUDEBOX_SKIP_E2E=1`.
 
-mod common;
-
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -19,8 +17,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::lab::*;
-use common::*;
+use crate::common::lab::*;
+use crate::common::*;
 
 /// How long one claudebox run may take before the test fails (and kills it).
 const RUN_LIMIT: Duration = Duration::from_secs(60);

@@ -1,15 +1,13 @@
 //! Ctrl-C in a terminal: SIGINT to the whole foreground process group. The agent must get
 //! it, have time to clean up, and its exit status must be the sandbox's (issue 12).
 
-mod common;
-
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 

@@ -4,12 +4,8 @@
 //! `controls_*` prove that the same attempts succeed where nothing stops them, so a pass
 //! here means something.
 
-#[path = "escape/claude_home.rs"]
 mod claude_home;
-mod common;
-#[path = "escape/project_files.rs"]
 mod project_files;
-#[path = "escape/race.rs"]
 mod race;
 
 use std::fs;
@@ -17,7 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use common::*;
+use crate::common::*;
 
 const HELPERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/helpers");
 const MARK: &str = "ESCAPED";
@@ -377,7 +373,7 @@ fn attempts(a: &Arena) -> Vec<Attempt> {
     v.push(
         attempt(
             "read the host session's kernel keyring",
-            py(include_str!("helpers/keyring_read.py")),
+            py(include_str!("../helpers/keyring_read.py")),
         )
         .via(Via::Keyring),
     );
@@ -448,7 +444,7 @@ print("ESCAPED attached" if r == 0 else "ptrace failed: errno %d" % ctypes.get_e
         "gain privileges through a setuid-root binary (su)",
         format!(
             "python3 -c {} su -c 'sleep 5' root | sed 's/ELEVATED/{MARK}/'",
-            sq(include_str!("helpers/setuid_probe.py"))
+            sq(include_str!("../helpers/setuid_probe.py"))
         ),
     ));
     v.push(attempt(

@@ -5,8 +5,6 @@
 //! runs the command without asking, and the host's `.claude/settings.local.json` and
 //! `.claude/settings.json` are never written.
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,8 +12,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use common::lab::*;
-use common::*;
+use crate::common::lab::*;
+use crate::common::*;
 
 struct Tmux {
     dir: tempfile::TempDir,

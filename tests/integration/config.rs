@@ -3,15 +3,13 @@
 //! network switch, per-project sections, origins in `--dry-run`, invalid files, and the
 //! attempts of a project (or the agent) to widen its own sandbox.
 
-mod common;
-
 use std::fs;
 use std::net::TcpListener;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 
 /// `XDG_CONFIG_HOME` for these tests: outside the World's HOME.
 fn xdg(w: &World) -> PathBuf {

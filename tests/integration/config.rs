@@ -448,7 +448,7 @@ fn a_planted_git_file_does_not_join_a_configured_project() {
         &format!("[[project]]\nroot = {}\nro = [{}]\n", q(&a), q(&secret)),
     );
     let script = format!("cat {}/f 2>/dev/null || echo NOT-GRANTED", secret.display());
-    // without --yes the launch refuses the foreign git dir outright (tests/identity.rs);
+    // without --yes the launch refuses the foreign git dir outright (tests/integration/identity.rs);
     // with it, the section still does not apply
     let out = inside(&w, &evil, &["--yes"], &script);
     assert!(out.contains("NOT-GRANTED"), "{out}");

@@ -711,7 +711,7 @@ fn escape_suite() {
             succeeded.push(at.name);
         }
     }
-    // Attempts that take more than one launch (tests/escape/race.rs).
+    // Attempts that take more than one launch (tests/integration/escape/race.rs).
     let more = race::attempts();
     for (name, escaped) in &more {
         if *escaped {

@@ -2,8 +2,8 @@
 //! record write and of a `--gc`, in loops; a bwrap stuck at start (bubblewrap #633); a
 //! small full file system as the state directory; the allowlist proxy with more
 //! connections than its descriptors allow and a flood of denials; odd HOMEs and a path
-//! too long for bwrap. Each case prints its figures (`cargo test --test faults --
-//! --nocapture`) and is bounded: loops have fixed counts, servers are on 127.0.0.1 and
+//! too long for bwrap. Each case prints its figures (`cargo test --test integration
+//! faults:: -- --nocapture`) and is bounded: loops have fixed counts, servers are on 127.0.0.1 and
 //! stop with the test.
 
 use std::fs;

@@ -1,6 +1,6 @@
 //! What the lab found (issue 12), each with the real Claude Code (both versions) against
 //! the mock Messages API: the paths a moved conversation cites, Ctrl-C in `-p`. (Loopback
-//! hosts in allowlist mode: tests/conversations.rs
+//! hosts in allowlist mode: tests/integration/conversations.rs
 //! allowlist_reaches_a_loopback_api_only_through_the_proxy.)
 
 use std::fs;

@@ -56,6 +56,7 @@ fn servers(path: &Path) -> Vec<String> {
 
 #[test]
 fn sandboxes_and_the_host_add_mcp_servers_at_once_nothing_lost_nothing_invalid() {
+    let _heavy = crate::common::heavy();
     // The newest in CI (2.1.197 loses updates to its own siblings even bare: its config
     // lock does not wait); `CLAUDEBOX_CONCURRENCY_VERSION=pinned` for 2.1.197.
     let want = std::env::var("CLAUDEBOX_CONCURRENCY_VERSION").unwrap_or_else(|_| "latest".into());

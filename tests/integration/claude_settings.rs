@@ -139,6 +139,7 @@ fn state_copy(w: &World) -> PathBuf {
 
 #[test]
 fn always_allow_lands_in_the_state_copy_and_holds_in_the_next_sandbox() {
+    let _heavy = crate::common::heavy();
     for c in claude_versions() {
         let w = world_with(&c);
         let p = w.dir("proj");

@@ -24,6 +24,7 @@ fn world_with_real_claude(claude: &PathBuf) -> World {
 
 #[test]
 fn real_claude_mcp_config_is_the_projects_and_follows_the_host() {
+    let _heavy = crate::common::heavy();
     for c in crate::common::lab::claude_versions() {
         mcp_config_is_the_projects(&c.bin);
     }
@@ -98,6 +99,7 @@ fn mcp_config_is_the_projects(claude: &PathBuf) {
 /// command from `~/.claude/commands/` expands into the prompt the API receives.
 #[test]
 fn real_claude_runs_the_users_hooks_and_commands_from_the_read_only_setup() {
+    let _heavy = crate::common::heavy();
     use crate::common::lab::{claude_versions, MockApi, API_KEY};
     for c in claude_versions() {
         let w = world_with_real_claude(&c.bin);

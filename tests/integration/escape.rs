@@ -701,6 +701,7 @@ fn run_attempt(a: &Arena, at: &Attempt) -> (bool, String) {
 
 #[test]
 fn escape_suite() {
+    let _heavy = crate::common::heavy();
     let arena = Arena::new();
     let attempts = attempts(&arena);
     let mut succeeded = Vec::new();
@@ -731,6 +732,7 @@ fn escape_suite() {
 /// protection turned off. Each must succeed, or the suite above proves nothing.
 #[test]
 fn controls_show_the_attempts_can_succeed() {
+    let _heavy = crate::common::heavy();
     let arena = Arena::new();
     let host = |script: &str| -> String {
         let o = Command::new("sh")

@@ -558,6 +558,7 @@ fn a_planted_symlink_does_not_carry_the_transcript_outside() {
 /// conversation found" when the transcript is not where it looks).
 #[test]
 fn real_claude_resumes_from_another_directory_including_a_long_one() {
+    let _heavy = crate::common::heavy();
     for c in crate::common::lab::claude_versions() {
         resumes_from_another_directory_including_a_long_one(&c.bin);
     }

@@ -73,6 +73,7 @@ fn interrupt(mut child: Child) -> ExitStatus {
 
 #[test]
 fn ctrl_c_reaches_the_agent_which_cleans_up_and_whose_status_is_the_sandboxs() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     let proj = w.dir("proj");
     init_repo(&proj);
@@ -128,6 +129,7 @@ fn ctrl_c_reaches_the_agent_which_cleans_up_and_whose_status_is_the_sandboxs() {
 
 #[test]
 fn a_job_started_with_sigint_ignored_keeps_it_ignored_inside() {
+    let _heavy = crate::common::heavy();
     // A background job of a non-interactive shell starts with SIGINT ignored; the agent
     // inherits that choice instead of having it undone.
     let w = World::new();

@@ -413,6 +413,7 @@ fn inherited_fd_control() {
 #[test]
 #[ignore]
 fn race_figures() {
+    let _heavy = crate::common::heavy();
     for t in TARGETS {
         race(t, false, LAUNCHES, false);
         race(t, true, LAUNCHES, false);

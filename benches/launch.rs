@@ -12,13 +12,6 @@
 //!   --depth N       subdirectory depth for the project-root search (default 30)
 //! Fixtures go under $TMPDIR (default /tmp) and are removed at the end.
 
-#[allow(dead_code)]
-#[path = "../src/escape.rs"]
-mod escape;
-#[allow(dead_code, unused_imports)]
-#[path = "../src/project.rs"]
-mod project;
-
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
@@ -26,6 +19,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+use claudebox::host::project;
 
 struct Opts {
     bin: PathBuf,

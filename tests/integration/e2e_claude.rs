@@ -96,7 +96,8 @@ fn mcp_config_is_the_projects(claude: &PathBuf) {
 /// The user's setup works inside although it is read-only: a `PreToolUse` hook from the
 /// host's `~/.claude/settings.json` runs a script from `~/.claude/hooks/` (named by its
 /// `$HOME/.claude/...` path) before the Bash call of a `-p` conversation, and a user slash
-/// command from `~/.claude/commands/` expands into the prompt the API receives.
+/// command from `~/.claude/commands/` expands into the prompt the API receives, and a
+/// skill from `~/.claude/skills/` is offered to the model.
 #[test]
 fn real_claude_runs_the_users_hooks_and_commands_from_the_read_only_setup() {
     let _heavy = crate::common::heavy();
@@ -117,6 +118,12 @@ fn real_claude_runs_the_users_hooks_and_commands_from_the_read_only_setup() {
         let settings = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash", "hooks": [
             {"type": "command", "command": "sh \"$HOME/.claude/hooks/mark.sh\""}]}]}});
         fs::write(claude.join("settings.json"), settings.to_string()).unwrap();
+        fs::create_dir_all(claude.join("skills/lab-skill")).unwrap();
+        fs::write(
+            claude.join("skills/lab-skill/SKILL.md"),
+            "---\nname: lab-skill\ndescription: SKILL-DESC-4471 use this for lab checks\n---\nbody\n",
+        )
+        .unwrap();
         fs::write(
             claude.join("commands/greet.md"),
             "USER-COMMAND-BODY-7731: say hello\n",
@@ -146,6 +153,11 @@ fn real_claude_runs_the_users_hooks_and_commands_from_the_read_only_setup() {
             c.label
         );
         let first = &mock.conversation(0)[0];
+        assert!(
+            first["body"].to_string().contains("SKILL-DESC-4471"),
+            "[{}] the user's skill is not offered to the model",
+            c.label
+        );
         assert!(
             crate::common::lab::messages_text(first).contains("USER-COMMAND-BODY-7731"),
             "[{}] the user's slash command did not expand",

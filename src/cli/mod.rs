@@ -1,0 +1,183 @@
+//! The command line. claudebox's own options come first; everything after them goes to
+//! claude unchanged (or is the command for `--exec`). Option names never take one of
+//! claude's (`-n/--name`, `-r/--resume`, `-c`, `-p`, `-w` are claude's).
+
+pub mod shell;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::Parser;
+
+use crate::config::settings::CliRequest;
+use crate::policy::network::{ModeName, NetworkChoice};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "claudebox",
+    disable_version_flag = true,
+    about = "Run Claude Code in a per-project bubblewrap sandbox",
+    long_about = "Run Claude Code in a per-project bubblewrap sandbox.\n\n\
+        Arguments after claudebox's own options go to claude unchanged; use `--` when the \
+        first of them could be read as a claudebox option. `--version` goes to claude \
+        (claude's version, from inside the sandbox); `claudebox -- --help` shows claude's help.",
+    after_long_help = "Configuration: $XDG_CONFIG_HOME/claudebox/config.toml \
+        (default ~/.config/claudebox/config.toml) can list the same things as --ro, --rw, \
+        --hide, --env and --network, default arguments for claude, and [[project]] sections \
+        for one project. The command line wins over the file. Nothing inside a project is \
+        read as configuration.\n\n\
+        Shell integration: `claudebox completions bash|zsh|fish` prints a completion \
+        script; `claudebox manpage` prints this manual page (roff).",
+    args_override_self = true
+)]
+pub struct Cli {
+    /// Print the mount table and the exact bwrap command line; change nothing.
+    #[arg(long)]
+    pub dry_run: bool,
+
+    /// Run CMD [ARGS...] in the same sandbox instead of claude.
+    #[arg(long)]
+    pub exec: bool,
+
+    /// Run claude as the named session NAME: its own conversation, resumed from any
+    /// directory or worktree of the project (created the first time).
+    #[arg(long, value_name = "NAME", conflicts_with = "exec", value_parser = clap::value_parser!(OsString))]
+    pub session: Option<OsString>,
+
+    /// Forget the named session NAME of this project (its conversation transcript stays).
+    #[arg(long, value_name = "NAME", conflicts_with_all = ["session", "exec", "args"], value_parser = clap::value_parser!(OsString))]
+    pub forget: Option<OsString>,
+
+    /// Skip confirmations (allow the home directory or / as the project).
+    #[arg(long)]
+    pub yes: bool,
+
+    /// Print claudebox's own version (`--version` is claude's).
+    #[arg(long)]
+    pub claudebox_version: bool,
+
+    /// Also bind PATH read-only, at the same path (repeatable).
+    #[arg(long, value_name = "PATH", value_parser = clap::value_parser!(PathBuf))]
+    pub ro: Vec<PathBuf>,
+
+    /// Also bind PATH read-write, at the same path (repeatable).
+    #[arg(long, value_name = "PATH", value_parser = clap::value_parser!(PathBuf))]
+    pub rw: Vec<PathBuf>,
+
+    /// Show an empty directory (or file) at PATH instead of its contents (repeatable).
+    #[arg(long, value_name = "PATH", value_parser = clap::value_parser!(PathBuf))]
+    pub hide: Vec<PathBuf>,
+
+    /// Set NAME=VALUE inside, or pass the host's NAME explicitly (repeatable).
+    #[arg(long, value_name = "NAME[=VALUE]", value_parser = clap::value_parser!(OsString))]
+    pub env: Vec<OsString>,
+
+    /// No network at all (same as --network none).
+    #[arg(long, conflicts_with = "network")]
+    pub no_network: bool,
+
+    /// Forward the host's ssh agent ($SSH_AUTH_SOCK) into the sandbox: the agent can then
+    /// use (not read) your ssh keys, e.g. to push, for as long as it runs.
+    #[arg(long)]
+    pub ssh_agent: bool,
+
+    /// Leave the project's code-bearing config writable: .git/hooks, .git/config (and the
+    /// worktree, submodule and nested-repository equivalents), core.hooksPath, .envrc,
+    /// .vscode, .idea, .claude, .mcp.json, .husky, lefthook and pre-commit config,
+    /// .gitmodules, .devcontainer. Tools on the host run code from these.
+    #[arg(long)]
+    pub writable_project_config: bool,
+
+    /// Leave your Claude Code setup in ~/.claude writable (settings.json, hooks, commands,
+    /// agents, skills, plugins, CLAUDE.md, ...), to change it from inside. Claude on the
+    /// host and in every other sandbox runs what is written there.
+    #[arg(long)]
+    pub writable_claude_setup: bool,
+
+    /// Check whether this machine can run claudebox (bwrap, user namespaces, a nested
+    /// sandbox, claude, credentials, state); exit non-zero when a check fails.
+    #[arg(long, conflicts_with_all = ["gc", "list", "exec", "dry_run", "args"])]
+    pub check: bool,
+
+    /// Remove the state of projects whose root no longer exists (with --dry-run: only say
+    /// what would be removed).
+    #[arg(long, conflicts_with_all = ["list", "exec", "args"])]
+    pub gc: bool,
+
+    /// With --gc (and --list): how long a project's root must have been seen missing, and
+    /// the project unused, before --gc removes its state (e.g. `14d`, `12h`, `0` for at
+    /// once). Default: `gc_margin` in the config file, else 7 days.
+    #[arg(long, value_name = "DURATION", conflicts_with_all = ["exec", "args", "session", "forget", "check"])]
+    pub gc_margin: Option<String>,
+
+    /// List the state of every project: root, size, last use, running sandboxes.
+    #[arg(long, conflicts_with_all = ["exec", "dry_run", "args", "session", "forget"])]
+    pub list: bool,
+
+    /// With --list: print JSON for scripts.
+    #[arg(long, requires = "list")]
+    pub json: bool,
+
+    /// Network: open (the host's, default), allowlist (only allowed hosts, through a
+    /// proxy on the host) or none.
+    #[arg(long, value_enum, value_name = "MODE")]
+    pub network: Option<crate::policy::network::ModeName>,
+
+    /// Allow HOST in allowlist mode (repeatable): a name, `*.example.com` for its
+    /// subdomains, `HOST:PORT` for one port. Implies --network allowlist.
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_host: Vec<String>,
+
+    /// Allowlist mode: also report each denied host on stderr (they always go to the
+    /// project's network-denied.log).
+    #[arg(long)]
+    pub log_denied: bool,
+
+    /// Arguments for claude (or, with --exec, the command and its arguments).
+    #[arg(
+        value_name = "CLAUDE_ARGS",
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_parser = clap::value_parser!(OsString)
+    )]
+    pub args: Vec<OsString>,
+}
+
+impl Cli {
+    /// The options that add to or override the config file.
+    pub fn request(&self) -> CliRequest {
+        CliRequest {
+            ro: self.ro.clone(),
+            rw: self.rw.clone(),
+            hide: self.hide.clone(),
+            env: self.env.clone(),
+            network: self.network_choice(),
+            ssh_agent: self.ssh_agent,
+            writable_project_config: self.writable_project_config,
+            writable_claude_setup: self.writable_claude_setup,
+        }
+    }
+
+    /// The command line's layer of network settings (the config file adds layers below it).
+    pub fn network_choice(&self) -> NetworkChoice {
+        NetworkChoice {
+            mode: if self.no_network {
+                Some(ModeName::None)
+            } else {
+                self.network
+            },
+            allow_hosts: self
+                .allow_host
+                .iter()
+                .map(|h| (h.clone(), "--allow-host".to_string()))
+                .collect(),
+            source: if self.no_network {
+                "--no-network".to_string()
+            } else if self.network.is_some() {
+                "--network".to_string()
+            } else {
+                "--allow-host".to_string()
+            },
+        }
+    }
+}

@@ -1,0 +1,284 @@
+//! What claudebox refuses, so that neither a project nor the agent inside can widen the
+//! sandbox: extra mounts over the home or over what claudebox manages, read-write access
+//! to its state or configuration, paths redirected through a symlink the sandbox could
+//! have planted, a config file the sandbox could rewrite, and `[[project]]` sections
+//! claimed by a directory that only pretends to be a work tree of the repository.
+
+use std::ffi::OsStr;
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Component, Path, PathBuf};
+
+use anyhow::{anyhow, Result};
+
+use crate::config::Context;
+use crate::host::project::Project;
+use crate::policy::render::Shown;
+use crate::policy::settings::{ExtraKind, ExtraMount};
+
+/// Places the sandbox can write (besides `rw` extras): a symlink there may have been
+/// planted by the agent.
+pub fn writable_areas(cx: &Context) -> Vec<PathBuf> {
+    let mut areas = vec![cx.project.work_tree.clone()];
+    areas.extend(cx.project.outside_git_dirs());
+    areas.push(canonical_lossy(&cx.home.join(".claude")));
+    areas.push(canonical_lossy(cx.conversations));
+    areas
+}
+
+/// Whether a `[[project]] root` names this project: its work tree, or its repository
+/// (the main work tree `~/src/foo` or the git dir `~/src/foo/.git`) when the current work
+/// tree is one the repository itself lists (the main one, or a linked worktree registered
+/// under `.git/worktrees/`). A directory that merely carries a planted `.git` file
+/// pointing at that repository does not match.
+pub fn project_matches(root: &Path, project: &Project) -> bool {
+    let Ok(c) = fs::canonicalize(root) else {
+        return false;
+    };
+    if c == project.work_tree {
+        return true;
+    }
+    (c == project.root || c.join(".git") == project.root) && listed_work_tree(project)
+}
+
+/// Whether the project's work tree is one its repository records.
+fn listed_work_tree(p: &Project) -> bool {
+    let Some(git_dir) = &p.git_dir else {
+        return false;
+    };
+    if p.work_tree.starts_with(&p.root) {
+        return true; // inside the git dir itself
+    }
+    if *git_dir == p.root {
+        // the main work tree (its `.git` may be a symlink to the git dir), or a submodule
+        return fs::canonicalize(p.work_tree.join(".git")).ok().as_ref() == Some(&p.root)
+            || submodule_of(git_dir, &p.work_tree);
+    }
+    if git_dir.parent() != Some(p.root.join("worktrees").as_path()) {
+        return submodule_of(git_dir, &p.work_tree);
+    }
+    let Ok(bytes) = fs::read(git_dir.join("gitdir")) else {
+        return submodule_of(git_dir, &p.work_tree);
+    };
+    let back = Path::new(OsStr::from_bytes(bytes.trim_ascii()));
+    fs::canonicalize(git_dir.join(back)).ok() == Some(p.work_tree.join(".git"))
+}
+
+/// Whether `git_dir` is a submodule's git dir (or one made with `--separate-git-dir` and a
+/// `core.worktree`) whose `core.worktree` names `work_tree`.
+fn submodule_of(git_dir: &Path, work_tree: &Path) -> bool {
+    let Some(wt) = crate::host::protect::core_value(&git_dir.join("config"), b"worktree") else {
+        return false;
+    };
+    fs::canonicalize(git_dir.join(Path::new(OsStr::from_bytes(&wt))))
+        .ok()
+        .as_deref()
+        == Some(work_tree)
+}
+
+/// Binding a git dir outside the work tree read-write is only safe when that repository
+/// records this work tree: otherwise a planted `.git` file (`gitdir: ../other/.git`, which
+/// an agent can write in a project) would hand the next sandbox another repository.
+pub fn check_outside_git_dirs(project: &Project, yes: bool) -> Result<()> {
+    if yes || project.outside_git_dirs().is_empty() || listed_work_tree(project) {
+        return Ok(());
+    }
+    let git_dir = project.git_dir.as_deref().unwrap_or(&project.root);
+    Err(anyhow!(
+        "{} names the git dir {}, which does not list {} as one of its work trees (a `.git` \
+         file can be planted to reach another repository); if this layout is yours, run \
+         `git worktree repair` there or pass --yes to bind it anyway",
+        project.work_tree.join(".git").shown(),
+        git_dir.shown(),
+        project.work_tree.shown()
+    ))
+}
+
+/// The refusals: what would cover the home, claudebox's own files, its state or its
+/// configuration, or what a symlink inside the sandbox's reach could redirect.
+pub fn check_mount(
+    m: &ExtraMount,
+    written: &Path,
+    writable: &[PathBuf],
+    cx: &Context,
+) -> Result<(), String> {
+    let home = cx.home;
+    let home_c = canonical_lossy(home);
+    let covers = |ancestor: &Path, p: &Path| p.starts_with(ancestor);
+    let both = |p: &Path| [p.to_path_buf(), canonical_lossy(p)];
+
+    if [&m.target, &m.source]
+        .iter()
+        .any(|p| covers(p, home) || covers(p, &home_c))
+    {
+        return Err(format!(
+            "{} would cover the whole home directory; list the directories you need instead",
+            m.target.shown()
+        ));
+    }
+    let claude = home.join(".claude");
+    let managed: Vec<PathBuf> = [
+        claude.join("projects"),
+        claude.join("sessions"),
+        claude.join("history.jsonl"),
+        home.join(".claude.json"),
+    ]
+    .iter()
+    .flat_map(|p| both(p))
+    .collect();
+    if both(&claude).contains(&m.target) || managed.iter().any(|p| m.target.starts_with(p)) {
+        return Err(format!(
+            "claudebox manages {} itself (the project's conversations and history, \
+             ~/.claude.json); it cannot be mounted over",
+            m.target.shown()
+        ));
+    }
+    if m.kind == ExtraKind::Rw {
+        let state = canonical_lossy(cx.state_dir);
+        if m.source.starts_with(&state) || state.starts_with(&m.source) {
+            return Err(format!(
+                "read-write {} would let the sandbox change claudebox's state in {}",
+                m.source.shown(),
+                state.shown()
+            ));
+        }
+        let dir = canonical_lossy(cx.config_file.parent().unwrap_or(cx.config_file));
+        if m.source.starts_with(&dir) || dir.starts_with(&m.source) {
+            return Err(format!(
+                "read-write {} would let the sandbox rewrite its own configuration in {}",
+                m.source.shown(),
+                dir.shown()
+            ));
+        }
+    }
+    if let Some((link, area)) = symlink_in(written, writable) {
+        return Err(format!(
+            "{} goes through the symlink {}, inside {} which the sandbox can write, so \
+             the agent could have redirected it; name the real path instead",
+            written.shown(),
+            link.shown(),
+            area.shown()
+        ));
+    }
+    Ok(())
+}
+
+/// The first symlink on the way to `path` whose directory lies inside one of `areas`.
+fn symlink_in(path: &Path, areas: &[PathBuf]) -> Option<(PathBuf, PathBuf)> {
+    let mut prefix = PathBuf::new();
+    for comp in path.components() {
+        prefix.push(comp);
+        if !matches!(comp, Component::Normal(_)) {
+            continue;
+        }
+        let meta = fs::symlink_metadata(&prefix).ok()?;
+        if !meta.file_type().is_symlink() {
+            continue;
+        }
+        let dir = fs::canonicalize(prefix.parent()?).ok()?;
+        if let Some(area) = areas.iter().find(|a| dir.starts_with(a)) {
+            return Some((prefix, area.clone()));
+        }
+    }
+    None
+}
+
+/// The config file must not be where the sandbox can write it: the agent would widen
+/// its own next sandbox. (Only `--yes`, which already allows a home-sized project, lets
+/// the project hold it.)
+pub fn check_config_not_writable(cx: &Context, mounts: &[ExtraMount]) -> Result<()> {
+    let cfg = canonical_lossy(cx.config_file);
+    let mut project_dirs = vec![cx.project.work_tree.clone()];
+    project_dirs.extend(cx.project.outside_git_dirs());
+    let areas = writable_areas(cx)
+        .into_iter()
+        .filter(|a| !(cx.yes && project_dirs.contains(a)))
+        .chain(
+            mounts
+                .iter()
+                .filter(|m| m.kind == ExtraKind::Rw)
+                .map(|m| m.source.clone()),
+        );
+    for area in areas {
+        if cfg.starts_with(&area) {
+            return Err(anyhow!(
+                "the config file {} lies inside {}, which the sandbox can write: the agent \
+                 could rewrite its own configuration; set XDG_CONFIG_HOME to a directory \
+                 outside it",
+                cx.config_file.shown(),
+                area.shown()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// claudebox's state directory (`CLAUDEBOX_HOME`, default `~/.claudebox`) holds every
+/// project's conversations: it must not lie where a sandbox can write (the project, its
+/// git dirs, `~/.claude`), nor hold such a place in its `projects/`, or every sandbox could read and change
+/// every project's state. (`rw` extras over it are refused in [`check_mount`]; `--yes`,
+/// which allows a home-sized project, also allows the project to hold it.)
+pub fn check_state_not_writable(cx: &Context) -> Result<()> {
+    let state = canonical_lossy(cx.state_dir);
+    let mut areas: Vec<PathBuf> = Vec::new();
+    if !cx.yes {
+        areas.push(cx.project.work_tree.clone());
+        areas.extend(cx.project.outside_git_dirs());
+    }
+    areas.push(canonical_lossy(&cx.home.join(".claude")));
+    for area in areas {
+        if state.starts_with(&area) || area.starts_with(state.join("projects")) {
+            return Err(anyhow!(
+                "claudebox's state directory {} (CLAUDEBOX_HOME) and {}, which the sandbox can \
+                 write, overlap: every sandbox could read every project's conversations; set \
+                 CLAUDEBOX_HOME to a directory outside it",
+                cx.state_dir.shown(),
+                area.shown()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// `path` with symlinks resolved as far as it exists; the missing rest appended.
+pub fn canonical_lossy(path: &Path) -> PathBuf {
+    let mut missing: Vec<&OsStr> = Vec::new();
+    let mut p = path;
+    loop {
+        if let Ok(c) = fs::canonicalize(p) {
+            let mut out = c;
+            out.extend(missing.iter().rev());
+            return out;
+        }
+        // Up to the next ancestor that exists: `realpath` fails on any path `lstat` cannot
+        // reach, so resolving those would only fail again, a system call per component.
+        loop {
+            match (p.parent(), p.file_name()) {
+                (Some(parent), Some(name)) => {
+                    missing.push(name);
+                    p = parent;
+                }
+                _ => return path.to_path_buf(),
+            }
+            if fs::symlink_metadata(p).is_ok() {
+                break;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn canonical_lossy_appends_missing_parts() {
+        let t = tempfile::tempdir().unwrap();
+        let real = fs::canonicalize(t.path()).unwrap();
+        std::os::unix::fs::symlink(&real, real.join("link")).unwrap();
+        assert_eq!(
+            canonical_lossy(&real.join("link/missing/x")),
+            real.join("missing/x")
+        );
+    }
+}

@@ -1,0 +1,264 @@
+//! Bind sources opened at the launch, so that bwrap mounts the inode claudebox checked and
+//! never resolves a name again (`--bind-fd` / `--ro-bind-fd`), and the descriptors the
+//! launch lets cross into bwrap.
+//!
+//! Why: bwrap resolves a `--bind SRC` by name when it mounts, milliseconds after
+//! claudebox looked at SRC. Another sandbox of the same project can swap a path it can
+//! write (a protected `.vscode` it created, `.git/worktrees`, ...) between a directory and
+//! a symlink to the home directory in that window, and the next launch would mount the
+//! real home. Here each source is opened once (`O_PATH|O_NOFOLLOW`), checked through that
+//! descriptor, and bwrap mounts the descriptor: it reaches the file through
+//! `/proc/self/fd/N`, a link the kernel follows to the open file itself (bwrap also
+//! compares the mounted inode with the descriptor's afterwards).
+//!
+//! The check of one source `S`, against the places an agent can write (`areas`: the
+//! project, its git dirs, `~/.claude`, the conversations, `rw` extras):
+//! - a symlink at `S` is refused when `S` lies inside an area (the agent may have made
+//!   it); elsewhere (a home-manager `~/.gitconfig`) it is followed, as bwrap did;
+//! - the path the descriptor really reached must be `S` itself when either lies inside an
+//!   area: a symlink swapped in anywhere on the way is caught;
+//! - a read-write directory mount must reach a directory, a file mount a non-directory.
+//!
+//! Pure policy stays in `plan`; this is the edge.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Result};
+use nix::libc;
+
+use crate::policy::plan::{is_bind, MountKind, Plan};
+use crate::policy::render::Bind;
+
+/// The opened sources of one plan, one entry per mount of the plan.
+pub struct Opened {
+    entries: Vec<Entry>,
+}
+
+enum Entry {
+    Other,
+    Skip,
+    Fd(OwnedFd),
+}
+
+impl Opened {
+    /// The table the renderer takes.
+    pub fn table(&self) -> Vec<Bind> {
+        self.entries
+            .iter()
+            .map(|e| match e {
+                Entry::Other => Bind::Other,
+                Entry::Skip => Bind::Skip,
+                Entry::Fd(fd) => Bind::Fd(fd.as_raw_fd()),
+            })
+            .collect()
+    }
+
+    /// The descriptors bwrap must inherit.
+    pub fn fds(&self) -> Vec<RawFd> {
+        self.entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Fd(fd) => Some(fd.as_raw_fd()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Opens and checks every bind source of `plan`. `areas` are the canonical directories
+/// the sandbox (or another sandbox of this project) can write.
+pub fn open(plan: &Plan, areas: &[PathBuf]) -> Result<Opened> {
+    let mut entries = Vec::with_capacity(plan.mounts.len());
+    for m in &plan.mounts {
+        let (true, Some(src)) = (is_bind(&m.kind), &m.source) else {
+            entries.push(Entry::Other);
+            continue;
+        };
+        match open_one(src, &m.kind, areas)? {
+            Some(fd) => entries.push(Entry::Fd(fd)),
+            None => entries.push(Entry::Skip),
+        }
+    }
+    Ok(Opened { entries })
+}
+
+fn show(p: &Path) -> String {
+    crate::policy::render::shown(p)
+}
+
+/// `p` lies inside (or is) one of `areas`.
+fn in_area<'a>(p: &Path, areas: &'a [PathBuf]) -> Option<&'a PathBuf> {
+    areas.iter().find(|a| p.starts_with(a))
+}
+
+fn open_path(path: &Path, follow: bool, dir: bool) -> std::io::Result<OwnedFd> {
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    let mut flags = libc::O_PATH | libc::O_CLOEXEC;
+    if !follow {
+        flags |= libc::O_NOFOLLOW;
+    }
+    if dir {
+        flags |= libc::O_DIRECTORY;
+    }
+    // SAFETY: a valid C string; the result is checked.
+    let fd = unsafe { libc::open(c.as_ptr(), flags) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: open just returned this descriptor.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The path the descriptor reached, as the kernel records it.
+pub fn reached(fd: RawFd) -> std::io::Result<PathBuf> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{fd}"))?;
+    Ok(PathBuf::from(OsString::from_vec(
+        link.into_os_string().into_vec(),
+    )))
+}
+
+fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<OwnedFd>> {
+    let want_dir = *kind == MountKind::Rw;
+    let changed = |what: String| {
+        anyhow::anyhow!(
+            "{} {what}, inside {} which a sandbox can write: another sandbox of this project \
+             may be tampering with it; refusing to mount it (look at that path, then launch again)",
+            show(src),
+            show(in_area(src, areas).map(PathBuf::as_path).unwrap_or(src)),
+        )
+    };
+    let fd = match open_path(src, false, false) {
+        Ok(fd) => fd,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound && *kind == MountKind::RoTry => {
+            return Ok(None)
+        }
+        Err(e) => bail!("cannot open {} to mount it: {e}", show(src)),
+    };
+    let mut meta = File::from(fd.try_clone()?).metadata()?;
+    let mut fd = fd;
+    if meta.file_type().is_symlink() {
+        if in_area(src, areas).is_some() {
+            return Err(changed("is a symlink".into()));
+        }
+        // A symlink of the host's own (home-manager dotfiles): followed, as bwrap did.
+        fd = match open_path(src, true, false) {
+            Ok(fd) => fd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && *kind == MountKind::RoTry => {
+                return Ok(None)
+            }
+            Err(e) => bail!("cannot open {} to mount it: {e}", show(src)),
+        };
+        meta = File::from(fd.try_clone()?).metadata()?;
+    }
+    let real = reached(fd.as_raw_fd())?;
+    if real != src && (in_area(src, areas).is_some() || strictly_in_area(&real, areas)) {
+        return Err(changed(format!("now leads to {}", show(&real))));
+    }
+    if want_dir && !meta.is_dir() {
+        return Err(changed("is no longer a directory".into()));
+    }
+    if *kind == MountKind::File && meta.is_dir() {
+        return Err(changed("is a directory where a file was expected".into()));
+    }
+    Ok(Some(fd))
+}
+
+/// `p` lies strictly below one of `areas` (an area's own root is named in a directory the
+/// sandbox cannot write).
+fn strictly_in_area(p: &Path, areas: &[PathBuf]) -> bool {
+    areas.iter().any(|a| p.starts_with(a) && p != a)
+}
+
+/// Descriptor 3 and up: only `keep` crosses an exec; every other descriptor this process
+/// holds (inherited from the user's shell, say `exec 7< ~`) gets close-on-exec. `keep`
+/// loses close-on-exec.
+pub fn keep_only(keep: &[RawFd]) -> Result<()> {
+    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|fd| *fd > 2).collect();
+    keep.sort_unstable();
+    keep.dedup();
+    let mut lo: u32 = 3;
+    let mut ranges = Vec::new();
+    for &k in &keep {
+        let k = k as u32;
+        if k > lo {
+            ranges.push((lo, k - 1));
+        }
+        lo = k + 1;
+    }
+    ranges.push((lo, u32::MAX));
+    let mut fallback = false;
+    for (a, b) in &ranges {
+        // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags.
+        let r = unsafe { libc::syscall(libc::SYS_close_range, *a, *b, libc::CLOSE_RANGE_CLOEXEC) };
+        if r != 0 {
+            fallback = true;
+            break;
+        }
+    }
+    if fallback {
+        // Before Linux 5.11: every open descriptor, one by one.
+        let listed: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        for fd in listed {
+            if fd > 2 && !keep.contains(&fd) {
+                // SAFETY: setting FD_CLOEXEC on a descriptor number; EBADF is harmless.
+                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+            }
+        }
+    }
+    for fd in keep {
+        // SAFETY: clearing the flags of a descriptor this process holds.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
+            bail!(
+                "cannot pass descriptor {fd} to bwrap: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_swapped_source_is_refused_and_a_real_one_reached() {
+        let d = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(d.path()).unwrap();
+        let proj = root.join("proj");
+        std::fs::create_dir_all(proj.join("real/hooks")).unwrap();
+        std::fs::create_dir_all(root.join("home")).unwrap();
+        std::os::unix::fs::symlink(root.join("home"), proj.join("link")).unwrap();
+        let areas = vec![proj.clone()];
+        let ok = open_one(&proj.join("real/hooks"), &MountKind::Ro, &areas).unwrap();
+        assert_eq!(
+            reached(ok.unwrap().as_raw_fd()).unwrap(),
+            proj.join("real/hooks")
+        );
+        for bad in ["link", "link/x"] {
+            std::fs::create_dir_all(root.join("home/x")).unwrap();
+            let e = open_one(&proj.join(bad), &MountKind::Rw, &areas)
+                .err()
+                .unwrap()
+                .to_string();
+            assert!(e.contains("tampering"), "{bad}: {e}");
+        }
+        // Outside the areas, a host symlink is followed unless it leads into one.
+        std::os::unix::fs::symlink(root.join("home"), root.join("dotfile")).unwrap();
+        assert!(open_one(&root.join("dotfile"), &MountKind::Ro, &areas).is_ok());
+        std::os::unix::fs::symlink(proj.join("real/hooks"), root.join("into")).unwrap();
+        assert!(open_one(&root.join("into"), &MountKind::Ro, &areas).is_err());
+        // A missing optional source is skipped; a missing required one refused.
+        assert!(open_one(&root.join("none"), &MountKind::RoTry, &areas)
+            .unwrap()
+            .is_none());
+        assert!(open_one(&root.join("none"), &MountKind::Ro, &areas).is_err());
+    }
+}

@@ -1,0 +1,412 @@
+//! The sandbox's first step inside: `claudebox --sandbox-init [--scope-abstract-unix] --
+//! CMD [ARGS...]` applies what bwrap cannot express, then execs CMD in its place:
+//!
+//! - a seccomp filter that makes `ioctl(TIOCSTI)` and `ioctl(TIOCLINUX)` fail with EPERM
+//!   (typing into the user's terminal) while every other ioctl (TIOCGWINSZ for resizing)
+//!   passes, and that denies the kernel keyring calls (`add_key`, `keyctl`,
+//!   `request_key`), through which the host session's keys stay readable in a sandbox; the
+//!   rules are one table, [`SECCOMP`], from which `--dry-run` prints them too;
+//! - with `--scope-abstract-unix`, a Landlock scope that stops `connect()` to abstract
+//!   unix sockets created outside the sandbox (X11 and Xwayland listen on
+//!   `@/tmp/.X11-unix/X0` and authorise the same user by uid; some D-Bus buses), which the
+//!   shared network namespace otherwise leaves reachable.
+//!
+//! - a check of the mounts whose destination lies where a sandbox can write (see
+//!   `plan::mount_checks`): bwrap follows symlinks in a destination, so another sandbox of
+//!   the project that swaps a directory on the way for a symlink while this one starts
+//!   would move a protecting mount elsewhere. Each must be a mount point at its exact
+//!   path (reached with no symlink), read-only as planned, or nothing starts.
+//! - with `--default-signals`, SIGINT and SIGQUIT back at their default disposition. The
+//!   launcher ignores them before it execs bwrap, so a Ctrl-C in the terminal (sent to the
+//!   whole foreground process group) no longer kills bwrap, which would take the agent
+//!   down mid-cleanup through `--die-with-parent`; bwrap's processes inherit the ignored
+//!   disposition and only the agent, given the default back here, sees the signal. This
+//!   step is essential: a non-interactive shell cannot trap a signal ignored on entry.
+//!
+//! It runs as a step of the printed command line, so `--dry-run` shows it and pasting that
+//! line applies it too. Any failure ends the launch: nothing runs unconfined.
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::fs;
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStringExt;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context, Result};
+use landlock::{CompatLevel, Compatible, Ruleset, RulesetAttr, Scope};
+use nix::libc;
+use nix::sys::signal::{signal, SigHandler, Signal};
+use seccompiler::{
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule, TargetArch,
+};
+
+/// The signals a terminal sends to its foreground process group from the keyboard, which
+/// the launcher ignores and the first step inside gives back to the agent.
+pub const TERMINAL_SIGNALS: [Signal; 2] = [Signal::SIGINT, Signal::SIGQUIT];
+
+/// Entry point for `claudebox --sandbox-init ...` (args after the flag).
+pub fn main(args: &[OsString]) -> ExitCode {
+    match run(args) {
+        Ok(never) => match never {},
+        Err(e) => {
+            eprintln!("claudebox: sandbox init: {e:#}");
+            ExitCode::from(126)
+        }
+    }
+}
+
+fn run(args: &[OsString]) -> Result<std::convert::Infallible> {
+    let mut scope = false;
+    let mut checks: Vec<(PathBuf, bool)> = Vec::new();
+    let mut default_signals = false;
+    let mut rest = args;
+    loop {
+        match rest.first().and_then(|a| a.to_str()) {
+            Some(SCOPE_FLAG) => scope = true,
+            Some(flag @ (EXPECT_RO | EXPECT_RW)) if rest.len() > 1 => {
+                checks.push((PathBuf::from(&rest[1]), flag == EXPECT_RO));
+                rest = &rest[1..];
+            }
+            Some(SIGNALS_FLAG) => default_signals = true,
+            Some("--") => {
+                rest = &rest[1..];
+                break;
+            }
+            _ => bail!(
+                "usage: claudebox {INIT_FLAG} [{SCOPE_FLAG}] [{SIGNALS_FLAG}] \
+                 [{EXPECT_RO}|{EXPECT_RW} PATH]... -- CMD [ARGS...]"
+            ),
+        }
+        rest = &rest[1..];
+    }
+    let Some(cmd) = rest.first() else {
+        bail!("no command to run");
+    };
+    if !checks.is_empty() {
+        check_mounts(&checks)?;
+    }
+    if scope {
+        scope_abstract_unix()?;
+    }
+    let filter = filter()?;
+    seccompiler::apply_filter(&filter).context("cannot install the seccomp filter")?;
+    if default_signals {
+        for sig in TERMINAL_SIGNALS {
+            // SAFETY: SIG_DFL installs no handler.
+            unsafe { signal(sig, SigHandler::SigDfl) }
+                .with_context(|| format!("cannot restore the default action of {sig}"))?;
+        }
+    }
+    let err = crate::host::exec::replace_with(rest);
+    Err(err).with_context(|| format!("cannot run {}", crate::policy::render::shown(cmd)))
+}
+
+/// Each `(path, read_only)` must be a mount point at exactly `path`, reached with no
+/// symlink on the way, read-only as asked.
+fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
+    let table = fs::read("/proc/self/mountinfo").context("cannot read /proc/self/mountinfo")?;
+    let mounts = parse_mountinfo(&table);
+    for (path, read_only) in checks {
+        let found = mount_at(path).ok().and_then(|(id, reached)| {
+            let (point, ro) = mounts
+                .iter()
+                .find(|(i, _, _)| *i == id)
+                .map(|(_, p, r)| (p, *r))?;
+            Some((reached, point.clone(), ro))
+        });
+        let ok = matches!(&found, Some((reached, point, ro))
+            if reached == path && point == path && ro == read_only);
+        if !ok {
+            bail!(
+                "{} is not the {} mount claudebox placed there (a directory on its way may \
+                 have been swapped for a symlink while the sandbox started, by another \
+                 sandbox of this project); refusing to start: look at that path",
+                show(path),
+                if *read_only {
+                    "read-only"
+                } else {
+                    "read-write"
+                },
+            );
+        }
+    }
+    Ok(())
+}
+
+fn show(p: &Path) -> String {
+    crate::policy::render::shown(p)
+}
+
+/// The id of the mount `path` is on (its last component not followed), and the path the
+/// kernel reached.
+fn mount_at(path: &Path) -> std::io::Result<(u64, PathBuf)> {
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_PATH | libc::O_NOFOLLOW)
+        .open(path)?;
+    let fd = f.as_raw_fd();
+    let reached = crate::host::sources::reached(fd)?;
+    let info = fs::read(format!("/proc/self/fdinfo/{fd}"))?;
+    let id = info
+        .split(|b| *b == b'\n')
+        .find_map(|l| l.strip_prefix(b"mnt_id:"))
+        .and_then(|v| std::str::from_utf8(v).ok()?.trim().parse().ok())
+        .ok_or_else(|| std::io::Error::other("no mnt_id"))?;
+    Ok((id, reached))
+}
+
+/// `/proc/self/mountinfo` rows: mount id, mount point (unescaped), read-only.
+fn parse_mountinfo(text: &[u8]) -> Vec<(u64, PathBuf, bool)> {
+    let mut out = Vec::new();
+    for line in text.split(|b| *b == b'\n') {
+        let f: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+        if f.len() < 6 {
+            continue;
+        }
+        let Some(id) = std::str::from_utf8(f[0]).ok().and_then(|s| s.parse().ok()) else {
+            continue;
+        };
+        let ro = f[5].split(|b| *b == b',').any(|o| o == b"ro");
+        out.push((id, PathBuf::from(OsString::from_vec(unescape(f[4]))), ro));
+    }
+    out
+}
+
+/// mountinfo's octal escapes (`\040` space, `\011` tab, `\012` newline, `\134` backslash).
+fn unescape(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'\\'
+            && i + 3 < s.len()
+            && s[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            out.push((s[i + 1] - b'0') * 64 + (s[i + 2] - b'0') * 8 + (s[i + 3] - b'0'));
+            i += 4;
+        } else {
+            out.push(s[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+/// Landlock: no `connect()` to abstract unix sockets made outside this domain.
+fn scope_abstract_unix() -> Result<()> {
+    Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .scope(Scope::AbstractUnixSocket)
+        .and_then(|r| r.create())
+        .and_then(|r| r.restrict_self())
+        .context("cannot scope abstract unix sockets with Landlock (needs Linux 6.12 or later)")?;
+    Ok(())
+}
+
+pub use crate::policy::confinement::{
+    seccomp_lines, ArgEq, Rule, EXPECT_RO, EXPECT_RW, FOREIGN_ABI, INIT_FLAG, LANDLOCK_SCOPE,
+    MATCH_ERRNO, SCOPE_FLAG, SECCOMP, SIGNALS_FLAG,
+};
+
+/// The seccomp filter, compiled from [`SECCOMP`] for the running architecture.
+pub fn filter() -> Result<BpfProgram> {
+    let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|_| {
+        anyhow::anyhow!(
+            "no seccomp filter for the {} architecture; claudebox supports x86_64, aarch64 \
+             and riscv64",
+            std::env::consts::ARCH
+        )
+    })?;
+    // seccompiler's filter is a map from syscall number to rules (any rule matching is a
+    // match; an empty list matches every call of that number).
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
+    let mut whole = std::collections::BTreeSet::new();
+    let mut add = |nr: i64, row: &Rule| -> Result<()> {
+        let entry = rules.entry(nr).or_default();
+        if whole.contains(&nr) || (row.arg.is_none() && !entry.is_empty()) {
+            bail!("seccomp table: {} both whole and by argument", row.syscall);
+        }
+        if let Some(a) = &row.arg {
+            let c = SeccompCondition::new(
+                a.index,
+                SeccompCmpArgLen::Dword,
+                SeccompCmpOp::Eq,
+                u64::from(a.value),
+            )?;
+            entry.push(SeccompRule::new(vec![c])?);
+        } else {
+            whole.insert(nr);
+        }
+        Ok(())
+    };
+    for row in SECCOMP {
+        add(row.nr, row)?;
+        if arch == TargetArch::x86_64 {
+            // The x32 ABI reaches the same calls with bit 30 set (where the kernel enables
+            // it); ioctl also has its x32 number 514. The i386 ABI (int 0x80) fails the
+            // filter's architecture check and kills the process.
+            const X32: i64 = 0x4000_0000;
+            add(X32 | row.nr, row)?;
+            if row.nr == libc::SYS_ioctl {
+                add(X32 | 514, row)?;
+            }
+        }
+    }
+    let f = SeccompFilter::new(
+        rules,
+        SeccompAction::Allow,
+        SeccompAction::Errno(MATCH_ERRNO.0 as u32),
+        arch,
+    )?;
+    Ok(f.try_into()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_rows_are_read_with_escapes() {
+        let t =
+            b"36 25 0:32 / /a\\040b\\012c ro,nosuid - tmpfs x rw\n37 25 0:32 / /d rw - x y rw\n";
+        let rows = parse_mountinfo(t);
+        assert_eq!(rows[0], (36, PathBuf::from("/a b\nc"), true));
+        assert_eq!(rows[1], (37, PathBuf::from("/d"), false));
+    }
+
+    use nix::sys::wait::{waitpid, WaitStatus};
+    use nix::unistd::{fork, ForkResult};
+
+    /// How a child that made one call ended.
+    #[derive(Debug, PartialEq)]
+    enum Ended {
+        /// The call returned; its errno, 0 if it succeeded.
+        Errno(i32),
+        Signal(Signal),
+    }
+
+    /// Makes `call` in a forked child, under the compiled filter if `filtered` (the real
+    /// kernel filter, applied the way `--sandbox-init` applies it).
+    fn in_child(filtered: bool, call: impl FnOnce() -> i64) -> Ended {
+        let prog = filter().unwrap();
+        // SAFETY: the child only makes system calls and leaves with _exit.
+        match unsafe { fork() }.unwrap() {
+            ForkResult::Child => {
+                if filtered && seccompiler::apply_filter(&prog).is_err() {
+                    unsafe { libc::_exit(200) }
+                }
+                let r = call();
+                let errno = if r == -1 {
+                    std::io::Error::last_os_error()
+                        .raw_os_error()
+                        .unwrap_or(201)
+                } else {
+                    0
+                };
+                unsafe { libc::_exit(errno) }
+            }
+            ForkResult::Parent { child } => match waitpid(child, None).unwrap() {
+                WaitStatus::Exited(_, 200) => panic!("cannot apply the filter"),
+                WaitStatus::Exited(_, code) => Ended::Errno(code),
+                WaitStatus::Signaled(_, sig, _) => Ended::Signal(sig),
+                other => panic!("{other:?}"),
+            },
+        }
+    }
+
+    /// The row's syscall with its matched argument and harmless others: the first is -1
+    /// (a bad descriptor, a bad pointer, a bad keyctl operation), so that unfiltered the
+    /// call fails with an errno of its own and changes nothing.
+    fn probe(row: &Rule, value: Option<u64>) -> impl FnOnce() -> i64 {
+        let mut args = [u64::MAX, 0, 0, 0, 0, 0];
+        if let (Some(a), Some(v)) = (&row.arg, value) {
+            args[a.index as usize] = v;
+        }
+        let nr = row.nr;
+        move || unsafe { libc::syscall(nr, args[0], args[1], args[2], args[3], args[4], args[5]) }
+    }
+
+    #[test]
+    fn every_row_fails_with_its_errno_and_only_under_the_filter() {
+        let eperm = Ended::Errno(MATCH_ERRNO.0);
+        for row in SECCOMP {
+            let value = row.arg.as_ref().map(|a| u64::from(a.value));
+            let shown = row.shown();
+            assert_eq!(in_child(true, probe(row, value)), eperm, "{shown}");
+            // Control: the same call unfiltered reaches the kernel and fails otherwise
+            // (EBADF, EFAULT, EOPNOTSUPP), so the EPERM above is the filter's.
+            let free = in_child(false, probe(row, value));
+            assert!(
+                matches!(free, Ended::Errno(e) if e != MATCH_ERRNO.0),
+                "{shown}: {free:?}"
+            );
+            if let Some(a) = &row.arg {
+                // The kernel reads the low 32 bits: junk above them is the same request.
+                let junk = 0xdead_beef_0000_0000 | u64::from(a.value);
+                assert_eq!(
+                    in_child(true, probe(row, Some(junk))),
+                    eperm,
+                    "{shown} + junk"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn calls_outside_the_table_pass() {
+        let ioctl = SECCOMP.iter().find(|r| r.syscall == "ioctl").unwrap();
+        // TIOCGWINSZ (resizing) is not a row: it reaches the kernel (bad descriptor).
+        let winsz = Some(u64::from(libc::TIOCGWINSZ as u32));
+        assert_eq!(
+            in_child(true, probe(ioctl, winsz)),
+            Ended::Errno(libc::EBADF)
+        );
+        // Neither is the neighbour of a matched request.
+        let next = Some(u64::from(libc::TIOCSTI as u32 + 1));
+        assert_eq!(
+            in_child(true, probe(ioctl, next)),
+            Ended::Errno(libc::EBADF)
+        );
+        let pid = || unsafe { libc::syscall(libc::SYS_getpid) };
+        assert_eq!(in_child(true, pid), Ended::Errno(0));
+    }
+
+    /// The architecture check: an i386 call (`int 0x80`, getpid is 20 there) kills.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn a_call_through_the_i386_abi_is_killed() {
+        let int80 = || -> i64 {
+            let mut rax: i64 = 20;
+            // SAFETY: i386 getpid takes no arguments and touches no memory.
+            unsafe { std::arch::asm!("int 0x80", inout("rax") rax) };
+            rax.max(0)
+        };
+        assert_eq!(in_child(true, int80), Ended::Signal(Signal::SIGSYS));
+        // Control: unfiltered, the same instruction is no SIGSYS (a pid where the kernel
+        // has IA32 emulation, SIGSEGV where it does not).
+        assert_ne!(in_child(false, int80), Ended::Signal(Signal::SIGSYS));
+    }
+
+    #[test]
+    fn every_row_has_its_dry_run_line() {
+        let lines = seccomp_lines();
+        assert_eq!(lines.len(), SECCOMP.len() + 1);
+        for (row, line) in SECCOMP.iter().zip(&lines) {
+            assert!(
+                line.starts_with(&format!("seccomp\t{} ", row.syscall)),
+                "{line}"
+            );
+            assert!(
+                line.ends_with(&format!("-> EPERM: {}", row.reason)),
+                "{line}"
+            );
+            if let Some(a) = &row.arg {
+                assert!(line.contains(a.name), "{line}");
+            }
+        }
+        assert!(lines.last().unwrap().contains("-> kill the process"));
+    }
+}

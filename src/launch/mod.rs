@@ -1,0 +1,299 @@
+//! The launch path: gather inputs, plan, then (the only side effects) create state, mark
+//! the project in use and exec bwrap.
+
+use std::fs;
+use std::path::Path;
+
+use anyhow::{bail, Context, Result};
+
+use crate::cli::Cli;
+use crate::config;
+use crate::config::guard;
+use crate::config::settings::{self, ExtraKind};
+use crate::host::project;
+use crate::host::protect;
+use crate::host::sources;
+use crate::host::{self, HostFacts};
+use crate::policy::plan::{self, Command, Inputs, Plan};
+use crate::policy::render;
+use crate::policy::render::Shown;
+use crate::proxy::netbridge;
+use crate::state::claude_home::{self, HostClaude};
+use crate::state::inuse;
+use crate::state::sessions;
+use crate::state::{self, StateHome};
+
+/// Everything found on the host, and the plan made from it.
+pub struct Prepared {
+    pub inputs: Inputs,
+    pub state_home: StateHome,
+    pub plan: Plan,
+}
+
+pub fn prepare(cli: &Cli) -> Result<Prepared> {
+    let cwd = host::current_dir()?;
+    let home = host::home_dir()?;
+    let project = project::discover(&cwd)?;
+    refuse_dangerous_root(&project.work_tree, &home, cli.yes)?;
+    guard::check_outside_git_dirs(&project, cli.yes)?;
+    let bwrap = host::find_bwrap()?;
+    let command = if cli.exec {
+        if cli.args.is_empty() {
+            bail!("--exec needs a command to run, e.g. `claudebox --exec bash`");
+        }
+        Command::Exec(cli.args.clone())
+    } else {
+        Command::Claude(cli.args.clone())
+    };
+    let claude = match &command {
+        Command::Claude(_) => Some(host::find_claude(&home)?),
+        Command::Exec(_) => host::find_claude(&home).ok(),
+    };
+    let state_home = StateHome::from_env(&home);
+    let state = state_home.project(&project.id());
+    let session = match &cli.session {
+        Some(name) => Some(sessions::prepare(&state, name, &project.cwd, &cli.args)?),
+        None => None,
+    };
+    let config_file = config::location(&home);
+    let settings = settings::resolve(
+        config::load(&config_file)?.as_ref(),
+        &cli.request(),
+        &settings::Context {
+            home: &home,
+            cwd: &cwd,
+            project: &project,
+            state_dir: &state_home.dir,
+            conversations: &state.conversations(),
+            config_file: &config_file,
+            yes: cli.yes,
+        },
+    )?;
+    if let crate::policy::network::NetworkMode::Allowlist(list) = &settings.network {
+        crate::policy::network::loopback_forwards(list)?;
+        for e in crate::policy::network::portless_loopback(list) {
+            eprintln!(
+                "claudebox: network: warning: --allow-host {e} names no port; loopback inside \
+                 the sandbox is its own and clients send it past the proxy (NO_PROXY), so \
+                 name the host's service with its port, e.g. --allow-host {e}:8080"
+            );
+        }
+    }
+    let protect_project_metadata = settings.writable_project_config.is_none();
+    let writable_claude_setup = settings.writable_claude_setup.is_some();
+    let (protected, unprotected_missing) = if protect_project_metadata {
+        let protected = protect::probe(&project, &home)?;
+        let missing = protect::missing_work_tree_entries(&project, &protected);
+        (protected, missing)
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    let ssh_agent = if settings.ssh_agent.is_some() {
+        Some(ssh_agent_socket()?)
+    } else {
+        None
+    };
+    let claude_home = HostClaude::probe(&home);
+    let inputs = Inputs {
+        project,
+        home,
+        state,
+        claude,
+        command,
+        instance_id: host::random_id()?,
+        host: HostFacts::probe(),
+        bwrap,
+        session,
+        settings,
+        claude_home,
+        writable_claude_setup,
+        protect_project_metadata,
+        protected,
+        unprotected_missing,
+        ipc_vars: host::ipc_vars_present(),
+        preset_vars: plan::DEFAULT_ENV
+            .iter()
+            .filter(|(n, _, _)| std::env::var_os(n).is_some())
+            .map(|(n, _, _)| n.into())
+            .collect(),
+        ssh_agent,
+        own_exe: host::own_exe()?,
+        landlock_abi: host::landlock_abi(),
+        log_denied: cli.log_denied,
+    };
+    let plan = plan::build(&inputs);
+    host::check_path_lengths(
+        plan.mounts
+            .iter()
+            .flat_map(|m| [Some(m.target.as_path()), m.source.as_deref()])
+            .flatten()
+            .chain([plan.cwd.as_path()]),
+    )?;
+    Ok(Prepared {
+        inputs,
+        state_home,
+        plan,
+    })
+}
+
+/// `--ssh-agent`: the socket `$SSH_AUTH_SOCK` names, which must exist and be a socket.
+fn ssh_agent_socket() -> Result<std::path::PathBuf> {
+    use std::os::unix::fs::FileTypeExt;
+    let Some(sock) = std::env::var_os("SSH_AUTH_SOCK").filter(|s| !s.is_empty()) else {
+        bail!("--ssh-agent: SSH_AUTH_SOCK is not set; start an ssh agent (eval $(ssh-agent)) or drop --ssh-agent");
+    };
+    let path = std::path::PathBuf::from(sock);
+    match fs::metadata(&path) {
+        Ok(m) if m.file_type().is_socket() => Ok(fs::canonicalize(&path)?),
+        _ => bail!(
+            "--ssh-agent: SSH_AUTH_SOCK is {} but that is not a socket; check your ssh agent or drop --ssh-agent",
+            path.shown()
+        ),
+    }
+}
+
+/// Refuses a project that would bind `/`, the home directory or a parent of it read-write.
+fn refuse_dangerous_root(work_tree: &Path, home: &Path, yes: bool) -> Result<()> {
+    let home = fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
+    if yes {
+        return Ok(());
+    }
+    if work_tree == Path::new("/") || home.starts_with(work_tree) {
+        bail!(
+            "refusing to use {} as the project: it would bind {} read-write into the sandbox; \
+             cd into a project directory, or pass --yes if you really mean it",
+            work_tree.shown(),
+            if work_tree == Path::new("/") {
+                "the whole file system"
+            } else {
+                "your whole home directory"
+            }
+        );
+    }
+    Ok(())
+}
+
+/// Creates state and mount points, takes the in-use lock and execs bwrap. Returns only on
+/// error.
+pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
+    let inp = &p.inputs;
+    state::check_writable(&p.state_home)?;
+    if let Some(spec) = &p.plan.proxy {
+        // Before any lock is taken: the proxy must not inherit one, and its descriptor
+        // for the sandbox goes on a fixed number.
+        netbridge::start_proxy(spec)?;
+    }
+    // Creates the project's state and registers this sandbox as running on it.
+    let in_use = inuse::mark(&p.state_home, &inp.state, &inp.project.root)?;
+    let created = in_use.created;
+    let err = exec_registered(p, in_use).unwrap_err();
+    // A first launch that failed leaves no project directory behind.
+    if created {
+        state::remove_unused(&inp.state);
+    }
+    Err(err)
+}
+
+/// The rest of [`exec`], once registered; returns only on error (the slot is released).
+fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::Infallible> {
+    let inp = &p.inputs;
+    // The empty file stands in for hidden files and for setup files the user has none of.
+    state::ensure_empty_file(&inp.state)?;
+    let overlays = claude_home::overlays(
+        &inp.home,
+        &inp.claude_home,
+        &inp.state,
+        inp.writable_claude_setup,
+    );
+    claude_home::prepare_mount_points(&inp.home, &inp.state, &overlays)?;
+    claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
+    if inp.protect_project_metadata {
+        if let Some(p) = inp
+            .protected
+            .iter()
+            .find(|p| p.guard == protect::Guard::LocalSettings)
+        {
+            state::refresh_local_settings(&inp.state, &p.path)?;
+        }
+    }
+    // A named session is decided again under its own lock; replan if that changed it.
+    let mut plan = p.plan.clone();
+    let session = match &inp.session {
+        Some(s) => {
+            let claimed = sessions::claim(&inp.state, s, &inp.project.cwd, &inp.instance_id)?;
+            if claimed.launch != *s {
+                plan = plan::build(&Inputs {
+                    session: Some(claimed.launch.clone()),
+                    ..inp.clone()
+                });
+            }
+            Some(claimed.lock)
+        }
+        // claude's own --resume/--continue may pick a named session's conversation.
+        None => match &inp.command {
+            Command::Claude(args) => {
+                // As claude gets them: the configured defaults, then the user's own.
+                let all: Vec<std::ffi::OsString> = (inp.settings.claude_args.iter())
+                    .flat_map(|d| d.args.iter().cloned())
+                    .chain(args.iter().cloned())
+                    .collect();
+                sessions::guard_picked(&inp.state, &all, &inp.project.cwd, &inp.instance_id)?
+            }
+            Command::Exec(_) => None,
+        },
+    };
+    plan.sync_fd = Some(in_use.fd());
+    if let Some(c) = &mut plan.confine {
+        c.default_signals = ignore_terminal_signals();
+    }
+    // Every bind source opened and checked now, and mounted by that descriptor.
+    let opened = sources::open(&plan, &writable_areas(inp))?;
+    let table = opened.table();
+    let argv = render::argv_with(&plan, render::Sources::Fds(&table));
+    // Only claudebox's own descriptors cross into bwrap, none inherited from the shell.
+    let mut keep = opened.fds();
+    keep.push(in_use.fd());
+    if plan.proxy.is_some() {
+        keep.push(crate::policy::network::SANDBOX_NET_FD);
+    }
+    // A named session's lock is held by the sandbox's processes for their life (bwrap's
+    // pid 1 keeps only the sync fd), so it reaches the command: a known gap (README).
+    if let Some(lock) = &session {
+        keep.push(std::os::fd::AsRawFd::as_raw_fd(&**lock));
+    }
+    sources::keep_only(&keep)?;
+    let err = crate::host::exec::replace_with(&argv);
+    drop((in_use, session, opened));
+    Err(err).with_context(|| format!("cannot run {}", argv[0].shown()))
+}
+
+/// The directories a sandbox of this project can write (canonical): a bind source there,
+/// or reached through there, must be exactly the path the plan names.
+pub fn writable_areas(inp: &Inputs) -> Vec<std::path::PathBuf> {
+    let mut areas = vec![inp.project.work_tree.clone()];
+    areas.extend(inp.project.outside_git_dirs());
+    areas.push(guard::canonical_lossy(&inp.home.join(".claude")));
+    areas.push(guard::canonical_lossy(&inp.state.conversations()));
+    for m in &inp.settings.mounts {
+        if m.kind == ExtraKind::Rw {
+            areas.push(m.source.clone());
+        }
+    }
+    areas
+}
+
+/// Ignores SIGINT and SIGQUIT for claudebox and bwrap, which inherit the disposition (see
+/// src/inside/confine.rs). Returns whether the agent should get the default back: not when
+/// claudebox itself was started with SIGINT ignored (a background job of a shell), which
+/// then stays ignored for the agent too.
+fn ignore_terminal_signals() -> bool {
+    use nix::sys::signal::{signal, SigHandler};
+    let mut was_ignored = false;
+    for sig in crate::inside::confine::TERMINAL_SIGNALS {
+        // SAFETY: SIG_IGN installs no handler.
+        let old = unsafe { signal(sig, SigHandler::SigIgn) };
+        was_ignored |=
+            sig == nix::sys::signal::Signal::SIGINT && matches!(old, Ok(SigHandler::SigIgn));
+    }
+    !was_ignored
+}

@@ -1,0 +1,675 @@
+//! `--check`: can this machine run claudebox, and if not, why and what to do. One row per
+//! check (ok / warn / fail, with a fix for each that is not ok), printed on stdout; exit 1
+//! when any check failed.
+//!
+//! The sandbox checks are real: a sandbox is built by `plan::build` and `render::argv`
+//! exactly as a launch builds it (same namespace flags, same kinds of mounts), over a
+//! throwaway home, project and state directory in a temporary directory, and runs `true`;
+//! then `bwrap` inside it (Claude Code's own Bash sandbox is bwrap), then `claude --version`.
+
+use std::ffi::OsString;
+use std::fs;
+use std::io::Read;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use std::os::unix::process::CommandExt;
+
+use anyhow::{Context, Result};
+
+use crate::host::project::{project_id, Project};
+use crate::host::{self, ClaudeInstall, HostFacts};
+use crate::maintenance::diagnose::{self, Facts};
+use crate::policy::plan::{self, Command, Inputs, NAMESPACE_FLAGS};
+use crate::policy::render;
+use crate::state::inventory::show;
+use crate::state::{self, StateHome};
+
+const TIMEOUT: Duration = Duration::from_secs(20);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Status {
+    Ok,
+    Warn,
+    Fail,
+}
+
+struct Row {
+    status: Status,
+    name: &'static str,
+    detail: String,
+    fix: Option<String>,
+}
+
+fn ok(name: &'static str, detail: String) -> Row {
+    Row {
+        status: Status::Ok,
+        name,
+        detail,
+        fix: None,
+    }
+}
+fn warn(name: &'static str, detail: String, fix: String) -> Row {
+    Row {
+        status: Status::Warn,
+        name,
+        detail,
+        fix: Some(fix),
+    }
+}
+fn fail(name: &'static str, detail: String, fix: String) -> Row {
+    Row {
+        status: Status::Fail,
+        name,
+        detail,
+        fix: Some(fix),
+    }
+}
+
+pub fn run() -> Result<ExitCode> {
+    let rows = checks()?;
+    let mut out = String::new();
+    for r in &rows {
+        let status = match r.status {
+            Status::Ok => "ok",
+            Status::Warn => "warn",
+            Status::Fail => "fail",
+        };
+        out.push_str(&format!("{status:<5} {:<17} {}\n", r.name, r.detail));
+        if let Some(fix) = &r.fix {
+            let mut lines = fix.lines();
+            if let Some(first) = lines.next() {
+                out.push_str(&format!("      fix: {first}\n"));
+            }
+            for l in lines {
+                out.push_str(&format!("           {l}\n"));
+            }
+        }
+    }
+    let count = |s| rows.iter().filter(|r| r.status == s).count();
+    let failed = count(Status::Fail);
+    out.push_str(&format!(
+        "{} ok, {} warn, {failed} fail\n",
+        count(Status::Ok),
+        count(Status::Warn)
+    ));
+    crate::maintenance::list::write_stdout(out.as_bytes())?;
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn checks() -> Result<Vec<Row>> {
+    let home = host::home_dir()?;
+    let mut rows = Vec::new();
+    let bwrap = host::find_bwrap();
+    let claude = host::find_claude(&home);
+
+    match &bwrap {
+        Ok(b) => rows.push(bwrap_row(b)),
+        Err(e) => {
+            let msg = format!("{e:#}");
+            let (detail, fix) = msg.split_once("; ").unwrap_or((&msg, "install bubblewrap"));
+            rows.push(fail("bwrap", detail.into(), fix.into()));
+        }
+    }
+    rows.push(claude_row(&claude));
+    match &bwrap {
+        Ok(b) => rows.extend(sandbox_rows(b, claude.as_ref().ok())),
+        Err(_) => {
+            for name in ["sandbox", "nested sandbox"] {
+                rows.push(fail(
+                    name,
+                    "not tried: no bwrap".into(),
+                    "install bubblewrap".into(),
+                ));
+            }
+        }
+    }
+    rows.extend(claude_home_rows(&home));
+    rows.push(credentials_row(&home));
+    rows.push(state_row(&StateHome::from_env(&home)));
+    rows.push(config_row(&home));
+    Ok(rows)
+}
+
+/// The config file as a launch from the current directory would read it, and the network
+/// mode that would be in force there.
+fn config_row(home: &Path) -> Row {
+    let config_file = crate::config::location(home);
+    // A file that does not parse stops every launch: a failure. What depends on the
+    // project (paths, [[project]] sections) is judged for the current directory: a warning.
+    let file = match crate::config::load(&config_file) {
+        Ok(f) => f,
+        Err(e) => {
+            return fail(
+                "config",
+                format!("{e:#}"),
+                format!("fix {}; every launch stops until then", show(&config_file)),
+            )
+        }
+    };
+    let resolved = host::current_dir().and_then(|cwd| {
+        let project = crate::host::project::discover(&cwd)?;
+        let state_home = StateHome::from_env(home);
+        let state = state_home.project(&project.id());
+        crate::config::settings::resolve(
+            file.as_ref(),
+            &crate::config::settings::CliRequest::default(),
+            &crate::config::settings::Context {
+                home,
+                cwd: &cwd,
+                project: &project,
+                state_dir: &state_home.dir,
+                conversations: &state.conversations(),
+                config_file: &config_file,
+                yes: false,
+            },
+        )
+    });
+    match resolved {
+        Ok(s) => ok(
+            "network",
+            format!(
+                "{} ({}; config {})",
+                crate::policy::network::describe(&s.network),
+                s.network_origin,
+                if s.config_read {
+                    show(&config_file)
+                } else {
+                    "none".into()
+                }
+            ),
+        ),
+        Err(e) => warn(
+            "config",
+            format!("a launch from this directory would stop: {e:#}"),
+            format!("fix {} or launch from your project", show(&config_file)),
+        ),
+    }
+}
+
+fn bwrap_row(bwrap: &Path) -> Row {
+    let mut cmd = std::process::Command::new(bwrap);
+    cmd.arg("--version");
+    match run_with_timeout(&mut cmd, TIMEOUT) {
+        Ok(r) if r.success() => ok(
+            "bwrap",
+            format!("{} ({})", show(bwrap), first_line(&r.stdout)),
+        ),
+        Ok(r) => fail(
+            "bwrap",
+            format!("{} --version failed: {}", show(bwrap), r.describe()),
+            "reinstall bubblewrap".into(),
+        ),
+        Err(e) => fail(
+            "bwrap",
+            format!("{} cannot run: {e:#}", show(bwrap)),
+            "reinstall bubblewrap, or point CLAUDEBOX_BWRAP at a working bwrap".into(),
+        ),
+    }
+}
+
+/// The three checks that need a real sandbox.
+fn sandbox_rows(bwrap: &Path, claude: Option<&ClaudeInstall>) -> Vec<Row> {
+    let facts = Facts::probe(bwrap);
+    let world = match Probe::create(bwrap, claude) {
+        Ok(w) => w,
+        Err(e) => {
+            return vec![fail(
+                "sandbox",
+                format!("cannot prepare a test sandbox: {e:#}"),
+                "make the temporary directory ($TMPDIR or /tmp) writable".into(),
+            )]
+        }
+    };
+    let mut rows = Vec::new();
+    let outer = world.run(vec!["true".into()]);
+    let flags = NAMESPACE_FLAGS.join(" ");
+    match &outer {
+        Ok(r) if r.success() => rows.push(ok(
+            "sandbox",
+            format!("a launch's sandbox starts ({flags})"),
+        )),
+        Ok(r) => {
+            let dg = diagnose::classify(&r.stderr_text(), &facts, false);
+            rows.push(fail("sandbox", dg.text, dg.fix));
+        }
+        Err(e) => rows.push(fail(
+            "sandbox",
+            format!("bwrap cannot run: {e:#}"),
+            "reinstall bubblewrap".into(),
+        )),
+    }
+    let outer_ok = matches!(&outer, Ok(r) if r.success());
+
+    // Claude Code's own Bash sandbox runs bwrap inside ours, with a network namespace.
+    let mut nested: Vec<OsString> = vec!["bwrap".into()];
+    nested.extend(NAMESPACE_FLAGS.iter().map(OsString::from));
+    for a in [
+        "--unshare-net",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--",
+        "true",
+    ] {
+        nested.push(a.into());
+    }
+    if !outer_ok {
+        rows.push(fail(
+            "nested sandbox",
+            "not tried: the sandbox itself does not start".into(),
+            "fix the sandbox row first".into(),
+        ));
+    } else {
+        match world.run(nested) {
+            Ok(r) if r.success() => rows.push(ok(
+                "nested sandbox",
+                "bwrap runs inside the sandbox (Claude Code's Bash sandbox can work)".into(),
+            )),
+            Ok(r) => {
+                let dg = diagnose::classify(&r.stderr_text(), &facts, true);
+                rows.push(warn(
+                    "nested sandbox",
+                    format!(
+                        "Claude Code's Bash sandbox will not start inside: {}",
+                        dg.text
+                    ),
+                    dg.fix,
+                ));
+            }
+            Err(e) => rows.push(warn(
+                "nested sandbox",
+                format!("cannot run: {e:#}"),
+                "reinstall bubblewrap".into(),
+            )),
+        }
+    }
+
+    if let Some(c) = claude {
+        if outer_ok {
+            match world.run(vec![c.on_path.clone().into(), "--version".into()]) {
+                Ok(r) if r.success() => rows.push(ok(
+                    "claude in sandbox",
+                    format!("runs: {}", first_line(&r.stdout)),
+                )),
+                Ok(r) => rows.push(fail(
+                    "claude in sandbox",
+                    format!("`claude --version` fails inside: {}", r.describe()),
+                    "run `claudebox --exec claude --version` to see it; report it with \
+                     `claudebox --dry-run`'s output"
+                        .into(),
+                )),
+                Err(e) => rows.push(fail(
+                    "claude in sandbox",
+                    format!("cannot run: {e:#}"),
+                    "reinstall bubblewrap".into(),
+                )),
+            }
+        }
+    }
+    rows
+}
+
+fn claude_row(claude: &Result<ClaudeInstall>) -> Row {
+    let c = match claude {
+        Ok(c) => c,
+        Err(e) => {
+            let msg = format!("{e:#}");
+            let fix = msg.split_once("; ").map_or(msg.as_str(), |(_, f)| f);
+            return fail("claude", "no `claude` on PATH".into(), fix.into());
+        }
+    };
+    let place = if c.on_path == c.real {
+        show(&c.on_path)
+    } else {
+        format!("{} -> {}", show(&c.on_path), show(&c.real))
+    };
+    let mut cmd = std::process::Command::new(&c.on_path);
+    cmd.arg("--version");
+    match run_with_timeout(&mut cmd, TIMEOUT) {
+        Ok(r) if r.success() => ok("claude", format!("{place} ({})", first_line(&r.stdout))),
+        Ok(r) => fail(
+            "claude",
+            format!("{place}: `claude --version` failed: {}", r.describe()),
+            "reinstall Claude Code (npm install -g @anthropic-ai/claude-code, or the native \
+             installer)"
+                .into(),
+        ),
+        Err(e) => fail(
+            "claude",
+            format!("{place} cannot run: {e:#}"),
+            "reinstall Claude Code".into(),
+        ),
+    }
+}
+
+fn claude_home_rows(home: &Path) -> Vec<Row> {
+    let dir = home.join(".claude");
+    let dir_row = match fs::metadata(&dir) {
+        Ok(m) if m.is_dir() => ok("~/.claude", show(&dir)),
+        Ok(_) => fail(
+            "~/.claude",
+            format!("{} is not a directory", show(&dir)),
+            "move it aside; Claude Code keeps its settings in a directory there".into(),
+        ),
+        Err(_) => warn(
+            "~/.claude",
+            format!("{} is missing", show(&dir)),
+            "run `claude` once on the host and log in (claudebox would otherwise start with \
+             an empty one)"
+                .into(),
+        ),
+    };
+    let json = home.join(".claude.json");
+    let json_row = match fs::read(&json) {
+        Ok(bytes) => match serde_json::from_slice::<serde_json::Value>(&bytes) {
+            Ok(_) => ok("~/.claude.json", show(&json)),
+            Err(e) => warn(
+                "~/.claude.json",
+                format!("{} is not valid JSON: {e}", show(&json)),
+                "let `claude` rewrite it, or restore it from ~/.claude/backups/".into(),
+            ),
+        },
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => warn(
+            "~/.claude.json",
+            format!("{} is missing", show(&json)),
+            "run `claude` once on the host (claudebox would otherwise create an empty one)".into(),
+        ),
+        Err(e) => fail(
+            "~/.claude.json",
+            format!("{} is unreadable: {e}", show(&json)),
+            "fix its permissions: chmod 600 ~/.claude.json".into(),
+        ),
+    };
+    vec![dir_row, json_row]
+}
+
+/// Where Claude Code finds credentials. Never reads or prints a secret's value.
+fn credentials_row(home: &Path) -> Row {
+    let file = home.join(".claude/.credentials.json");
+    if fs::metadata(&file).is_ok_and(|m| m.is_file() && m.len() > 0) {
+        return ok("credentials", format!("{} (OAuth login)", show(&file)));
+    }
+    for var in [
+        "ANTHROPIC_API_KEY",
+        "CLAUDE_CODE_OAUTH_TOKEN",
+        "ANTHROPIC_AUTH_TOKEN",
+    ] {
+        if std::env::var_os(var).is_some_and(|v| !v.is_empty()) {
+            return ok(
+                "credentials",
+                format!("${var} is set (passed into the sandbox)"),
+            );
+        }
+    }
+    for var in ["CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"] {
+        if std::env::var_os(var).is_some_and(|v| !v.is_empty() && v != "0") {
+            return ok(
+                "credentials",
+                format!("${var} is set (cloud credentials not checked)"),
+            );
+        }
+    }
+    let api_key_in_config = fs::read(home.join(".claude.json"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v.get("primaryApiKey").map(|k| k.is_string()))
+        .unwrap_or(false);
+    if api_key_in_config {
+        return ok(
+            "credentials",
+            "an API key is stored in ~/.claude.json".into(),
+        );
+    }
+    warn(
+        "credentials",
+        "none found (~/.claude/.credentials.json, $ANTHROPIC_API_KEY, $CLAUDE_CODE_OAUTH_TOKEN)"
+            .into(),
+        "run `claude` on the host and log in (/login), or set ANTHROPIC_API_KEY".into(),
+    )
+}
+
+fn state_row(home: &StateHome) -> Row {
+    if let Err(e) = state::check_writable(home) {
+        let msg = format!("{e:#}");
+        let (detail, fix) = msg
+            .split_once("; ")
+            .unwrap_or((&msg, "fix its permissions"));
+        return fail("state dir", detail.into(), fix.into());
+    }
+    match fs::metadata(&home.dir) {
+        Ok(m) if m.permissions().mode() & 0o077 != 0 => warn(
+            "state dir",
+            format!(
+                "{} is writable but open to other users (mode {:o})",
+                show(&home.dir),
+                m.permissions().mode() & 0o7777
+            ),
+            format!("chmod 700 {}", show(&home.dir)),
+        ),
+        Ok(_) => ok("state dir", format!("{} is writable", show(&home.dir))),
+        Err(_) => ok(
+            "state dir",
+            format!("{} will be created at the first launch", show(&home.dir)),
+        ),
+    }
+}
+
+/// A throwaway home, project and state directory to build a real plan over; removed on
+/// drop.
+struct Probe {
+    dir: PathBuf,
+    inputs: Inputs,
+}
+
+impl Probe {
+    fn create(bwrap: &Path, claude: Option<&ClaudeInstall>) -> Result<Probe> {
+        let dir = std::env::temp_dir().join(format!("claudebox-check-{}", host::random_id()?));
+        fs::DirBuilder::new()
+            .mode(0o700)
+            .create(&dir)
+            .with_context(|| format!("cannot create {}", show(&dir)))?;
+        let dir = fs::canonicalize(&dir)?;
+        let probe_inputs = |dir: &Path| -> Result<Inputs> {
+            let home = dir.join("home");
+            let work = dir.join("work");
+            let state_home = StateHome {
+                dir: dir.join("state"),
+            };
+            let state = state_home.project(&project_id(&work));
+            for d in [
+                home.join(".claude/projects"),
+                home.join(".claude/sessions"),
+                work.clone(),
+                state.conversations(),
+                state.claude_config(),
+                state.login_dir(),
+            ] {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&d)?;
+            }
+            fs::write(home.join(".claude/history.jsonl"), b"")?;
+            fs::write(home.join(".claude.json"), b"{}\n")?;
+            fs::write(state.history(), b"")?;
+            fs::write(state.empty_file(), b"")?;
+            let claude_home = crate::state::claude_home::HostClaude {
+                dir: home.join(".claude"),
+                json: home.join(".claude.json"),
+                entries: Vec::new(),
+                credentials: None,
+            };
+            Ok(Inputs {
+                project: Project {
+                    root: work.clone(),
+                    work_tree: work.clone(),
+                    git_dir: None,
+                    common_dir: None,
+                    cwd: work,
+                },
+                home,
+                state,
+                claude: claude.cloned(),
+                command: Command::Exec(vec!["true".into()]),
+                instance_id: host::random_id()?,
+                host: HostFacts::probe(),
+                bwrap: bwrap.to_path_buf(),
+                session: None,
+                settings: Default::default(),
+                claude_home,
+                writable_claude_setup: false,
+                protect_project_metadata: false,
+                protected: Vec::new(),
+                unprotected_missing: Vec::new(),
+                ipc_vars: crate::host::ipc_vars_present(),
+                preset_vars: Vec::new(),
+                ssh_agent: None,
+                own_exe: host::own_exe()?,
+                landlock_abi: host::landlock_abi(),
+                log_denied: false,
+            })
+        };
+        match probe_inputs(&dir) {
+            Ok(inputs) => Ok(Probe { dir, inputs }),
+            Err(e) => {
+                let _ = fs::remove_dir_all(&dir);
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs `argv` in a sandbox planned and rendered as a launch does it.
+    fn run(&self, argv: Vec<OsString>) -> Result<Ran> {
+        let mut inputs = self.inputs.clone();
+        inputs.command = Command::Exec(argv);
+        let plan = plan::build(&inputs);
+        // Sources bound by descriptor, as a launch binds them.
+        let opened = crate::host::sources::open(&plan, &crate::launch::writable_areas(&inputs))?;
+        let table = opened.table();
+        let argv = render::argv_with(&plan, render::Sources::Fds(&table));
+        let mut cmd = std::process::Command::new(&argv[0]);
+        cmd.args(&argv[1..]).env("HOME", &inputs.home);
+        let fds = opened.fds();
+        // SAFETY: only fcntl between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                for fd in &fds {
+                    if nix::libc::fcntl(*fd, nix::libc::F_SETFD, 0) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let ran = run_with_timeout(&mut cmd, TIMEOUT);
+        drop(opened);
+        ran
+    }
+}
+
+impl Drop for Probe {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// What a command did.
+struct Ran {
+    status: Option<ExitStatus>,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+}
+
+impl Ran {
+    fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+    fn stderr_text(&self) -> String {
+        String::from_utf8_lossy(&self.stderr).into_owned()
+    }
+    fn describe(&self) -> String {
+        let err = self.stderr_text();
+        let last = err.lines().rev().find(|l| !l.trim().is_empty());
+        match (self.status, last) {
+            (None, _) => format!("no answer within {} s", TIMEOUT.as_secs()),
+            (Some(s), Some(l)) => format!("{s}: {}", l.trim()),
+            (Some(s), None) => s.to_string(),
+        }
+    }
+}
+
+fn first_line(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes)
+        .lines()
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string()
+}
+
+/// Runs a command with stdin closed, collecting its output; kills it after `limit`.
+fn run_with_timeout(cmd: &mut std::process::Command, limit: Duration) -> Result<Ran> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", cmd.get_program().to_string_lossy()))?;
+    let reader = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break Some(s);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    if status.is_none() {
+        // Its output may be held open by a grandchild: do not wait for it.
+        return Ok(Ran {
+            status,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        });
+    }
+    Ok(Ran {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
+}

@@ -1,0 +1,737 @@
+//! Network policy: open (the host's network), allowlist (only listed hosts, through a
+//! proxy that claudebox runs on the host) or none; and the allowlist's host patterns.
+//!
+//! Pure: parsing, matching and merging. The proxy lives in `proxy.rs`, the plumbing that
+//! starts it and hands it the sandbox's port in `netbridge.rs`.
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::path::PathBuf;
+
+use anyhow::{bail, Result};
+
+/// The proxy's port on the sandbox's own loopback (a fresh network namespace, so no
+/// other program competes for it).
+pub const PROXY_PORT: u16 = 3128;
+/// The descriptor, inherited by bwrap and the sandbox, over which the sandbox hands its
+/// proxy port to the proxy on the host.
+pub const SANDBOX_NET_FD: i32 = 3;
+/// What the proxy variables inside point at.
+pub const PROXY_URL: &str = "http://127.0.0.1:3128";
+/// Destinations that clients inside reach directly (the sandbox's own loopback).
+pub const NO_PROXY: &str = "localhost,127.0.0.1,::1";
+
+/// Hosts Claude Code needs (Anthropic's "network access requirements" for Claude Code):
+/// the API, the claude.ai and Console logins (and token refresh), feature flags; HTTPS
+/// only.
+/// Left out on purpose: `sentry.io` (error reports; it accepts events for anyone's
+/// Sentry project, so it is a way out for data) and download hosts for the auto-updater
+/// (the installation is read-only inside anyway).
+pub const DEFAULT_HOSTS: &[&str] = &[
+    "api.anthropic.com:443",
+    "claude.ai:443",
+    "platform.claude.com:443",
+    "console.anthropic.com:443",
+    "statsig.anthropic.com:443",
+];
+
+/// Which network the sandbox gets.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum NetworkMode {
+    /// The host's network, unfiltered (today's default).
+    #[default]
+    Open,
+    /// Its own network namespace; out only through the proxy, to the listed hosts.
+    Allowlist(Allowlist),
+    /// Its own network namespace with loopback only.
+    None,
+}
+
+/// The mode names used on the command line (`--network`) and, later, in the config file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ModeName {
+    Open,
+    Allowlist,
+    None,
+}
+
+/// One layer of network settings: the built-in default, the config file (global, then the
+/// project's section), the command line. Later layers win for `mode`; `allow_hosts`
+/// accumulate. Each host carries where it came from, for `--dry-run`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NetworkChoice {
+    pub mode: Option<ModeName>,
+    /// (pattern as written, where it came from)
+    pub allow_hosts: Vec<(String, String)>,
+    /// Where this layer came from, for error messages ("--network", "config file X").
+    pub source: String,
+}
+
+/// Merges the layers into the mode in force.
+///
+/// The mode is the last one named; when no layer names one, listing a host means
+/// allowlist, otherwise open. A layer that names open or none and also lists hosts
+/// contradicts itself and is refused. In allowlist mode the built-in hosts come first,
+/// then every layer's hosts in order (repeats dropped).
+pub fn resolve(layers: &[NetworkChoice]) -> Result<NetworkMode> {
+    let mut mode = None;
+    for l in layers {
+        if let (Some(m @ (ModeName::Open | ModeName::None)), Some((h, _))) =
+            (l.mode, l.allow_hosts.first())
+        {
+            let name = if m == ModeName::Open { "open" } else { "none" };
+            bail!(
+                "{}: allowing host {h} makes no sense with network mode {name}; \
+                 drop one of them (allowed hosts need the allowlist mode)",
+                l.source
+            );
+        }
+        if l.mode.is_some() {
+            mode = l.mode;
+        }
+    }
+    let any_hosts = layers.iter().any(|l| !l.allow_hosts.is_empty());
+    let mode = mode.unwrap_or(if any_hosts {
+        ModeName::Allowlist
+    } else {
+        ModeName::Open
+    });
+    Ok(match mode {
+        ModeName::Open => NetworkMode::Open,
+        ModeName::None => NetworkMode::None,
+        ModeName::Allowlist => {
+            let mut list = Allowlist::default_list();
+            for l in layers {
+                for (pat, source) in &l.allow_hosts {
+                    let pattern = HostPattern::parse(pat)
+                        .map_err(|e| anyhow::anyhow!("{source}: allowed host {pat:?}: {e}"))?;
+                    list.push(pattern, source);
+                }
+            }
+            NetworkMode::Allowlist(list)
+        }
+    })
+}
+
+/// One line saying which mode is in force, for `--dry-run` and `--check`.
+pub fn describe(mode: &NetworkMode) -> String {
+    match mode {
+        NetworkMode::Open => "open: the host's network, unfiltered".to_string(),
+        NetworkMode::None => {
+            "none: own network namespace with loopback only; no way out".to_string()
+        }
+        NetworkMode::Allowlist(list) => format!(
+            "allowlist: own network namespace; out only through claudebox's HTTP proxy on \
+             the host ({PROXY_URL} inside), to {} allowed host pattern{}: {}",
+            list.entries.len(),
+            if list.entries.len() == 1 { "" } else { "s" },
+            list.entries
+                .iter()
+                .map(|e| e.pattern.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// What the launcher hands the proxy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProxySpec {
+    pub allowlist: Allowlist,
+    pub denied_log: PathBuf,
+    pub log_stderr: bool,
+    /// The sandbox's instance id; in the proxy's command line so it can be found.
+    pub instance_id: String,
+}
+
+/// The hosts the proxy lets through.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Allowlist {
+    pub entries: Vec<Entry>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    pub pattern: HostPattern,
+    /// Where it came from: "default", "--allow-host", a config file.
+    pub source: String,
+}
+
+impl Allowlist {
+    pub fn default_list() -> Allowlist {
+        let mut l = Allowlist::default();
+        for h in DEFAULT_HOSTS {
+            if let Ok(p) = HostPattern::parse(h) {
+                l.push(p, "default");
+            }
+        }
+        l
+    }
+
+    pub fn push(&mut self, pattern: HostPattern, source: &str) {
+        if !self.entries.iter().any(|e| e.pattern == pattern) {
+            self.entries.push(Entry {
+                pattern,
+                source: source.to_string(),
+            });
+        }
+    }
+
+    /// The first entry that admits `host` (already normalized by [`normalize_host`]) on
+    /// `port`, or `None` when the host is denied.
+    pub fn find(&self, host: &str, port: u16) -> Option<&Entry> {
+        self.entries.iter().find(|e| e.pattern.matches(host, port))
+    }
+}
+
+/// An allowlist entry: an exact host or `*.domain` (any subdomain, at any depth, but not
+/// `domain` itself), optionally limited to one port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HostPattern {
+    pub host: HostMatch,
+    pub port: Option<u16>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HostMatch {
+    /// A normalized host name or IP literal (IPv6 without brackets).
+    Exact(String),
+    /// A suffix with its leading dot: `.example.com` for `*.example.com`.
+    Subdomains(String),
+}
+
+impl HostPattern {
+    /// Parses `host`, `host:port`, `*.domain`, `*.domain:port`, `1.2.3.4`, `[::1]:443`.
+    /// Case-insensitive; a trailing dot is dropped. A bare `*` and a wildcard over a
+    /// top-level domain (`*.com`) are refused.
+    pub fn parse(s: &str) -> Result<HostPattern> {
+        let s = s.trim();
+        if s.contains("://") || s.contains('/') {
+            bail!("give a host name (like api.example.com or *.example.com), not a URL");
+        }
+        let (host, port) = split_host_port(s)?;
+        if host == "*" {
+            bail!("a bare * would allow every host; use --network open for that");
+        }
+        if let Some(domain) = host.strip_prefix("*.") {
+            let domain = normalize_host(domain)?;
+            if domain.parse::<IpAddr>().is_ok() {
+                bail!("a wildcard needs a domain name, not an IP address");
+            }
+            if !domain.contains('.') {
+                bail!(
+                    "*.{domain} would allow every host under the top-level domain {domain}; \
+                     name a domain you trust, like *.example.{domain}"
+                );
+            }
+            return Ok(HostPattern {
+                host: HostMatch::Subdomains(format!(".{domain}")),
+                port,
+            });
+        }
+        if host.contains('*') {
+            bail!("a wildcard is only allowed as a whole first label, as in *.example.com");
+        }
+        Ok(HostPattern {
+            host: HostMatch::Exact(normalize_host(&host)?),
+            port,
+        })
+    }
+
+    pub fn matches(&self, host: &str, port: u16) -> bool {
+        if self.port.is_some_and(|p| p != port) {
+            return false;
+        }
+        match &self.host {
+            HostMatch::Exact(h) => h == host,
+            HostMatch::Subdomains(suffix) => host.len() > suffix.len() && host.ends_with(suffix),
+        }
+    }
+
+    pub fn is_wildcard(&self) -> bool {
+        matches!(self.host, HostMatch::Subdomains(_))
+    }
+}
+
+impl fmt::Display for HostPattern {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.host {
+            HostMatch::Exact(h) if h.contains(':') => write!(f, "[{h}]")?,
+            HostMatch::Exact(h) => f.write_str(h)?,
+            HostMatch::Subdomains(s) => write!(f, "*{s}")?,
+        }
+        if let Some(p) = self.port {
+            write!(f, ":{p}")?;
+        }
+        Ok(())
+    }
+}
+
+/// Splits `host[:port]` / `[v6][:port]`; the host is returned as written (brackets off).
+fn split_host_port(s: &str) -> Result<(String, Option<u16>)> {
+    if let Some(rest) = s.strip_prefix('[') {
+        let Some((v6, after)) = rest.split_once(']') else {
+            bail!("unclosed [ in an IPv6 address");
+        };
+        let port = match after {
+            "" => None,
+            p => Some(parse_port(p.strip_prefix(':').unwrap_or("x"))?),
+        };
+        return Ok((v6.to_string(), port));
+    }
+    if s.matches(':').count() > 1 {
+        // A bare IPv6 literal.
+        return Ok((s.to_string(), None));
+    }
+    match s.split_once(':') {
+        Some((h, p)) => Ok((h.to_string(), Some(parse_port(p)?))),
+        None => Ok((s.to_string(), None)),
+    }
+}
+
+/// A request's `host[:port]` (CONNECT target, URL authority, Host header), normalized;
+/// `default_port` applies when none is written (none for CONNECT, which must name one).
+pub fn parse_authority(s: &str, default_port: Option<u16>) -> Result<(String, u16)> {
+    let (host, port) = split_host_port(s)?;
+    let Some(port) = port.or(default_port) else {
+        bail!("{s:?} names no port");
+    };
+    Ok((normalize_host(&host)?, port))
+}
+
+/// How a host appears in messages and in `--allow-host` (IPv6 in brackets).
+pub fn show_host(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
+
+fn parse_port(p: &str) -> Result<u16> {
+    match p.parse::<u16>() {
+        Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
+        _ => bail!("{p:?} is not a port number (1-65535)"),
+    }
+}
+
+/// The canonical form of a host as the proxy compares it: lower case, no trailing dot,
+/// IPv6 without brackets in its canonical text. Refuses anything that is not a DNS name
+/// (letters, digits, `-`, `_`, labels of 1-63) or an IP literal.
+pub fn normalize_host(h: &str) -> Result<String> {
+    let h = h
+        .strip_prefix('[')
+        .and_then(|x| x.strip_suffix(']'))
+        .unwrap_or(h);
+    if let Ok(v6) = h.parse::<Ipv6Addr>() {
+        return Ok(v6.to_string());
+    }
+    let lower = h.to_ascii_lowercase();
+    let name = lower.strip_suffix('.').unwrap_or(&lower);
+    if let Ok(v4) = name.parse::<Ipv4Addr>() {
+        return Ok(v4.to_string());
+    }
+    if name.is_empty() || name.len() > 253 {
+        bail!("{h:?} is not a host name");
+    }
+    for label in name.split('.') {
+        let ok = !label.is_empty()
+            && label.len() <= 63
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+        if !ok {
+            bail!("{h:?} is not a host name");
+        }
+    }
+    Ok(name.to_string())
+}
+
+/// Addresses the proxy reaches only for a host named exactly (never through a wildcard,
+/// whose subdomains someone else may point anywhere): the host's own loopback, the
+/// unspecified address, link-local (cloud metadata at 169.254.169.254).
+pub fn is_local_address(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => v4.is_loopback() || v4.is_unspecified() || v4.is_link_local(),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_local_address(IpAddr::V4(v4));
+            }
+            v6.is_loopback() || v6.is_unspecified() || (v6.segments()[0] & 0xffc0) == 0xfe80
+        }
+    }
+}
+
+/// An allowed loopback `host:port`. Inside, loopback is the sandbox's own (and clients
+/// honour `NO_PROXY` for it), so the sandbox's first step listens on `listen` there and
+/// hands the socket to the proxy, which tunnels each connection to the host's
+/// `host:port`, decided by the allowlist like any other request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoopbackForward {
+    pub listen: SocketAddr,
+    /// The host as the allowlist names it (`localhost`, `127.0.0.1`, `::1`).
+    pub host: String,
+    pub port: u16,
+    /// `localhost`'s IPv6 half: skipped when the sandbox has no IPv6 loopback.
+    pub optional: bool,
+}
+
+fn loopback_ip(host: &str) -> Option<IpAddr> {
+    host.parse::<IpAddr>().ok().filter(IpAddr::is_loopback)
+}
+
+/// The loopback forwards of an allowlist: every exact loopback host with a port
+/// (127.0.0.0/8, `::1`, `localhost` as both 127.0.0.1 and ::1), first entry winning an
+/// address. Refuses one on the proxy's own port.
+pub fn loopback_forwards(list: &Allowlist) -> Result<Vec<LoopbackForward>> {
+    let mut out: Vec<LoopbackForward> = Vec::new();
+    for e in &list.entries {
+        let (HostMatch::Exact(host), Some(port)) = (&e.pattern.host, e.pattern.port) else {
+            continue;
+        };
+        let listens: Vec<(IpAddr, bool)> = if host == "localhost" {
+            vec![
+                (Ipv4Addr::LOCALHOST.into(), false),
+                (Ipv6Addr::LOCALHOST.into(), true),
+            ]
+        } else if let Some(ip) = loopback_ip(host) {
+            vec![(ip, false)]
+        } else {
+            continue;
+        };
+        for (ip, optional) in listens {
+            let listen = SocketAddr::new(ip, port);
+            if listen == SocketAddr::new(Ipv4Addr::LOCALHOST.into(), PROXY_PORT) {
+                bail!(
+                    "--allow-host {}: claudebox's proxy listens on 127.0.0.1:{PROXY_PORT} \
+                     inside the sandbox, so the host's service on that port cannot be \
+                     reached there; move it to another port",
+                    e.pattern
+                );
+            }
+            if out.iter().all(|f| f.listen != listen) {
+                out.push(LoopbackForward {
+                    listen,
+                    host: host.clone(),
+                    port,
+                    optional,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Allowed loopback hosts without a port: inside, their addresses are the sandbox's own
+/// loopback, so clients that honour `NO_PROXY` never reach the host through them.
+pub fn portless_loopback(list: &Allowlist) -> Vec<String> {
+    list.entries
+        .iter()
+        .filter_map(|e| match (&e.pattern.host, e.pattern.port) {
+            (HostMatch::Exact(h), None) if h == "localhost" || loopback_ip(h).is_some() => {
+                Some(e.pattern.to_string())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+// The bridge into the sandbox, as the plan renders it (run by `proxy::netbridge`).
+
+pub const INTERNAL_LISTEN: &str = "--internal-listen";
+
+/// The sandbox's first program in allowlist mode:
+/// `SELF --internal-listen FD PORT [--forward ADDR | --forward-optional ADDR]... -- CMD...`,
+/// with one `--forward` per loopback forward (see [`LoopbackForward`]).
+pub fn listen_argv(
+    self_in_sandbox: &OsStr,
+    forwards: &[LoopbackForward],
+    cmd: &[OsString],
+) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec![
+        self_in_sandbox.to_os_string(),
+        INTERNAL_LISTEN.into(),
+        SANDBOX_NET_FD.to_string().into(),
+        PROXY_PORT.to_string().into(),
+    ];
+    for f in forwards {
+        v.push(
+            if f.optional {
+                FORWARD_OPTIONAL
+            } else {
+                FORWARD
+            }
+            .into(),
+        );
+        v.push(f.listen.to_string().into());
+    }
+    v.push("--".into());
+    v.extend(cmd.iter().cloned());
+    v
+}
+
+pub const FORWARD: &str = "--forward";
+
+pub const FORWARD_OPTIONAL: &str = "--forward-optional";
+
+/// The proxy variables set inside in allowlist mode; `NODE_USE_ENV_PROXY` makes Node.js
+/// (22.21+/24+) honour them in `fetch` and `http(s)` too (older Node ignores it).
+pub fn proxy_env() -> Vec<(&'static str, &'static str)> {
+    let url = PROXY_URL;
+    let no = NO_PROXY;
+    vec![
+        ("HTTPS_PROXY", url),
+        ("https_proxy", url),
+        ("HTTP_PROXY", url),
+        ("http_proxy", url),
+        ("ALL_PROXY", url),
+        ("all_proxy", url),
+        ("NO_PROXY", no),
+        ("no_proxy", no),
+        ("NODE_USE_ENV_PROXY", "1"),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loopback_hosts_with_a_port_are_forwarded() {
+        let mut l = Allowlist::default_list();
+        for h in [
+            "localhost:8080",
+            "127.0.0.1:8080",
+            "127.0.0.2:9",
+            "[::1]:7",
+            "127.0.0.1",
+        ] {
+            l.push(HostPattern::parse(h).unwrap(), "t");
+        }
+        let f = loopback_forwards(&l).unwrap();
+        let shown: Vec<String> = f
+            .iter()
+            .map(|f| format!("{} {} {} {}", f.listen, f.host, f.port, f.optional))
+            .collect();
+        assert_eq!(
+            shown,
+            [
+                "127.0.0.1:8080 localhost 8080 false",
+                "[::1]:8080 localhost 8080 true",
+                "127.0.0.2:9 127.0.0.2 9 false",
+                "[::1]:7 ::1 7 false",
+            ]
+        );
+        assert_eq!(portless_loopback(&l), ["127.0.0.1"]);
+        let mut bad = Allowlist::default();
+        bad.push(HostPattern::parse("127.0.0.1:3128").unwrap(), "t");
+        assert!(loopback_forwards(&bad)
+            .unwrap_err()
+            .to_string()
+            .contains("3128"));
+    }
+
+    fn p(s: &str) -> HostPattern {
+        HostPattern::parse(s).unwrap()
+    }
+    fn err(s: &str) -> String {
+        HostPattern::parse(s).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn exact_hosts_are_case_insensitive_and_ignore_a_trailing_dot() {
+        let pat = p("API.Example.COM.");
+        assert_eq!(pat.host, HostMatch::Exact("api.example.com".into()));
+        assert!(pat.matches("api.example.com", 443));
+        assert!(pat.matches("api.example.com", 80));
+        assert!(!pat.matches("example.com", 443));
+        assert!(!pat.matches("x.api.example.com", 443));
+        assert!(!pat.matches("api.example.com.evil.org", 443));
+        assert_eq!(
+            normalize_host("API.example.com.").unwrap(),
+            "api.example.com"
+        );
+    }
+
+    #[test]
+    fn a_port_limits_the_entry_to_that_port() {
+        let pat = p("example.com:8443");
+        assert!(pat.matches("example.com", 8443));
+        assert!(!pat.matches("example.com", 443));
+        assert_eq!(pat.to_string(), "example.com:8443");
+    }
+
+    #[test]
+    fn wildcards_match_subdomains_at_any_depth_but_not_the_domain() {
+        let pat = p("*.Example.com");
+        assert!(pat.is_wildcard());
+        assert!(pat.matches("a.example.com", 443));
+        assert!(pat.matches("a.b.example.com", 443));
+        assert!(!pat.matches("example.com", 443));
+        assert!(!pat.matches("badexample.com", 443));
+        assert!(!pat.matches("a.example.com.evil.org", 443));
+        assert_eq!(pat.to_string(), "*.example.com");
+        assert!(p("*.example.com:443").matches("x.example.com", 443));
+        assert!(!p("*.example.com:443").matches("x.example.com", 80));
+    }
+
+    #[test]
+    fn bare_star_and_top_level_wildcards_are_refused() {
+        assert!(err("*").contains("every host"), "{}", err("*"));
+        assert!(err("*:443").contains("every host"));
+        assert!(
+            err("*.com").contains("top-level domain com"),
+            "{}",
+            err("*.com")
+        );
+        assert!(err("*.COM.").contains("top-level"));
+        assert!(err("*.org:443").contains("top-level"));
+        assert!(err("*.1.2.3.4").contains("IP address"));
+        assert!(err("api.*.com").contains("whole first label"));
+        assert!(err("*example.com").contains("whole first label"));
+        assert!(err("**.example.com").contains("whole first label"));
+        assert!(err("*.*.example.com").contains("not a host name"));
+        // A documented limit: public suffixes of two labels pass the top-level check.
+        assert!(HostPattern::parse("*.co.uk").is_ok());
+    }
+
+    #[test]
+    fn junk_is_refused() {
+        for bad in [
+            "",
+            "https://example.com",
+            "example.com/path",
+            "exa mple.com",
+            "a..b",
+            "example.com:0",
+            "example.com:70000",
+            "example.com:+1",
+            "example.com:",
+            "user@example.com",
+            "[::1",
+            "[::1]x",
+            &format!("{}.com", "a".repeat(64)),
+        ] {
+            assert!(HostPattern::parse(bad).is_err(), "{bad:?} was accepted");
+        }
+    }
+
+    #[test]
+    fn ip_literals_are_exact_and_canonical() {
+        assert_eq!(p("127.0.0.1:8080").to_string(), "127.0.0.1:8080");
+        let v6 = p("[0:0::1]:443");
+        assert_eq!(v6.host, HostMatch::Exact("::1".into()));
+        assert_eq!(v6.to_string(), "[::1]:443");
+        assert!(v6.matches(&normalize_host("[::1]").unwrap(), 443));
+        assert_eq!(p("::1").host, HostMatch::Exact("::1".into()));
+    }
+
+    #[test]
+    fn authorities() {
+        assert_eq!(
+            parse_authority("Example.COM.:8080", None).unwrap(),
+            ("example.com".to_string(), 8080)
+        );
+        assert_eq!(
+            parse_authority("example.com", Some(80)).unwrap(),
+            ("example.com".to_string(), 80)
+        );
+        assert!(parse_authority("example.com", None).is_err());
+        assert_eq!(
+            parse_authority("[::1]:443", None).unwrap(),
+            ("::1".to_string(), 443)
+        );
+        assert!(parse_authority("a@b.com:80", None).is_err());
+        assert!(parse_authority("b.com:80\r\nX: y", None).is_err());
+        assert_eq!(show_host("::1"), "[::1]");
+    }
+
+    #[test]
+    fn local_addresses() {
+        for a in [
+            "127.0.0.1",
+            "127.8.9.10",
+            "0.0.0.0",
+            "169.254.169.254",
+            "::1",
+            "::",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(is_local_address(a.parse().unwrap()), "{a}");
+        }
+        for a in ["10.0.0.1", "192.168.1.1", "160.79.104.10", "2607:6bc0::10"] {
+            assert!(!is_local_address(a.parse().unwrap()), "{a}");
+        }
+    }
+
+    fn layer(mode: Option<ModeName>, hosts: &[&str], source: &str) -> NetworkChoice {
+        NetworkChoice {
+            mode,
+            allow_hosts: hosts
+                .iter()
+                .map(|h| (h.to_string(), source.to_string()))
+                .collect(),
+            source: source.to_string(),
+        }
+    }
+
+    #[test]
+    fn resolve_defaults_to_open_and_hosts_imply_allowlist() {
+        assert_eq!(resolve(&[]).unwrap(), NetworkMode::Open);
+        assert_eq!(
+            resolve(&[layer(None, &[], "cli")]).unwrap(),
+            NetworkMode::Open
+        );
+        let NetworkMode::Allowlist(l) = resolve(&[layer(None, &["Example.com"], "cli")]).unwrap()
+        else {
+            panic!("not allowlist")
+        };
+        assert_eq!(l.entries.len(), DEFAULT_HOSTS.len() + 1);
+        assert_eq!(l.entries[0].source, "default");
+        let last = l.entries.last().unwrap();
+        assert_eq!(last.pattern.to_string(), "example.com");
+        assert_eq!(last.source, "cli");
+        assert!(l.find("api.anthropic.com", 443).is_some());
+        assert!(l.find("api.anthropic.com", 22).is_none());
+        assert!(l.find("evil.example.org", 443).is_none());
+    }
+
+    #[test]
+    fn resolve_later_layers_win_and_hosts_accumulate() {
+        let cfg = layer(Some(ModeName::Allowlist), &["a.example.com"], "config");
+        let cli = layer(None, &["b.example.com", "a.example.com"], "cli");
+        let NetworkMode::Allowlist(l) = resolve(&[cfg.clone(), cli]).unwrap() else {
+            panic!()
+        };
+        let names: Vec<String> = l.entries.iter().map(|e| e.pattern.to_string()).collect();
+        assert_eq!(
+            &names[DEFAULT_HOSTS.len()..],
+            ["a.example.com", "b.example.com"]
+        );
+        // The command line can switch a configured allowlist off, or the network off.
+        let open = layer(Some(ModeName::Open), &[], "cli");
+        assert_eq!(resolve(&[cfg.clone(), open]).unwrap(), NetworkMode::Open);
+        let none = layer(Some(ModeName::None), &[], "cli");
+        assert_eq!(resolve(&[cfg, none]).unwrap(), NetworkMode::None);
+    }
+
+    #[test]
+    fn resolve_refuses_contradictions_and_bad_hosts() {
+        let e = resolve(&[layer(Some(ModeName::None), &["x.com"], "--network")]).unwrap_err();
+        assert!(e.to_string().contains("--network"), "{e}");
+        let e = resolve(&[layer(None, &["*.com"], "--allow-host")]).unwrap_err();
+        assert!(e.to_string().contains("top-level"), "{e}");
+        assert!(e.to_string().starts_with("--allow-host"), "{e}");
+    }
+
+    #[test]
+    fn describe_names_the_mode() {
+        assert!(describe(&NetworkMode::Open).starts_with("open"));
+        assert!(describe(&NetworkMode::None).starts_with("none"));
+        let d = describe(&NetworkMode::Allowlist(Allowlist::default_list()));
+        assert!(d.starts_with("allowlist"), "{d}");
+        assert!(d.contains("api.anthropic.com"), "{d}");
+    }
+}

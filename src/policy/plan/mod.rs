@@ -1,0 +1,763 @@
+//! The sandbox plan: one pure function from what was found on the host to a typed list of
+//! mounts, environment changes and the command to run. Nothing here touches the disk.
+//!
+//! Mount order (bwrap applies mounts in argv order, and a later mount over the same or a
+//! parent path wins, so a child placed before its parent would be shadowed):
+//!
+//! 1. the system, read-only (`/usr`, `/etc`, `/bin`, `/lib*`, `/opt`, `/nix/store`, ...),
+//!    with merged-usr symlinks recreated as symlinks;
+//! 2. `/dev`, a new `/proc`, a fresh `/tmp`;
+//! 3. an empty writable tmpfs over `$HOME`;
+//! 4. the project's work tree read-write at its real path, then its git dirs that lie
+//!    outside it, then over them (parents first) the code-bearing paths made read-only
+//!    (`.git/hooks`, `.git/config`, ..., see `protect`) unless the user opted out;
+//! 5. the `claude` installation and claudebox itself (it runs first inside, to apply the
+//!    seccomp filter and the Landlock scope), read-only; git's configuration, read-only;
+//!    with `--ssh-agent`, the agent's socket;
+//! 6. `~/.claude` (see `claude_home`): the project's own directory in claudebox's state,
+//!    read-write, then over it the project's conversations and history, the user's setup
+//!    from the real `~/.claude` read-only (read-write with `--writable-claude-setup`),
+//!    empty read-only stand-ins for setup the user has none of, the login's credentials
+//!    file, a tmpfs per launch-private entry, and the claude installation again when it
+//!    lies under `~/.claude`;
+//! 7. `~/.claude.json`, a symlink to the project's copy in `~/.claude`;
+//! 8. the user's extra mounts (`ro`, `rw`, `hide` from the config file and the command
+//!    line), parents before children.
+//! 9. in allowlist mode, claudebox's first step inside (see `confine`) also hands the proxy
+//!    its port (see `netbridge`).
+//!
+//! The `~/.claude` group comes after the project so that it still wins when the project
+//! is the home directory itself (only allowed with `--yes`).
+//!
+//! The user's extra mounts come last so that they win over the defaults: `ro` or `hide`
+//! of a directory inside the project makes it read-only or empty. One exception: an extra
+//! mount that is a parent of the project (`ro = ["~/src"]` while working in `~/src/foo`)
+//! goes just before step 4 instead, so that the project stays writable inside it. Among
+//! the extras, a shorter path goes first, so the more specific of two nested entries wins
+//! whatever order they were listed in. (Mounts over the home directory itself and over
+//! what claudebox manages in `~/.claude` are refused before planning: see `settings`.)
+
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use crate::policy::facts::Project;
+use crate::policy::facts::{ClaudeInstall, HostFacts, SystemEntry};
+use crate::policy::network::{NetworkMode, ProxySpec};
+use crate::policy::protected::{Guard, Protected};
+use crate::policy::settings::{ExtraKind, ExtraMount, Origin, Settings};
+
+use crate::state::claude_home::{self, HostClaude, Overlay};
+use crate::state::sessions;
+use crate::state::ProjectState;
+
+/// How a path appears inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MountKind {
+    /// Read-only bind of a host path.
+    Ro,
+    /// Read-only bind of a host path that is skipped when the source is missing.
+    RoTry,
+    /// Read-write bind of a host directory.
+    Rw,
+    /// Read-write bind of a single host file.
+    File,
+    /// An empty in-memory file system.
+    Tmpfs,
+    /// A symlink pointing at `source`.
+    Symlink,
+    /// A minimal `/dev`.
+    Dev,
+    /// A new `/proc` for the new pid namespace.
+    Proc,
+    /// An empty read-only directory (a tmpfs remounted read-only).
+    EmptyRo,
+}
+
+impl fmt::Display for MountKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MountKind::Ro => "ro",
+            MountKind::RoTry => "ro?",
+            MountKind::Rw => "rw",
+            MountKind::File => "file",
+            MountKind::Tmpfs => "tmpfs",
+            MountKind::Symlink => "symlink",
+            MountKind::Dev => "dev",
+            MountKind::Proc => "proc",
+            MountKind::EmptyRo => "empty-ro",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mount {
+    pub kind: MountKind,
+    /// Host path (or symlink target); `None` for tmpfs, dev and proc.
+    pub source: Option<PathBuf>,
+    pub target: PathBuf,
+    pub why: String,
+    /// Who asked for it: claudebox's default, the config file or the command line.
+    pub origin: Origin,
+}
+
+impl Mount {
+    fn new(kind: MountKind, source: Option<&Path>, target: &Path, why: &str) -> Mount {
+        Mount {
+            kind,
+            source: source.map(Path::to_path_buf),
+            target: target.to_path_buf(),
+            why: why.to_string(),
+            origin: Origin::Default,
+        }
+    }
+    fn same(kind: MountKind, path: &Path, why: &str) -> Mount {
+        Mount::new(kind, Some(path), path, why)
+    }
+}
+
+/// An environment change inside the sandbox (the host environment passes through).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnvOp {
+    Unset(OsString),
+    Set(OsString, OsString),
+}
+
+/// Variables claudebox sets inside unless the user set them (in the host environment or
+/// with `--env`), each with its reason, shown by `--dry-run`.
+pub const DEFAULT_ENV: &[(&str, &str, &str)] = &[(
+    "DISABLE_AUTOUPDATER",
+    "1",
+    "claude's installation is read-only inside, so its auto-updater can only fail",
+)];
+
+/// The reason claudebox sets `name` by default, if it is one of [`DEFAULT_ENV`].
+pub fn default_env_reason(name: &OsStr) -> Option<&'static str> {
+    DEFAULT_ENV
+        .iter()
+        .find(|(n, _, _)| OsStr::new(n) == name)
+        .map(|(_, _, why)| *why)
+}
+
+/// What runs inside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Command {
+    /// claude, with the user's arguments passed through unchanged.
+    Claude(Vec<OsString>),
+    /// `--exec CMD [ARGS...]`.
+    Exec(Vec<OsString>),
+}
+
+/// Everything the plan is made from; gathered at the edge.
+#[derive(Debug, Clone)]
+pub struct Inputs {
+    pub project: Project,
+    pub home: PathBuf,
+    pub state: ProjectState,
+    pub claude: Option<ClaudeInstall>,
+    pub command: Command,
+    pub instance_id: String,
+    pub host: HostFacts,
+    pub bwrap: PathBuf,
+    /// `--session NAME`: which conversation, decided at the edge.
+    pub session: Option<sessions::Launch>,
+    /// The user's extra mounts, environment, network mode and claude arguments.
+    pub settings: Settings,
+    /// The real Claude Code config dir and its entries (see `claude_home`).
+    pub claude_home: HostClaude,
+    /// `--writable-claude-setup`: the Setup entries of `~/.claude` bound read-write.
+    pub writable_claude_setup: bool,
+    /// Lay read-only mounts over `protected` (off with `--writable-project-config`).
+    pub protect_project_metadata: bool,
+    /// The project's code-bearing paths (see `protect`).
+    pub protected: Vec<Protected>,
+    /// Code-bearing work-tree entries that do not exist, so are not protected.
+    pub unprotected_missing: Vec<PathBuf>,
+    /// Host IPC variables present in the environment, to unset inside.
+    pub ipc_vars: Vec<OsString>,
+    /// Variables of [`DEFAULT_ENV`] the host environment already sets: the user's stand.
+    pub preset_vars: Vec<OsString>,
+    /// `--ssh-agent`: the host agent's socket, bound at [`SSH_AGENT_SOCK`].
+    pub ssh_agent: Option<PathBuf>,
+    /// claudebox's own executable, run inside as the first step.
+    pub own_exe: PathBuf,
+    /// The kernel's Landlock ABI version (6 and later can scope abstract unix sockets).
+    pub landlock_abi: u32,
+    /// Allowlist mode: also report denied hosts on stderr.
+    pub log_denied: bool,
+}
+
+/// The files of `~/.config/git` that git reads to commit; the rest of it (`credentials`,
+/// tokens) is not bound.
+pub const GIT_XDG_FILES: &[&str] = &["config", "ignore", "attributes"];
+
+/// Where `--ssh-agent` puts the host agent's socket inside.
+pub const SSH_AGENT_SOCK: &str = "/run/claudebox/ssh-agent.sock";
+
+/// What claudebox applies inside before the command (see `confine`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Confine {
+    /// claudebox's own executable, bound read-only at this path.
+    pub exe: PathBuf,
+    /// Block `connect()` to the host's abstract unix sockets (Landlock ABI 6+).
+    pub scope_abstract_unix: bool,
+    /// Give SIGINT/SIGQUIT their default action back before the command: the launcher
+    /// ignores them so that a terminal's Ctrl-C reaches the agent alone (src/inside/confine.rs).
+    /// The launch clears it when claudebox was started with SIGINT already ignored (a
+    /// background job), so the agent inherits that choice.
+    pub default_signals: bool,
+    /// Mounts whose destination lies where a sandbox can write (the project, its git
+    /// dirs, `~/.claude`): checked from inside before the command starts, since bwrap
+    /// follows symlinks in a destination and another sandbox can swap one in.
+    pub mount_checks: Vec<MountCheck>,
+}
+
+/// One mount the first step inside verifies: `path` is a mount point, reached without a
+/// symlink, read-only or not as planned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountCheck {
+    pub path: PathBuf,
+    pub read_only: bool,
+}
+
+/// The typed sandbox plan.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Plan {
+    pub bwrap: PathBuf,
+    /// Namespace and process flags, in order.
+    pub flags: Vec<&'static str>,
+    pub mounts: Vec<Mount>,
+    pub env: Vec<EnvOp>,
+    pub cwd: PathBuf,
+    /// The first step inside: seccomp filter and Landlock scope, then exec of `argv`.
+    pub confine: Option<Confine>,
+    /// Program and arguments run inside.
+    pub argv: Vec<OsString>,
+    /// The user's settings. Their variables (`settings.env`) are set after `env`, so that
+    /// an explicit `--env NAME` wins over claudebox's own changes.
+    pub settings: Settings,
+    /// Opt-ins and known gaps of this launch, each with its reason, for `--dry-run`.
+    pub notes: Vec<String>,
+    /// A descriptor bwrap keeps open in the sandbox's pid 1 for the sandbox's whole life
+    /// (`--sync-fd`): the launch's in-use lock (src/state/inuse.rs). Set by the launch just
+    /// before exec, so `--dry-run` never shows it.
+    pub sync_fd: Option<i32>,
+    /// Allowlist mode: the proxy that the launcher starts on the host before bwrap.
+    pub proxy: Option<ProxySpec>,
+}
+
+pub const NAMESPACE_FLAGS: &[&str] = &[
+    "--unshare-user",
+    "--unshare-pid",
+    "--unshare-ipc",
+    "--unshare-uts",
+    "--unshare-cgroup-try",
+    "--die-with-parent",
+    "--cap-drop",
+    "ALL",
+];
+
+/// Builds the plan. Pure: same inputs, same plan.
+pub fn build(inp: &Inputs) -> Plan {
+    let mut m: Vec<Mount> = Vec::new();
+    let home = inp.home.as_path();
+
+    for (path, entry) in &inp.host.system {
+        match entry {
+            SystemEntry::Dir => m.push(Mount::same(MountKind::Ro, path, "system, read-only")),
+            SystemEntry::Symlink(target) => m.push(Mount::new(
+                MountKind::Symlink,
+                Some(target),
+                path,
+                "system symlink, as on the host",
+            )),
+        }
+    }
+    if let Some(resolv) = &inp.host.resolv_conf_target {
+        m.push(Mount::same(
+            MountKind::RoTry,
+            resolv,
+            "target of the /etc/resolv.conf symlink, for DNS",
+        ));
+    }
+    m.push(Mount::new(
+        MountKind::Dev,
+        None,
+        Path::new("/dev"),
+        "minimal devices",
+    ));
+    m.push(Mount::new(
+        MountKind::Proc,
+        None,
+        Path::new("/proc"),
+        "processes of the sandbox's own pid namespace",
+    ));
+    m.push(Mount::new(
+        MountKind::Tmpfs,
+        None,
+        Path::new("/tmp"),
+        "fresh /tmp",
+    ));
+    m.push(Mount::new(
+        MountKind::Tmpfs,
+        None,
+        home,
+        "empty writable home: nothing of the real home unless listed below",
+    ));
+
+    let p = &inp.project;
+    let (extra_before, extra_after) =
+        place_extras(&inp.settings.mounts, p, &inp.state.empty_file());
+    m.extend(extra_before);
+    let project_mount = m.len();
+    m.push(Mount::same(
+        MountKind::Rw,
+        &p.work_tree,
+        "the project's work tree",
+    ));
+    for dir in p.outside_git_dirs() {
+        m.push(Mount::same(
+            MountKind::Rw,
+            &dir,
+            "the project's git dir, outside its work tree",
+        ));
+    }
+
+    let mut notes = Vec::new();
+    protect(inp, &mut m, &mut notes);
+
+    if let Some(c) = &inp.claude {
+        m.push(Mount::same(
+            MountKind::Ro,
+            &c.bind,
+            "the claude installation",
+        ));
+        if c.on_path != c.real && !c.bind.starts_with(&c.on_path) {
+            m.push(Mount::new(
+                MountKind::Symlink,
+                Some(&c.real),
+                &c.on_path,
+                "claude as the host's PATH finds it",
+            ));
+        }
+    }
+    if !inp
+        .host
+        .system
+        .iter()
+        .any(|(p, _)| inp.own_exe.starts_with(p))
+    {
+        m.push(Mount::same(
+            MountKind::Ro,
+            &inp.own_exe,
+            "claudebox itself: inside, it applies the seccomp filter and the Landlock scope, \
+             then execs the command",
+        ));
+    }
+    if let Some(sock) = &inp.ssh_agent {
+        m.push(Mount::new(
+            MountKind::File,
+            Some(sock),
+            Path::new(SSH_AGENT_SOCK),
+            "--ssh-agent: the host's ssh agent (the agent can sign with your keys, not read them)",
+        ));
+        notes.push(format!(
+            "opt-in --ssh-agent: {} is bound at {SSH_AGENT_SOCK}; while it runs the agent can \
+             use every key the ssh agent holds (push, log in to hosts)",
+            sock.display()
+        ));
+    }
+    m.push(Mount::same(
+        MountKind::RoTry,
+        &home.join(".gitconfig"),
+        "git identity, so commits work",
+    ));
+    // git's XDG files one by one, not the directory: `~/.config/git/credentials` (the
+    // credential store's XDG file) and whatever else lives there stay out.
+    for name in GIT_XDG_FILES {
+        m.push(Mount::same(
+            MountKind::RoTry,
+            &home.join(".config/git").join(name),
+            "git configuration, so commits work",
+        ));
+    }
+
+    claude_home(inp, &mut m, &mut notes);
+    m.extend(extra_after);
+
+    let mut flags = NAMESPACE_FLAGS.to_vec();
+    let mut proxy = None;
+    match &inp.settings.network {
+        NetworkMode::Open => {}
+        NetworkMode::None => flags.push("--unshare-net"),
+        NetworkMode::Allowlist(list) => {
+            flags.push("--unshare-net");
+            proxy = Some(ProxySpec {
+                allowlist: list.clone(),
+                denied_log: inp.state.denied_log(),
+                log_stderr: inp.log_denied,
+                instance_id: inp.instance_id.clone(),
+            });
+        }
+    }
+
+    let mut env: Vec<EnvOp> = inp
+        .ipc_vars
+        .iter()
+        .filter(|v| !(inp.ssh_agent.is_some() && v.as_os_str() == "SSH_AUTH_SOCK"))
+        .map(|v| EnvOp::Unset(v.clone()))
+        .collect();
+    if inp.ssh_agent.is_some() {
+        env.push(set("SSH_AUTH_SOCK", OsStr::new(SSH_AGENT_SOCK)));
+    }
+    env.push(set("CLAUDE_CONFIG_DIR", home.join(".claude").as_os_str()));
+    env.push(set(
+        "CLAUDE_SECURESTORAGE_CONFIG_DIR",
+        inp.state.login_dir().as_os_str(),
+    ));
+    env.extend([
+        set("CLAUDEBOX", OsStr::new("1")),
+        set("CLAUDEBOX_PROJECT_ROOT", p.root.as_os_str()),
+        set("CLAUDEBOX_PROJECT_ID", OsStr::new(&p.id())),
+        set("CLAUDEBOX_INSTANCE_ID", OsStr::new(&inp.instance_id)),
+    ]);
+    env.push(match &inp.session {
+        Some(s) => set("CLAUDEBOX_SESSION", OsStr::new(&s.name)),
+        None => EnvOp::Unset("CLAUDEBOX_SESSION".into()),
+    });
+    for (name, value, _) in DEFAULT_ENV {
+        let user_set = inp.preset_vars.iter().any(|v| v == name)
+            || inp.settings.env.iter().any(|e| e.name == *name);
+        if !user_set {
+            env.push(set(name, OsStr::new(value)));
+        }
+    }
+
+    let scope_abstract_unix = inp.landlock_abi >= 6;
+    if !scope_abstract_unix {
+        notes.push(
+            "gap: this kernel has no Landlock scopes (Linux 6.12+), so abstract unix sockets \
+             of the host (X11 @/tmp/.X11-unix, some D-Bus buses) stay reachable"
+                .to_string(),
+        );
+    }
+    if proxy.is_some() {
+        for (k, v) in crate::policy::network::proxy_env() {
+            env.push(set(k, OsStr::new(v)));
+        }
+    }
+
+    let argv = match &inp.command {
+        Command::Exec(cmd) => cmd.clone(),
+        Command::Claude(args) => {
+            let program = inp
+                .claude
+                .as_ref()
+                .map(|c| c.on_path.clone().into_os_string())
+                .unwrap_or_else(|| "claude".into());
+            let mut v = vec![program, "--append-system-prompt".into(), sandbox_note(inp)];
+            if let Some(s) = &inp.session {
+                v.extend(s.claude_args());
+            }
+            for defaults in &inp.settings.claude_args {
+                v.extend(defaults.args.iter().cloned());
+            }
+            v.extend(args.iter().cloned());
+            v
+        }
+    };
+
+    let argv = match &proxy {
+        Some(spec) => {
+            // An allowlist with a forward on the proxy's port is refused at the edge.
+            let forwards =
+                crate::policy::network::loopback_forwards(&spec.allowlist).unwrap_or_default();
+            crate::policy::network::listen_argv(inp.own_exe.as_os_str(), &forwards, &argv)
+        }
+        None => argv,
+    };
+
+    let claude_dir = home.join(".claude");
+    let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &claude_dir);
+    Plan {
+        bwrap: inp.bwrap.clone(),
+        flags,
+        mounts: m,
+        env,
+        cwd: p.cwd.clone(),
+        confine: Some(Confine {
+            exe: inp.own_exe.clone(),
+            scope_abstract_unix,
+            mount_checks,
+            default_signals: true,
+        }),
+        argv,
+        settings: inp.settings.clone(),
+        notes,
+        sync_fd: None,
+        proxy,
+    }
+}
+
+/// Steps 6 and 7: `~/.claude` (see `claude_home`), then the installation again if it
+/// lies under `~/.claude` (so nothing of that group can re-expose it read-write), and
+/// `~/.claude.json` as a symlink to the project's copy.
+fn claude_home(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
+    let home = inp.home.as_path();
+    let inside = home.join(".claude");
+    for o in claude_home::overlays(
+        home,
+        &inp.claude_home,
+        &inp.state,
+        inp.writable_claude_setup,
+    ) {
+        m.push(match o {
+            Overlay::Bind {
+                source,
+                target,
+                writable,
+                file,
+                why,
+            } => {
+                let kind = match (writable, file) {
+                    (true, true) => MountKind::File,
+                    (true, false) => MountKind::Rw,
+                    (false, _) if source.starts_with(&inp.state.dir) => MountKind::Ro,
+                    (false, _) => MountKind::RoTry,
+                };
+                Mount::new(kind, Some(&source), &target, &why)
+            }
+            Overlay::EmptyDir { target, why } => {
+                Mount::new(MountKind::EmptyRo, None, &target, &why)
+            }
+            Overlay::Tmpfs { target, why } => Mount::new(MountKind::Tmpfs, None, &target, &why),
+        });
+    }
+    if let Some(c) = &inp.claude {
+        if c.bind.starts_with(&inside) {
+            m.push(Mount::same(
+                MountKind::Ro,
+                &c.bind,
+                "the claude installation, again: it lies under ~/.claude and stays read-only",
+            ));
+        }
+        if c.on_path.starts_with(&inside) && c.on_path != c.real && !c.bind.starts_with(&c.on_path)
+        {
+            m.push(Mount::new(
+                MountKind::Symlink,
+                Some(&c.real),
+                &c.on_path,
+                "claude as the host's PATH finds it, again (under ~/.claude)",
+            ));
+        }
+    }
+    m.push(Mount::new(
+        MountKind::Symlink,
+        Some(Path::new(".claude/.claude.json")),
+        &home.join(".claude.json"),
+        "this project's config (CLAUDE_CONFIG_DIR=~/.claude keeps it in ~/.claude), \
+         for tools that read ~/.claude.json",
+    ));
+    if inp.writable_claude_setup {
+        notes.push(
+            "opt-in --writable-claude-setup: your ~/.claude setup (settings.json, hooks, \
+             commands, agents, skills, plugins, CLAUDE.md, ...) is writable; what the agent \
+             writes there runs on the host and in every other sandbox"
+                .to_string(),
+        );
+    }
+}
+
+fn project_dirs(p: &Project) -> Vec<PathBuf> {
+    let mut v = vec![p.work_tree.clone()];
+    v.extend(p.outside_git_dirs());
+    v
+}
+
+/// The mounts from the project's on whose destination lies in a directory a sandbox can
+/// write: the project and its git dirs (and anything in them), entries of `~/.claude`.
+/// A mount that a later one covers (same path or a parent) is not visible, so not checked.
+fn mount_checks(
+    m: &[Mount],
+    from: usize,
+    project_dirs: &[PathBuf],
+    claude_dir: &Path,
+) -> Vec<MountCheck> {
+    let mut out = Vec::new();
+    for (i, mount) in m.iter().enumerate().skip(from) {
+        let read_only = match mount.kind {
+            MountKind::Ro | MountKind::EmptyRo => true,
+            MountKind::Rw | MountKind::File | MountKind::Tmpfs => false,
+            MountKind::RoTry | MountKind::Symlink | MountKind::Dev | MountKind::Proc => continue,
+        };
+        let t = &mount.target;
+        let reachable = project_dirs.iter().any(|d| t.starts_with(d))
+            || (t.starts_with(claude_dir) && t != claude_dir);
+        let covered = m[i + 1..].iter().any(|later| t.starts_with(&later.target));
+        if reachable && !covered {
+            out.push(MountCheck {
+                path: t.clone(),
+                read_only,
+            });
+        }
+    }
+    out
+}
+
+/// Step 4's second half: read-only mounts over the project's code-bearing paths.
+fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
+    if !inp.protect_project_metadata {
+        notes.push(
+            "opt-in --writable-project-config: .git/hooks, .git/config, .envrc, .vscode, \
+             .idea, .claude, .mcp.json, .husky, lefthook and pre-commit config, .gitmodules, \
+             .devcontainer and nested repositories' git dirs are writable; tools on the host \
+             run code from them"
+                .to_string(),
+        );
+        return;
+    }
+    for p in &inp.protected {
+        let why = format!("protected: {}", p.why);
+        m.push(match p.guard {
+            Guard::ReadOnly => Mount::same(MountKind::Ro, &p.path, &why),
+            Guard::Pin => Mount::same(MountKind::Rw, &p.path, &why),
+            Guard::EmptyDir => Mount::new(MountKind::EmptyRo, None, &p.path, &why),
+            Guard::EmptyFile => {
+                Mount::new(MountKind::Ro, Some(Path::new("/dev/null")), &p.path, &why)
+            }
+            Guard::Scratch => Mount::new(MountKind::Tmpfs, None, &p.path, &why),
+            Guard::LocalSettings => Mount::new(
+                MountKind::File,
+                Some(&inp.state.local_settings()),
+                &p.path,
+                &why,
+            ),
+        });
+    }
+    if !inp.unprotected_missing.is_empty() {
+        let names: Vec<String> = inp
+            .unprotected_missing
+            .iter()
+            .map(|p| crate::policy::render::shown(p.file_name().unwrap_or(p.as_os_str())))
+            .collect();
+        notes.push(format!(
+            "gap: these do not exist in the work tree, so they are not protected and can be \
+             created (a mount would leave an empty one in your project): {}; nor are git \
+             repositories created later, or nested elsewhere than at the top level or in \
+             vendor/, third_party/, lib/, ... (see protect::VENDOR_DIRS)",
+            names.join(", ")
+        ));
+    }
+}
+
+/// The user's extra mounts as plan mounts, split into those that go before the project
+/// (parents of it) and those that go last; each list parents first.
+fn place_extras(extras: &[ExtraMount], p: &Project, empty: &Path) -> (Vec<Mount>, Vec<Mount>) {
+    let mut sorted: Vec<&ExtraMount> = extras.iter().collect();
+    sorted.sort_by_key(|e| e.target.components().count());
+    let mut project_dirs = vec![p.work_tree.clone()];
+    project_dirs.extend(p.outside_git_dirs());
+    let (before, after): (Vec<&ExtraMount>, Vec<&ExtraMount>) = sorted.into_iter().partition(|e| {
+        project_dirs
+            .iter()
+            .any(|d| d.starts_with(&e.target) && *d != e.target)
+    });
+    let to_mount = |e: &&ExtraMount| {
+        let (kind, source, why) = match (e.kind, e.is_dir) {
+            (ExtraKind::Ro, _) => (
+                MountKind::Ro,
+                Some(e.source.as_path()),
+                "read-only, as you asked",
+            ),
+            (ExtraKind::Rw, true) => (
+                MountKind::Rw,
+                Some(e.source.as_path()),
+                "read-write, as you asked",
+            ),
+            (ExtraKind::Rw, false) => (
+                MountKind::File,
+                Some(e.source.as_path()),
+                "read-write, as you asked",
+            ),
+            (ExtraKind::Hide, true) => {
+                (MountKind::Tmpfs, None, "hidden: an empty directory over it")
+            }
+            (ExtraKind::Hide, false) => {
+                (MountKind::Ro, Some(empty), "hidden: an empty file over it")
+            }
+        };
+        let mut m = Mount::new(kind, source, &e.target, why);
+        m.origin = e.origin.clone();
+        m
+    };
+    (
+        before.iter().map(to_mount).collect(),
+        after.iter().map(to_mount).collect(),
+    )
+}
+
+fn set(name: &str, value: &OsStr) -> EnvOp {
+    EnvOp::Set(name.into(), value.to_os_string())
+}
+
+/// The note appended to Claude's system prompt: it runs sandboxed, and what it can write.
+pub fn sandbox_note(inp: &Inputs) -> OsString {
+    let mut s: Vec<u8> = Vec::new();
+    s.extend_from_slice(
+        b"You are running inside claudebox, a bubblewrap sandbox. Writable: the project at ",
+    );
+    s.extend_from_slice(inp.project.work_tree.as_os_str().as_bytes());
+    s.extend_from_slice(
+        b", ~/.claude (this project's own copy: the user's setup in it, settings, hooks, \
+          commands, agents, skills, plugins, CLAUDE.md, is read-only), ~/.claude.json (this \
+          project's copy), and the temporary /tmp and home directory (both discarded when \
+          the sandbox exits). The rest of the system is read-only; the rest of the real \
+          home directory (ssh keys, other projects) is not visible. Files you create \
+          outside the project and ~/.claude are lost at exit. If a command fails for lack \
+          of access, say so instead of working around the sandbox.",
+    );
+    for (kind, label) in [
+        (ExtraKind::Ro, " Also readable (read-only):"),
+        (ExtraKind::Rw, " Also writable:"),
+        (ExtraKind::Hide, " Hidden (empty on purpose):"),
+    ] {
+        let mut listed = false;
+        for e in inp.settings.mounts.iter().filter(|e| e.kind == kind) {
+            s.extend_from_slice(if listed { b"," } else { label.as_bytes() });
+            s.push(b' ');
+            s.extend_from_slice(e.target.as_os_str().as_bytes());
+            listed = true;
+        }
+        if listed {
+            s.push(b'.');
+        }
+    }
+    match &inp.settings.network {
+        NetworkMode::Open => {}
+        NetworkMode::None => s.extend_from_slice(b" There is no network: only loopback."),
+        NetworkMode::Allowlist(list) => {
+            s.extend_from_slice(
+                b" Network: only these hosts are reachable, through an HTTP proxy (the proxy \
+                  variables are set; there is no DNS inside); others get 403 from the proxy: ",
+            );
+            let hosts: Vec<String> = list.entries.iter().map(|e| e.pattern.to_string()).collect();
+            s.extend_from_slice(hosts.join(", ").as_bytes());
+            s.push(b'.');
+        }
+    }
+    OsString::from_vec(s)
+}
+
+#[cfg(test)]
+mod tests;
+#[cfg(test)]
+pub(crate) use tests::test_inputs;
+
+/// Whether a plan mount takes a host source that bwrap binds.
+pub fn is_bind(kind: &MountKind) -> bool {
+    matches!(
+        kind,
+        MountKind::Ro | MountKind::RoTry | MountKind::Rw | MountKind::File
+    )
+}

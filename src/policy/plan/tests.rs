@@ -1,0 +1,560 @@
+//! Unit tests of the plan: mount order, argv, settings, hardening.
+
+use super::*;
+
+/// A plan input with every field set to a neutral value, for unit tests: tests override
+/// what they look at with `Inputs { field, ..test_inputs() }`.
+pub(crate) fn test_inputs() -> Inputs {
+    Inputs {
+        project: Project {
+            root: "/p/.git".into(),
+            work_tree: "/p".into(),
+            git_dir: Some("/p/.git".into()),
+            common_dir: Some("/p/.git".into()),
+            cwd: "/p".into(),
+        },
+        home: "/h".into(),
+        state: ProjectState {
+            dir: "/h/.claudebox/projects/0123456789abcdef".into(),
+        },
+        claude: None,
+        command: Command::Exec(vec!["sh".into()]),
+        instance_id: "0".repeat(32),
+        host: HostFacts::default(),
+        bwrap: "/usr/bin/bwrap".into(),
+        session: None,
+        settings: Settings::default(),
+        claude_home: HostClaude {
+            dir: "/h/.claude".into(),
+            json: "/h/.claude.json".into(),
+            entries: Vec::new(),
+            credentials: None,
+        },
+        writable_claude_setup: false,
+        protect_project_metadata: false,
+        protected: Vec::new(),
+        unprotected_missing: Vec::new(),
+        ipc_vars: Vec::new(),
+        preset_vars: Vec::new(),
+        ssh_agent: None,
+        own_exe: "/opt/cb/claudebox".into(),
+        landlock_abi: 7,
+        log_denied: false,
+    }
+}
+
+mod claude_home_group {
+    use super::*;
+
+    /// A claude installed under `~/.claude/local` stays read-only: its mount comes again
+    /// after the whole `~/.claude` group, even with the setup writable.
+    #[test]
+    fn an_installation_under_dot_claude_is_read_only_last() {
+        for writable in [false, true] {
+            let inp = Inputs {
+                claude: Some(ClaudeInstall {
+                    on_path: "/h/.claude/local/claude".into(),
+                    real: "/h/.claude/local/node_modules/@anthropic-ai/claude-code/cli.js".into(),
+                    bind: "/h/.claude/local/node_modules/@anthropic-ai/claude-code".into(),
+                }),
+                claude_home: HostClaude {
+                    dir: "/h/.claude".into(),
+                    json: "/h/.claude.json".into(),
+                    entries: vec![("local".into(), true), ("settings.json".into(), false)],
+                    credentials: None,
+                },
+                writable_claude_setup: writable,
+                ..test_inputs()
+            };
+            let plan = build(&inp);
+            let last_over = |p: &str| {
+                plan.mounts
+                    .iter()
+                    .rev()
+                    .find(|m| Path::new(p).starts_with(&m.target))
+                    .unwrap()
+                    .clone()
+            };
+            let m = last_over("/h/.claude/local/node_modules/@anthropic-ai/claude-code/cli.js");
+            assert_eq!(m.kind, MountKind::Ro, "{m:?}");
+            let m = last_over("/h/.claude/local/claude");
+            assert!(
+                matches!(
+                    m.kind,
+                    MountKind::Ro | MountKind::RoTry | MountKind::Symlink
+                ),
+                "{m:?}"
+            );
+            let m = last_over("/h/.claude/settings.json");
+            let want = if writable {
+                MountKind::File
+            } else {
+                MountKind::RoTry
+            };
+            assert_eq!(m.kind, want);
+            assert_eq!(
+                plan.notes
+                    .iter()
+                    .any(|n| n.contains("--writable-claude-setup")),
+                writable
+            );
+        }
+    }
+}
+
+mod argv_order {
+    use super::*;
+    use crate::policy::render;
+
+    fn inputs(command: Command) -> Inputs {
+        Inputs {
+            project: Project {
+                root: "/src/app/.git".into(),
+                work_tree: "/src/wt".into(),
+                git_dir: Some("/src/app/.git/worktrees/wt".into()),
+                common_dir: Some("/src/app/.git".into()),
+                cwd: "/src/wt/sub".into(),
+            },
+            home: "/home/u".into(),
+            state: ProjectState {
+                dir: "/home/u/.claudebox/projects/0123456789abcdef".into(),
+            },
+            claude: Some(ClaudeInstall {
+                on_path: "/home/u/.local/bin/claude".into(),
+                real: "/home/u/.local/share/claude/versions/1".into(),
+                bind: "/home/u/.local/share/claude/versions/1".into(),
+            }),
+            command,
+            instance_id: "00".repeat(16),
+            host: HostFacts {
+                system: vec![
+                    ("/usr".into(), SystemEntry::Dir),
+                    ("/bin".into(), SystemEntry::Symlink("usr/bin".into())),
+                ],
+                resolv_conf_target: None,
+            },
+            ..test_inputs()
+        }
+    }
+
+    fn pos(argv: &[OsString], window: &[&str]) -> usize {
+        argv.windows(window.len())
+            .position(|w| w.iter().zip(window).all(|(a, b)| a == OsStr::new(b)))
+            .unwrap_or_else(|| panic!("{window:?} not in {argv:?}"))
+    }
+
+    #[test]
+    fn overlays_come_after_claude_dir_in_order() {
+        let a = render::argv(&build(&inputs(Command::Claude(vec![]))));
+        let claude = pos(
+            &a,
+            &[
+                "--bind",
+                "/home/u/.claudebox/projects/0123456789abcdef/claude-config",
+                "/home/u/.claude",
+            ],
+        );
+        let conv = pos(
+            &a,
+            &[
+                "--bind",
+                "/home/u/.claudebox/projects/0123456789abcdef/claude-projects",
+                "/home/u/.claude/projects",
+            ],
+        );
+        let hist = pos(
+            &a,
+            &[
+                "--bind",
+                "/home/u/.claudebox/projects/0123456789abcdef/history.jsonl",
+                "/home/u/.claude/history.jsonl",
+            ],
+        );
+        let sessions = pos(&a, &["--tmpfs", "/home/u/.claude/sessions"]);
+        let home = pos(&a, &["--tmpfs", "/home/u"]);
+        let project = pos(&a, &["--bind", "/src/wt", "/src/wt"]);
+        let common = pos(&a, &["--bind", "/src/app/.git", "/src/app/.git"]);
+        assert!(home < project && project < common && common < claude);
+        assert!(claude < conv && conv < hist && hist < sessions);
+        assert!(pos(&a, &["--tmpfs", "/tmp"]) < home);
+        assert!(
+            pos(
+                &a,
+                &["--symlink", ".claude/.claude.json", "/home/u/.claude.json"]
+            ) > claude
+        );
+        assert!(pos(&a, &["--setenv", "CLAUDE_CONFIG_DIR", "/home/u/.claude"]) > claude);
+    }
+
+    #[test]
+    fn system_namespaces_and_command() {
+        let a = render::argv(&build(&inputs(Command::Claude(vec![
+            "-p".into(),
+            "a b".into(),
+        ]))));
+        assert_eq!(a[0], "/usr/bin/bwrap");
+        pos(&a, &["--ro-bind", "/usr", "/usr"]);
+        pos(&a, &["--symlink", "usr/bin", "/bin"]);
+        for f in [
+            "--unshare-user",
+            "--unshare-pid",
+            "--die-with-parent",
+            "--proc",
+            "--dev",
+        ] {
+            pos(&a, &[f]);
+        }
+        pos(&a, &["--chdir", "/src/wt/sub"]);
+        pos(
+            &a,
+            &[
+                "--setenv",
+                "CLAUDEBOX_PROJECT_ID",
+                &crate::policy::facts::project_id(Path::new("/src/app/.git")),
+            ],
+        );
+        // the claude found on PATH is reachable at the same path inside
+        pos(&a, &["--ro-bind", "/home/u/.local/share/claude/versions/1"]);
+        pos(
+            &a,
+            &[
+                "--symlink",
+                "/home/u/.local/share/claude/versions/1",
+                "/home/u/.local/bin/claude",
+            ],
+        );
+        // bwrap runs claudebox's init step, which then execs claude
+        let dd = pos(&a, &["--"]);
+        assert_eq!(&a[dd + 1..dd + 3], &["/opt/cb/claudebox", "--sandbox-init"]);
+        let dd = a.iter().rposition(|x| x == "--").unwrap();
+        assert_eq!(a[dd + 1], "/home/u/.local/bin/claude");
+        assert_eq!(a[dd + 2], "--append-system-prompt");
+        assert_eq!(&a[dd + 4..], &["-p", "a b"]);
+        assert_eq!(a.len(), dd + 6);
+    }
+
+    #[test]
+    fn exec_runs_the_command_without_the_note() {
+        let a = render::argv(&build(&inputs(Command::Exec(vec!["bash".into()]))));
+        let dd = a.iter().rposition(|x| x == "--").unwrap();
+        assert_eq!(&a[dd + 1..], &["bash"]);
+    }
+
+    #[test]
+    fn the_project_is_never_shadowed_by_the_home_tmpfs() {
+        let mut i = inputs(Command::Exec(vec!["true".into()]));
+        i.project.work_tree = "/home/u/src/p".into();
+        let a = render::argv(&build(&i));
+        assert!(
+            pos(&a, &["--tmpfs", "/home/u"])
+                < pos(&a, &["--bind", "/home/u/src/p", "/home/u/src/p"])
+        );
+    }
+
+    use crate::policy::settings::{ClaudeArgs, UserEnv};
+
+    fn inputs_with(settings: Settings) -> Inputs {
+        Inputs {
+            project: Project {
+                root: "/w/p/.git".into(),
+                work_tree: "/w/p".into(),
+                git_dir: Some("/w/p/.git".into()),
+                common_dir: Some("/w/p/.git".into()),
+                cwd: "/w/p".into(),
+            },
+            command: Command::Claude(vec!["mcp".into(), "list".into()]),
+            settings,
+            ..test_inputs()
+        }
+    }
+
+    fn extra(kind: ExtraKind, path: &str, is_dir: bool) -> ExtraMount {
+        ExtraMount {
+            kind,
+            source: path.into(),
+            target: path.into(),
+            is_dir,
+            origin: Origin::CommandLine,
+        }
+    }
+
+    fn position(plan: &Plan, target: &str, kind: MountKind) -> usize {
+        plan.mounts
+            .iter()
+            .position(|m| m.target == Path::new(target) && m.kind == kind)
+            .unwrap_or_else(|| panic!("no {kind} mount at {target}"))
+    }
+
+    #[test]
+    fn extras_go_last_except_parents_of_the_project() {
+        let settings = Settings {
+            mounts: vec![
+                extra(ExtraKind::Hide, "/w/p/secret/key", false),
+                extra(ExtraKind::Ro, "/w/p/vendor", true),
+                extra(ExtraKind::Hide, "/w/p/secret", true),
+                extra(ExtraKind::Ro, "/w", true),
+                extra(ExtraKind::Rw, "/data", true),
+            ],
+            ..Settings::default()
+        };
+        let plan = build(&inputs_with(settings));
+        let project = position(&plan, "/w/p", MountKind::Rw);
+        let claude_json = position(&plan, "/h/.claude.json", MountKind::Symlink);
+        let parent = position(&plan, "/w", MountKind::Ro);
+        assert!(
+            parent < project,
+            "a parent of the project must not shadow it"
+        );
+        assert!(position(&plan, "/h", MountKind::Tmpfs) < parent);
+        for (t, k) in [
+            ("/w/p/vendor", MountKind::Ro),
+            ("/data", MountKind::Rw),
+            ("/w/p/secret", MountKind::Tmpfs),
+        ] {
+            assert!(position(&plan, t, k.clone()) > claude_json, "{t}");
+        }
+        // Parents first, whatever order they were listed in: the file stays hidden.
+        let dir = position(&plan, "/w/p/secret", MountKind::Tmpfs);
+        let file = position(&plan, "/w/p/secret/key", MountKind::Ro);
+        assert!(dir < file);
+        assert_eq!(
+            plan.mounts[file].source.as_deref(),
+            Some(Path::new("/h/.claudebox/projects/0123456789abcdef/empty"))
+        );
+        assert_eq!(plan.mounts[file].origin, Origin::CommandLine);
+        assert_eq!(plan.mounts[project].origin, Origin::Default);
+    }
+
+    #[test]
+    fn network_none_unshares_the_network() {
+        assert!(!build(&inputs_with(Settings::default()))
+            .flags
+            .contains(&"--unshare-net"));
+        let plan = build(&inputs_with(Settings {
+            network: NetworkMode::None,
+            ..Settings::default()
+        }));
+        assert!(plan.flags.contains(&"--unshare-net"));
+        let argv = crate::policy::render::argv(&plan);
+        let net = argv.iter().position(|a| a == "--unshare-net").unwrap();
+        let sep = argv.iter().position(|a| a == "--").unwrap();
+        assert!(net < sep);
+    }
+
+    #[test]
+    fn default_claude_args_come_before_the_users_and_env_after_claudeboxs() {
+        let plan = build(&inputs_with(Settings {
+            claude_args: vec![ClaudeArgs {
+                args: vec!["--model".into(), "opus".into()],
+                origin: Origin::CommandLine,
+            }],
+            env: vec![UserEnv {
+                name: "CLAUDEBOX_X".into(),
+                value: "v".into(),
+                origin: Origin::CommandLine,
+            }],
+            ..Settings::default()
+        }));
+        let tail: Vec<&OsStr> = plan.argv[3..].iter().map(|a| a.as_os_str()).collect();
+        assert_eq!(tail, ["--model", "opus", "mcp", "list"]);
+        let argv = crate::policy::render::argv(&plan);
+        let user = argv.iter().position(|a| a == "CLAUDEBOX_X").unwrap();
+        let own = argv
+            .iter()
+            .position(|a| a == "CLAUDEBOX_INSTANCE_ID")
+            .unwrap();
+        assert!(own < user && argv[user - 1] == "--setenv");
+    }
+}
+
+mod hardening {
+    use super::*;
+    use crate::policy::render;
+
+    /// `test_inputs()`'s project `/p`, with its metadata protected.
+    fn inputs() -> Inputs {
+        Inputs {
+            protect_project_metadata: true,
+            protected: vec![
+                Protected {
+                    path: "/p/.git".into(),
+                    guard: Guard::Pin,
+                    why: "pin",
+                    named_by: None,
+                },
+                Protected {
+                    path: "/p/.git/hooks".into(),
+                    guard: Guard::EmptyDir,
+                    why: "hooks",
+                    named_by: None,
+                },
+                Protected {
+                    path: "/p/.git/config".into(),
+                    guard: Guard::ReadOnly,
+                    why: "config",
+                    named_by: None,
+                },
+            ],
+            unprotected_missing: vec!["/p/.envrc".into()],
+            ipc_vars: vec!["SSH_AUTH_SOCK".into(), "DISPLAY".into()],
+            ..test_inputs()
+        }
+    }
+
+    fn pos(a: &[OsString], window: &[&str]) -> usize {
+        a.windows(window.len())
+            .position(|w| w.iter().zip(window).all(|(x, y)| x == y))
+            .unwrap_or_else(|| panic!("{window:?} not in {a:?}"))
+    }
+
+    #[test]
+    fn protections_come_after_the_project_and_parents_first() {
+        let a = render::argv(&build(&inputs()));
+        let project = pos(&a, &["--bind", "/p", "/p"]);
+        let pin = pos(&a, &["--bind", "/p/.git", "/p/.git"]);
+        let hooks = pos(
+            &a,
+            &["--tmpfs", "/p/.git/hooks", "--remount-ro", "/p/.git/hooks"],
+        );
+        let config = pos(&a, &["--ro-bind", "/p/.git/config", "/p/.git/config"]);
+        assert!(project < pin && pin < hooks && pin < config);
+    }
+
+    #[test]
+    fn init_step_wraps_the_command_and_ipc_vars_are_unset() {
+        let a = render::argv(&build(&inputs()));
+        let init = pos(
+            &a,
+            &[
+                "--",
+                "/opt/cb/claudebox",
+                "--sandbox-init",
+                "--scope-abstract-unix",
+                "--default-signals",
+            ],
+        );
+        // then the mounts it checks from inside, each once, the visible one per path
+        let end = pos(&a, &["--", "sh"]);
+        assert_eq!(end + 2, a.len());
+        let checks: Vec<&str> = a[init + 5..end]
+            .iter()
+            .map(|x| x.to_str().unwrap())
+            .collect();
+        for window in [
+            &["--expect-rw", "/p"][..],
+            &["--expect-rw", "/p/.git"],
+            &["--expect-ro", "/p/.git/hooks"],
+            &["--expect-ro", "/p/.git/config"],
+            &["--expect-rw", "/h/.claude/projects"],
+        ] {
+            assert!(
+                checks.windows(2).any(|w| w == window),
+                "{window:?} in {checks:?}"
+            );
+        }
+        assert!(!checks.contains(&"/h/.claude"), "{checks:?}");
+        pos(&a, &["--ro-bind", "/opt/cb/claudebox", "/opt/cb/claudebox"]);
+        pos(&a, &["--unsetenv", "SSH_AUTH_SOCK"]);
+        pos(&a, &["--unsetenv", "DISPLAY"]);
+    }
+
+    #[test]
+    fn the_projects_claude_dir_is_a_scratch_tmpfs_with_the_state_copy_of_local_settings() {
+        let mut i = inputs();
+        for (path, guard) in [
+            ("/p/.claude", Guard::Scratch),
+            ("/p/.claude/settings.json", Guard::ReadOnly),
+            ("/p/.claude/settings.local.json", Guard::LocalSettings),
+        ] {
+            i.protected.push(Protected {
+                path: path.into(),
+                guard,
+                why: "claude",
+                named_by: None,
+            });
+        }
+        let copy = i.state.local_settings();
+        let a = render::argv(&build(&i));
+        let scratch = pos(&a, &["--tmpfs", "/p/.claude"]);
+        let shared = pos(
+            &a,
+            &[
+                "--ro-bind",
+                "/p/.claude/settings.json",
+                "/p/.claude/settings.json",
+            ],
+        );
+        let local = pos(
+            &a,
+            &[
+                "--bind",
+                copy.to_str().unwrap(),
+                "/p/.claude/settings.local.json",
+            ],
+        );
+        assert!(pos(&a, &["--bind", "/p", "/p"]) < scratch && scratch < shared && shared < local);
+    }
+
+    #[test]
+    fn without_landlock_scopes_the_gap_is_told() {
+        let mut i = inputs();
+        i.landlock_abi = 5;
+        let p = build(&i);
+        assert!(!p.confine.as_ref().unwrap().scope_abstract_unix);
+        assert!(p.notes.iter().any(|n| n.contains("abstract unix sockets")));
+    }
+
+    #[test]
+    fn opt_outs_show_in_the_notes() {
+        let mut i = inputs();
+        i.protect_project_metadata = false;
+        i.ssh_agent = Some("/tmp/ssh-x/agent.1".into());
+        let p = build(&i);
+        let a = render::argv(&p);
+        assert!(!a.iter().any(|x| x == "/p/.git/config"));
+        pos(&a, &["--bind", "/tmp/ssh-x/agent.1", SSH_AGENT_SOCK]);
+        pos(&a, &["--setenv", "SSH_AUTH_SOCK", SSH_AGENT_SOCK]);
+        assert!(!a
+            .windows(2)
+            .any(|w| w[0] == "--unsetenv" && w[1] == "SSH_AUTH_SOCK"));
+        let dry = String::from_utf8(render::dry_run(&p)).unwrap();
+        assert!(dry.contains("opt-in --writable-project-config"));
+        assert!(dry.contains("opt-in --ssh-agent"));
+    }
+}
+
+/// `--dry-run` shows the seccomp filter and the Landlock scope from their tables: each
+/// row once, and no seccomp or landlock line that is not a row.
+#[test]
+fn dry_run_shows_the_confinement_tables_exactly() {
+    let text = |abi: u32| {
+        let plan = build(&Inputs {
+            landlock_abi: abi,
+            ..test_inputs()
+        });
+        String::from_utf8(crate::policy::render::dry_run(&plan)).unwrap()
+    };
+    let only = |t: &str, prefix: &str| -> Vec<String> {
+        t.lines()
+            .filter(|l| l.starts_with(prefix))
+            .map(str::to_string)
+            .collect()
+    };
+    let dry = text(6);
+    assert_eq!(
+        only(&dry, "seccomp"),
+        crate::policy::confinement::seccomp_lines()
+    );
+    assert_eq!(
+        only(&dry, "landlock"),
+        [format!(
+            "landlock\t{}",
+            crate::policy::confinement::LANDLOCK_SCOPE
+        )]
+    );
+    for row in crate::policy::confinement::SECCOMP {
+        assert_eq!(dry.matches(&row.shown()).count(), 1, "{}", row.shown());
+    }
+    // Without Landlock scopes (ABI 5), no landlock line claims one.
+    assert!(only(&text(5), "landlock").is_empty());
+}

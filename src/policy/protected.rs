@@ -1,0 +1,156 @@
+//! The protected paths as data: how each is laid over (`Guard`), and the tables of names
+//! `host::protect` looks for in the project (each with its reason).
+
+use std::path::PathBuf;
+
+/// How a protected path is laid over.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Guard {
+    /// An existing file or directory, bound read-only onto itself.
+    ReadOnly,
+    /// A missing directory: an empty read-only directory in its place (bwrap leaves an
+    /// empty directory on the host as the mount point).
+    EmptyDir,
+    /// A missing file: an empty read-only file in its place (bwrap leaves an empty file on
+    /// the host as the mount point).
+    EmptyFile,
+    /// An existing directory bound read-write onto itself so that it is a mount point,
+    /// which cannot be renamed or removed.
+    Pin,
+    /// A writable tmpfs in its place: the sandbox may write there, nothing reaches the
+    /// host, all of it is gone at exit (the host's entries are bound back read-only).
+    Scratch,
+    /// `.claude/settings.local.json`: the project's copy in claudebox's state
+    /// (`ProjectState::local_settings`), read-write. Claude saves "always allow" rules
+    /// there (a temporary file in `.claude`, then `rename`, which fails with EBUSY on a
+    /// mount point, then a rewrite in place: measured with 2.1.330).
+    LocalSettings,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Protected {
+    pub path: PathBuf,
+    pub guard: Guard,
+    pub why: &'static str,
+    /// The file that named this path, when that is not claudebox's own table (a
+    /// `core.worktree` or `core.hooksPath` value): an error about the path names it.
+    pub named_by: Option<PathBuf>,
+}
+
+/// Work-tree entries that tools on the host run code from, read-only when they exist.
+pub const WORK_TREE_ENTRIES: &[(&str, &str)] = &[
+    (".envrc", "direnv runs it on the host"),
+    (
+        ".vscode",
+        "VS Code runs tasks and settings from it on the host",
+    ),
+    (
+        ".idea",
+        "JetBrains IDEs run configurations from it on the host",
+    ),
+    (
+        ".husky",
+        "husky's hook stubs (core.hooksPath .husky/_) run .husky/<hook> on a host git commit",
+    ),
+    (
+        "lefthook.yml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        "lefthook.yaml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        "lefthook.toml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        "lefthook.json",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        ".lefthook.yml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        ".lefthook.yaml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        ".lefthook.toml",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        ".lefthook.json",
+        "lefthook: the hooks it installs run the commands listed here",
+    ),
+    (
+        "lefthook-local.yml",
+        "lefthook: local overrides of the commands it runs",
+    ),
+    (
+        "lefthook-local.yaml",
+        "lefthook: local overrides of the commands it runs",
+    ),
+    (
+        ".lefthook-local.yml",
+        "lefthook: local overrides of the commands it runs",
+    ),
+    (
+        ".lefthook-local.yaml",
+        "lefthook: local overrides of the commands it runs",
+    ),
+    (".lefthook", "lefthook: scripts its hooks run"),
+    (".lefthook-local", "lefthook: local scripts its hooks run"),
+    (
+        ".pre-commit-config.yaml",
+        "pre-commit: its git hook runs the commands listed here",
+    ),
+    (
+        ".pre-commit-config.yml",
+        "pre-commit: its git hook runs the commands listed here",
+    ),
+    (
+        ".mcp.json",
+        "a host claude in the project starts its MCP servers",
+    ),
+    (
+        ".gitmodules",
+        "git submodule sync/update copy its URLs into .git/config and fetch from them",
+    ),
+    (
+        ".devcontainer",
+        "VS Code and the devcontainer CLI run its initializeCommand on the host",
+    ),
+    (
+        ".devcontainer.json",
+        "VS Code and the devcontainer CLI run its initializeCommand on the host",
+    ),
+];
+
+/// The project's Claude Code directory: hooks, MCP servers, commands, agents, skills, a
+/// host `claude` started in the project runs them.
+pub const CLAUDE_DIR: &str = ".claude";
+
+/// Where claude saves "always allow" rules, inside [`CLAUDE_DIR`].
+pub const LOCAL_SETTINGS: &str = "settings.local.json";
+
+/// Top-level directories where vendored repositories conventionally live: nested
+/// repositories are also looked for one level below them.
+pub const VENDOR_DIRS: &[&str] = &[
+    "vendor",
+    "vendored",
+    "third_party",
+    "third-party",
+    "thirdparty",
+    "external",
+    "externals",
+    "extern",
+    "deps",
+    "lib",
+    "libs",
+    "packages",
+    "modules",
+    "contrib",
+    "submodules",
+];

@@ -1,0 +1,363 @@
+//! The one renderer from a [`Plan`] to bwrap's argv, used both to exec and to print
+//! (`--dry-run`), plus the human-readable mount table and the shell-quoted command line.
+
+use std::ffi::OsString;
+use std::os::unix::ffi::OsStrExt;
+
+use shell_quote::Sh;
+
+pub use crate::policy::escape::{escape_bytes, shown, Shown};
+
+use crate::policy::confinement as confine;
+use crate::policy::network::{self, NetworkMode};
+use crate::policy::plan::{EnvOp, MountKind, Plan};
+
+/// How one plan mount's source reaches bwrap at the launch (see `sources`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bind {
+    /// Not a bind mount (tmpfs, symlink, dev, proc, empty-ro).
+    Other,
+    /// An optional source that does not exist: left out.
+    Skip,
+    /// Bound from this descriptor, opened and checked by the launch.
+    Fd(i32),
+}
+
+/// How bind mounts name their sources.
+#[derive(Debug, Clone, Copy)]
+pub enum Sources<'a> {
+    /// By path, for `--dry-run` and tests: bwrap resolves each name when it mounts.
+    Names,
+    /// By descriptor (`--bind-fd`, `--ro-bind-fd`), one entry per plan mount: the launch
+    /// and `--check`. Never falls back to a name.
+    Fds(&'a [Bind]),
+}
+
+/// bwrap's full argv with sources named by path (`--dry-run`).
+pub fn argv(plan: &Plan) -> Vec<OsString> {
+    argv_with(plan, Sources::Names)
+}
+
+/// bwrap's full argv, program first.
+pub fn argv_with(plan: &Plan, sources: Sources) -> Vec<OsString> {
+    let mut a: Vec<OsString> = vec![plan.bwrap.clone().into_os_string()];
+    for f in &plan.flags {
+        a.push(f.into());
+    }
+    if let Some(fd) = plan.sync_fd {
+        a.push("--sync-fd".into());
+        a.push(fd.to_string().into());
+    }
+    if let Sources::Fds(t) = sources {
+        assert_eq!(t.len(), plan.mounts.len(), "one source entry per mount");
+    }
+    for (i, m) in plan.mounts.iter().enumerate() {
+        if let Sources::Fds(table) = sources {
+            match table[i] {
+                Bind::Other => {}
+                Bind::Skip => continue,
+                Bind::Fd(fd) => {
+                    let flag = match m.kind {
+                        MountKind::Ro | MountKind::RoTry => "--ro-bind-fd",
+                        MountKind::Rw | MountKind::File => "--bind-fd",
+                        _ => unreachable!("only bind mounts take a descriptor"),
+                    };
+                    a.push(flag.into());
+                    a.push(fd.to_string().into());
+                    a.push(m.target.clone().into_os_string());
+                    continue;
+                }
+            }
+            assert!(
+                !crate::policy::plan::is_bind(&m.kind),
+                "a bind mount without a descriptor: {}",
+                m.target.display()
+            );
+        }
+        if m.kind == MountKind::EmptyRo {
+            a.push("--tmpfs".into());
+            a.push(m.target.clone().into_os_string());
+            a.push("--remount-ro".into());
+            a.push(m.target.clone().into_os_string());
+            continue;
+        }
+        let flag = match m.kind {
+            MountKind::Ro => "--ro-bind",
+            MountKind::RoTry => "--ro-bind-try",
+            MountKind::Rw | MountKind::File => "--bind",
+            MountKind::Tmpfs => "--tmpfs",
+            MountKind::Symlink => "--symlink",
+            MountKind::Dev => "--dev",
+            MountKind::Proc => "--proc",
+            MountKind::EmptyRo => unreachable!("handled above"),
+        };
+        a.push(flag.into());
+        if let Some(src) = &m.source {
+            a.push(src.clone().into_os_string());
+        }
+        a.push(m.target.clone().into_os_string());
+    }
+    for e in &plan.env {
+        match e {
+            EnvOp::Set(k, v) => {
+                a.push("--setenv".into());
+                a.push(k.clone());
+                a.push(v.clone());
+            }
+            EnvOp::Unset(k) => {
+                a.push("--unsetenv".into());
+                a.push(k.clone());
+            }
+        }
+    }
+    for e in &plan.settings.env {
+        a.push("--setenv".into());
+        a.push(e.name.clone());
+        a.push(e.value.clone());
+    }
+    a.push("--chdir".into());
+    a.push(plan.cwd.clone().into_os_string());
+    a.push("--".into());
+    if let Some(c) = &plan.confine {
+        a.push(c.exe.clone().into_os_string());
+        a.push(confine::INIT_FLAG.into());
+        if c.scope_abstract_unix {
+            a.push(confine::SCOPE_FLAG.into());
+        }
+        if c.default_signals {
+            a.push(confine::SIGNALS_FLAG.into());
+        }
+        for check in &c.mount_checks {
+            a.push(
+                if check.read_only {
+                    confine::EXPECT_RO
+                } else {
+                    confine::EXPECT_RW
+                }
+                .into(),
+            );
+            a.push(check.path.clone().into_os_string());
+        }
+        a.push("--".into());
+    }
+    a.extend(plan.argv.iter().cloned());
+    a
+}
+
+/// The argv as one line of `sh` input that performs the same launch.
+pub fn shell_line(argv: &[OsString]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, arg) in argv.iter().enumerate() {
+        if i > 0 {
+            out.push(b' ');
+        }
+        let bytes = arg.as_bytes();
+        if !bytes.is_empty() && bytes.iter().all(|b| is_plain(*b)) {
+            out.extend_from_slice(bytes);
+        } else {
+            Sh::quote_into_vec(arg.as_os_str(), &mut out);
+        }
+    }
+    out
+}
+
+fn is_plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b)
+}
+
+/// The mount table, one row per mount in the order bwrap applies them.
+pub fn mount_table(plan: &Plan) -> Vec<u8> {
+    let mut out = Vec::new();
+    out.extend_from_slice(b"# mounts, in the order bwrap applies them (later wins)\n");
+    out.extend_from_slice(b"# kind\tsource\ttarget\twhy\tfrom\n");
+    for m in &plan.mounts {
+        out.extend_from_slice(m.kind.to_string().as_bytes());
+        out.push(b'\t');
+        match &m.source {
+            Some(s) => out.extend_from_slice(&escape_bytes(s.as_os_str().as_bytes())),
+            None => out.push(b'-'),
+        }
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(m.target.as_os_str().as_bytes()));
+        out.push(b'\t');
+        out.extend_from_slice(m.why.as_bytes());
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(m.origin.to_string().as_bytes()));
+        out.push(b'\n');
+    }
+    out
+}
+
+/// The user's settings that are not mounts: the config file, the network mode and the
+/// default claude arguments, each with where it came from.
+pub fn settings_table(plan: &Plan) -> Vec<u8> {
+    let s = &plan.settings;
+    let mut out = Vec::new();
+    out.extend_from_slice(b"# settings\n# name\tvalue\tfrom\n");
+    let mut row = |name: &str, value: &[u8], from: &str| {
+        out.extend_from_slice(name.as_bytes());
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(value));
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(from.as_bytes()));
+        out.push(b'\n');
+    };
+    let state = if s.config_read { "read" } else { "not present" };
+    row("config-file", s.config_file.as_os_str().as_bytes(), state);
+    row(
+        "network",
+        match &s.network {
+            NetworkMode::Open => b"open".as_slice(),
+            NetworkMode::Allowlist(_) => b"allowlist",
+            NetworkMode::None => b"none",
+        },
+        &s.network_origin.to_string(),
+    );
+    for a in &s.claude_args {
+        row("claude-args", &shell_line(&a.args), &a.origin.to_string());
+    }
+    out
+}
+
+/// The full `--dry-run` output: the mount table, the settings, the environment changes,
+/// the command.
+pub fn dry_run(plan: &Plan) -> Vec<u8> {
+    let mut out = mount_table(plan);
+    out.extend_from_slice(&settings_table(plan));
+    out.extend_from_slice(
+        b"# environment: the host's, plus (unset: variables naming host sockets and buses)\n",
+    );
+    let mut line = |op: &str, k: &[u8], v: Option<&[u8]>, from: &str| {
+        out.extend_from_slice(op.as_bytes());
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(k));
+        if let Some(v) = v {
+            out.push(b'=');
+            out.extend_from_slice(&escape_bytes(v));
+        }
+        out.push(b'\t');
+        out.extend_from_slice(&escape_bytes(from.as_bytes()));
+        out.push(b'\n');
+    };
+    for e in &plan.env {
+        match e {
+            EnvOp::Set(k, v) => {
+                let from = match crate::policy::plan::default_env_reason(k) {
+                    Some(why) => format!("default: {why}"),
+                    None => "default".to_string(),
+                };
+                line("set", k.as_bytes(), Some(v.as_bytes()), &from)
+            }
+            EnvOp::Unset(k) => line("unset", k.as_bytes(), None, "default"),
+        }
+    }
+    for e in &plan.settings.env {
+        let from = e.origin.to_string();
+        line("set", e.name.as_bytes(), Some(e.value.as_bytes()), &from);
+    }
+    if let Some(c) = &plan.confine {
+        out.extend_from_slice(b"# inside, before the command (claudebox --sandbox-init)\n");
+        for l in crate::policy::confinement::seccomp_lines() {
+            out.extend_from_slice(l.as_bytes());
+            out.push(b'\n');
+        }
+        if c.scope_abstract_unix {
+            out.extend_from_slice(b"landlock\t");
+            out.extend_from_slice(crate::policy::confinement::LANDLOCK_SCOPE.as_bytes());
+            out.push(b'\n');
+        }
+        if c.default_signals {
+            out.extend_from_slice(
+                b"signals\tSIGINT, SIGQUIT back to default: claudebox and bwrap ignore them, so a Ctrl-C reaches the agent alone and its exit status is the sandbox's\n",
+            );
+        }
+    }
+    if !plan.notes.is_empty() {
+        out.extend_from_slice(b"# opt-ins and gaps\n");
+        for n in &plan.notes {
+            out.extend_from_slice(&escape_bytes(n.as_bytes()));
+            out.push(b'\n');
+        }
+    }
+    out.extend_from_slice(
+        format!("# network: {}\n", network::describe(&plan.settings.network)).as_bytes(),
+    );
+    if let Some(proxy) = &plan.proxy {
+        for e in &proxy.allowlist.entries {
+            out.extend_from_slice(format!("allow\t{}\t{}\n", e.pattern, e.source).as_bytes());
+        }
+        if let Ok(forwards) = network::loopback_forwards(&proxy.allowlist) {
+            for f in forwards {
+                out.extend_from_slice(
+                    format!(
+                        "forward\t{} inside -> the host's {}:{} through the proxy{}\n",
+                        f.listen,
+                        network::show_host(&f.host),
+                        f.port,
+                        if f.optional {
+                            " (if the sandbox has IPv6)"
+                        } else {
+                            ""
+                        }
+                    )
+                    .as_bytes(),
+                );
+            }
+        }
+        out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first program hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
+        out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));
+        out.push(b'\n');
+    }
+    out.extend_from_slice(
+        b"# the launch opens each bind source once, checks it, and has bwrap mount that \
+          descriptor (--bind-fd/--ro-bind-fd), so a path swapped meanwhile is never \
+          mounted; the line below names the sources instead, and only claudebox's own \
+          descriptors cross into a launch\n",
+    );
+    out.extend_from_slice(b"# command\n");
+    out.extend_from_slice(&shell_line(&argv(plan)));
+    out.push(b'\n');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::ffi::OsStringExt;
+
+    #[test]
+    fn shell_line_round_trips_through_sh() {
+        let args: Vec<OsString> = vec![
+            "printf".into(),
+            "%s|".into(),
+            "plain".into(),
+            "sp ace".into(),
+            "it's".into(),
+            "\"$HOME\" `x` \\".into(),
+            "new\nline".into(),
+            "".into(),
+            OsString::from_vec(b"\xff\xfe".to_vec()),
+        ];
+        let line = shell_line(&args);
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(std::ffi::OsStr::from_bytes(&line))
+            .output()
+            .unwrap();
+        let mut expected = Vec::new();
+        for a in &args[2..] {
+            expected.extend_from_slice(a.as_bytes());
+            expected.push(b'|');
+        }
+        assert_eq!(out.stdout, expected);
+    }
+
+    #[test]
+    fn table_cells_stay_on_one_line() {
+        assert_eq!(escape_bytes(b"a\tb\nc\xff"), b"a\\tb\\nc\\xff".to_vec());
+        assert_eq!(
+            shown("\x1b]52;c;eA==\x07 ok\u{9b}1m \u{202e}x"),
+            "\\x1b]52;c;eA==\\x07 ok\\x9b1m \\u{202e}x"
+        );
+    }
+}

@@ -1,0 +1,100 @@
+//! The data types of what the user asked for (config file and command line), resolved by
+//! `config::settings` and read by the plan.
+
+use std::ffi::OsString;
+use std::fmt;
+use std::path::PathBuf;
+
+use crate::policy::network::{NetworkChoice, NetworkMode};
+
+/// Where a mount or setting came from, shown by `--dry-run`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Origin {
+    /// claudebox's own default.
+    #[default]
+    Default,
+    /// The config file, at this line.
+    ConfigFile { path: PathBuf, line: usize },
+    /// claudebox's command line.
+    CommandLine,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::Default => f.write_str("default"),
+            Origin::ConfigFile { path, line } => write!(f, "config {}:{line}", path.display()),
+            Origin::CommandLine => f.write_str("command line"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtraKind {
+    Ro,
+    Rw,
+    Hide,
+}
+
+/// A mount the user asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtraMount {
+    pub kind: ExtraKind,
+    /// The host path, symlinks resolved.
+    pub source: PathBuf,
+    /// Where it appears inside: the path as written (`~` expanded), so that a symlinked
+    /// `~/.cargo` still appears at `~/.cargo`; for `hide`, the resolved path.
+    pub target: PathBuf,
+    pub is_dir: bool,
+    pub origin: Origin,
+}
+
+/// An environment variable the user sets (or passes from the host) inside the sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UserEnv {
+    pub name: OsString,
+    pub value: OsString,
+    pub origin: Origin,
+}
+
+/// Default arguments for claude from one section of the config file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClaudeArgs {
+    pub args: Vec<OsString>,
+    pub origin: Origin,
+}
+
+/// Everything the user added, resolved.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Settings {
+    /// Where the config file is looked for, and whether one was read.
+    pub config_file: PathBuf,
+    pub config_read: bool,
+    pub mounts: Vec<ExtraMount>,
+    pub env: Vec<UserEnv>,
+    /// The network mode in force: the layers (config top level, matching project sections,
+    /// the command line) merged by `network::resolve`.
+    pub network: NetworkMode,
+    /// Where the last layer that named a mode or hosts came from.
+    pub network_origin: Origin,
+    pub claude_args: Vec<ClaudeArgs>,
+    /// Opt-in: forward the host's ssh agent, and where that was asked for.
+    pub ssh_agent: Option<Origin>,
+    /// Opt-out of the project write protection, and where that was asked for.
+    pub writable_project_config: Option<Origin>,
+    /// Opt-out of the read-only Claude Code setup, and where that was asked for.
+    pub writable_claude_setup: Option<Origin>,
+}
+
+/// What claudebox's own command-line options ask for.
+#[derive(Debug, Clone, Default)]
+pub struct CliRequest {
+    pub ro: Vec<PathBuf>,
+    pub rw: Vec<PathBuf>,
+    pub hide: Vec<PathBuf>,
+    pub env: Vec<OsString>,
+    pub network: NetworkChoice,
+    pub ssh_agent: bool,
+    pub writable_project_config: bool,
+    pub writable_claude_setup: bool,
+}

@@ -1,0 +1,680 @@
+//! The host-side HTTP proxy of allowlist mode. It serves a listening socket that lives in
+//! the sandbox's network namespace (handed over by `netbridge`), and admits two kinds of
+//! request, each decided once, by the host and port it names, before any byte reaches the
+//! destination:
+//!
+//! - `CONNECT host:port`: after the decision the connection becomes a blind tunnel; the
+//!   bytes in it are never parsed or decided on again.
+//! - a plain-HTTP request in absolute form (`GET http://host/path`): decided by the URL's
+//!   host (a `Host` header naming another host is refused), forwarded in origin form with
+//!   `Connection: close`, and the client connection is closed after that one response, so
+//!   a second request always comes on a new connection and is decided again.
+//!
+//! Names are resolved here, on the host: the sandbox has no DNS and needs none. Denied
+//! requests get `403 Forbidden` naming the host and are appended to the project's denied
+//! log (and to stderr when asked): at most [`DENIED_LOG_CAP`] bytes, then it is rotated to
+//! `<name>.old`, and a denial repeated within [`REPEAT_WINDOW`] is counted, not written
+//! again, so a flood of denials cannot fill the disk. One thread per connection, two file
+//! descriptors per connection (no clones: both directions of a tunnel borrow the same
+//! sockets); at start the soft open-files limit is raised to the hard one and the number
+//! of connections served at once is sized from it (at most [`MAX_CONNECTIONS`]);
+//! further connections wait in the listen queue: a connection is accepted only when a
+//! slot and its descriptors are free.
+
+pub mod netbridge;
+
+use std::collections::HashMap;
+use std::fs::OpenOptions;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use crate::policy::network::{self, Allowlist};
+
+pub const MAX_CONNECTIONS: usize = 256;
+/// Descriptors budgeted per connection: the client, the upstream, and one for the name
+/// lookup's transient files and sockets.
+const FDS_PER_CONNECTION: u64 = 3;
+/// Descriptors kept for the rest (standard streams, listeners, the denied log, pidfd).
+const FDS_RESERVED: u64 = 32;
+/// The denied log's largest size before it is rotated.
+pub const DENIED_LOG_CAP: u64 = 256 * 1024;
+/// A denial of the same method, host and port within this time of its last line is
+/// counted and reported with the next line written for it.
+pub const REPEAT_WINDOW: Duration = Duration::from_secs(10);
+const MAX_HEAD: usize = 64 * 1024;
+const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
+const STACK_SIZE: usize = 256 * 1024;
+/// Headers that belong to one hop and are not forwarded (RFC 9110 7.6.1).
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+pub struct Config {
+    pub allowlist: Allowlist,
+    /// Appended to for each denied request.
+    pub denied_log: PathBuf,
+    /// Also report denied requests on stderr.
+    pub log_stderr: bool,
+}
+
+/// Serves `listener` until the process is killed (it dies with the sandbox).
+pub fn serve(listener: TcpListener, cfg: Config) -> io::Result<()> {
+    let cfg = Arc::new(cfg);
+    let slots = shared_slots();
+    loop {
+        slots.acquire();
+        let slot = Slot(slots.clone());
+        let conn = match listener.accept() {
+            Ok((c, _)) => c,
+            Err(e) => match e.raw_os_error() {
+                Some(nix::libc::EMFILE | nix::libc::ENFILE | nix::libc::ENOBUFS)
+                | Some(nix::libc::ENOMEM) => {
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+                Some(nix::libc::ECONNABORTED | nix::libc::EINTR | nix::libc::EPROTO) => continue,
+                _ => return Err(e),
+            },
+        };
+        let cfg = cfg.clone();
+        // If the thread cannot be made, the closure (connection and slot) is dropped.
+        let _ = thread::Builder::new()
+            .stack_size(STACK_SIZE)
+            .spawn(move || {
+                let _slot = slot;
+                handle(conn, &cfg);
+            });
+    }
+}
+
+/// Raises the soft open-files limit to the hard one and returns the soft limit then.
+fn raise_fd_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE) else {
+        return 1024;
+    };
+    if soft < hard && setrlimit(Resource::RLIMIT_NOFILE, hard, hard).is_ok() {
+        return hard;
+    }
+    soft
+}
+
+/// How many connections the descriptors allow at once (at least 1, at most
+/// [`MAX_CONNECTIONS`]).
+pub fn capacity(nofile: u64) -> usize {
+    let n = nofile.saturating_sub(FDS_RESERVED) / FDS_PER_CONNECTION;
+    usize::try_from(n)
+        .unwrap_or(usize::MAX)
+        .clamp(1, MAX_CONNECTIONS)
+}
+
+/// The one bound shared by every listener of this proxy, sized at first use.
+fn shared_slots() -> Arc<Slots> {
+    static SLOTS: std::sync::OnceLock<Arc<Slots>> = std::sync::OnceLock::new();
+    SLOTS
+        .get_or_init(|| Arc::new(Slots::new(capacity(raise_fd_limit()))))
+        .clone()
+}
+
+/// A loopback forward (see `network::LoopbackForward`): each connection accepted on
+/// `listener`, a socket on the sandbox's own loopback, is decided by the allowlist as
+/// `host:port` and tunnelled, blind, to that address on the host. Runs on its own
+/// thread, under the proxy's one bound on connections (sized from its descriptors).
+pub fn serve_forward(listener: TcpListener, host: String, port: u16, cfg: Arc<Config>) {
+    let slots = shared_slots();
+    let _ = thread::Builder::new()
+        .stack_size(STACK_SIZE)
+        .spawn(move || loop {
+            slots.acquire();
+            let slot = Slot(slots.clone());
+            let conn = match listener.accept() {
+                Ok((c, _)) => c,
+                Err(e) if e.raw_os_error() == Some(nix::libc::EBADF) => return,
+                Err(_) => {
+                    thread::sleep(Duration::from_millis(50));
+                    continue;
+                }
+            };
+            let (cfg, host) = (cfg.clone(), host.clone());
+            let _ = thread::Builder::new()
+                .stack_size(STACK_SIZE)
+                .spawn(move || {
+                    let _slot = slot;
+                    if let Ok(upstream) = decide_and_connect(&cfg, "TCP", &host, port) {
+                        pump(conn, upstream);
+                    }
+                });
+        });
+}
+
+/// A counting semaphore bounding concurrent connections.
+struct Slots {
+    free: Mutex<usize>,
+    cv: Condvar,
+}
+
+impl Slots {
+    fn new(n: usize) -> Slots {
+        Slots {
+            free: Mutex::new(n),
+            cv: Condvar::new(),
+        }
+    }
+    fn acquire(&self) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        while *free == 0 {
+            free = self.cv.wait(free).unwrap_or_else(|e| e.into_inner());
+        }
+        *free -= 1;
+    }
+}
+
+struct Slot(Arc<Slots>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut free = self.0.free.lock().unwrap_or_else(|e| e.into_inner());
+        *free += 1;
+        self.0.cv.notify_one();
+    }
+}
+
+/// A refusal: status, reason phrase, body text.
+struct Reject(u16, &'static str, String);
+
+/// The parsed request head.
+struct Head {
+    method: String,
+    target: String,
+    headers: Vec<(String, Vec<u8>)>,
+    /// Bytes of the head; what follows in the buffer is body or tunnel data.
+    len: usize,
+}
+
+fn handle(mut client: TcpStream, cfg: &Config) {
+    let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
+    let _ = client.set_write_timeout(Some(HEAD_TIMEOUT));
+    let (head, buf) = match read_head(&mut client) {
+        Ok(Some(x)) => x,
+        Ok(None) => return,
+        Err(r) => return refuse(client, r),
+    };
+    let rest = &buf[head.len..];
+    let result = if head.method.eq_ignore_ascii_case("CONNECT") {
+        tunnel(&mut client, cfg, &head, rest)
+    } else {
+        forward(&client, cfg, &head, rest).map(|()| None)
+    };
+    match result {
+        Err(r) => refuse(client, r),
+        Ok(Some(upstream)) => pump(client, upstream),
+        Ok(None) => {}
+    }
+}
+
+/// Reads until the end of the request head. `Ok(None)`: the client left without a request.
+fn read_head(c: &mut TcpStream) -> Result<Option<(Head, Vec<u8>)>, Reject> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = match c.read(&mut chunk) {
+            Ok(0) => return Ok(None),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(Reject(
+                    408,
+                    "Request Timeout",
+                    "no request head in time".into(),
+                ))
+            }
+            Err(_) => return Ok(None),
+        };
+        buf.extend_from_slice(&chunk[..n]);
+        let mut hs = [httparse::EMPTY_HEADER; 100];
+        let mut req = httparse::Request::new(&mut hs);
+        match req.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let head = Head {
+                    method: req.method.unwrap_or_default().to_string(),
+                    target: req.path.unwrap_or_default().to_string(),
+                    headers: req
+                        .headers
+                        .iter()
+                        .map(|h| (h.name.to_ascii_lowercase(), h.value.to_vec()))
+                        .collect(),
+                    len,
+                };
+                return Ok(Some((head, buf)));
+            }
+            Ok(httparse::Status::Partial) if buf.len() <= MAX_HEAD => {}
+            Ok(httparse::Status::Partial) | Err(httparse::Error::TooManyHeaders) => {
+                return Err(Reject(
+                    431,
+                    "Request Header Fields Too Large",
+                    "request head too large".into(),
+                ))
+            }
+            Err(e) => {
+                return Err(Reject(
+                    400,
+                    "Bad Request",
+                    format!("malformed request: {e}"),
+                ))
+            }
+        }
+    }
+}
+
+fn bad(msg: impl Into<String>) -> Reject {
+    Reject(400, "Bad Request", msg.into())
+}
+
+/// `CONNECT host:port`: decide, connect; the caller then pumps the blind tunnel.
+fn tunnel(
+    client: &mut TcpStream,
+    cfg: &Config,
+    head: &Head,
+    rest: &[u8],
+) -> Result<Option<TcpStream>, Reject> {
+    let (host, port) = network::parse_authority(&head.target, None)
+        .map_err(|e| bad(format!("bad CONNECT target: {e}")))?;
+    let mut upstream = decide_and_connect(cfg, "CONNECT", &host, port)?;
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .is_err()
+        || upstream.write_all(rest).is_err()
+    {
+        return Ok(None);
+    }
+    let _ = client.set_read_timeout(None);
+    let _ = client.set_write_timeout(None);
+    Ok(Some(upstream))
+}
+
+/// A plain-HTTP request in absolute form: decide by the URL's host, forward one request,
+/// relay the response, close.
+fn forward(client: &TcpStream, cfg: &Config, head: &Head, rest: &[u8]) -> Result<(), Reject> {
+    let target = &head.target;
+    let after_scheme = match target.get(..7) {
+        Some(s) if s.eq_ignore_ascii_case("http://") => &target[7..],
+        _ if target
+            .get(..8)
+            .is_some_and(|s| s.eq_ignore_ascii_case("https://")) =>
+        {
+            return Err(bad("send https:// requests through CONNECT"))
+        }
+        _ => {
+            return Err(bad(
+                "this is claudebox's proxy: send requests in absolute form \
+                 (GET http://host/path) or use CONNECT",
+            ))
+        }
+    };
+    let split = after_scheme.find(['/', '?']).unwrap_or(after_scheme.len());
+    let (authority, path) = after_scheme.split_at(split);
+    if authority.contains('@') {
+        return Err(bad("credentials in the URL are not supported"));
+    }
+    if path.contains('#') {
+        return Err(bad("a URL fragment does not belong in a request"));
+    }
+    let (host, port) = network::parse_authority(authority, Some(80))
+        .map_err(|e| bad(format!("bad host in the URL: {e}")))?;
+    let mut host_headers = head.headers.iter().filter(|(n, _)| n == "host");
+    if let Some((_, v)) = host_headers.next() {
+        let same = std::str::from_utf8(v)
+            .ok()
+            .and_then(|v| network::parse_authority(v.trim(), Some(80)).ok())
+            .is_some_and(|hp| hp == (host.clone(), port));
+        if !same || host_headers.next().is_some() {
+            return Err(bad(format!(
+                "the Host header does not name the URL's host {}:{port}",
+                network::show_host(&host)
+            )));
+        }
+    }
+    if head.headers.iter().any(|(n, _)| n == "transfer-encoding") {
+        return Err(Reject(
+            501,
+            "Not Implemented",
+            "chunked request bodies are not supported over plain http by claudebox's proxy; \
+             use https"
+                .into(),
+        ));
+    }
+    let mut length: Option<u64> = None;
+    for (_, v) in head.headers.iter().filter(|(n, _)| n == "content-length") {
+        let n = std::str::from_utf8(v)
+            .ok()
+            .and_then(|s| s.trim().parse::<u64>().ok())
+            .ok_or_else(|| bad("bad Content-Length"))?;
+        if length.is_some_and(|l| l != n) {
+            return Err(bad("conflicting Content-Length headers"));
+        }
+        length = Some(n);
+    }
+    let length = length.unwrap_or(0);
+
+    let upstream = decide_and_connect(cfg, &head.method, &host, port)?;
+    let mut out = Vec::with_capacity(1024);
+    out.extend_from_slice(head.method.as_bytes());
+    out.push(b' ');
+    if !path.starts_with('/') {
+        out.push(b'/');
+    }
+    out.extend_from_slice(path.as_bytes());
+    out.extend_from_slice(b" HTTP/1.1\r\n");
+    let named_in_connection: Vec<String> = head
+        .headers
+        .iter()
+        .filter(|(n, _)| n == "connection" || n == "proxy-connection")
+        .flat_map(|(_, v)| {
+            String::from_utf8_lossy(v)
+                .split(',')
+                .map(|t| t.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut has_host = false;
+    for (name, value) in &head.headers {
+        if HOP_BY_HOP.contains(&name.as_str()) || named_in_connection.contains(name) {
+            continue;
+        }
+        has_host |= name == "host";
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    if !has_host {
+        out.extend_from_slice(format!("host: {authority}\r\n").as_bytes());
+    }
+    out.extend_from_slice(b"connection: close\r\n\r\n");
+
+    let _ = client.set_read_timeout(None);
+    let _ = client.set_write_timeout(None);
+    let upstream = &upstream;
+    thread::scope(|s| {
+        // The response is relayed while the body is still being sent (Expect: 100-continue).
+        let relay = thread::Builder::new()
+            .stack_size(STACK_SIZE)
+            .spawn_scoped(s, move || {
+                let _ = io::copy(&mut &*upstream, &mut &*client);
+                let _ = client.shutdown(Shutdown::Both);
+            });
+        let early = rest
+            .len()
+            .min(usize::try_from(length).unwrap_or(usize::MAX));
+        let mut up = upstream;
+        let sent = up.write_all(&out).is_ok()
+            && up.write_all(&rest[..early]).is_ok()
+            && io::copy(&mut client.take(length - early as u64), &mut up).is_ok();
+        if !sent {
+            let _ = upstream.shutdown(Shutdown::Both);
+        }
+        if let Ok(t) = relay {
+            let _ = t.join();
+        }
+    });
+    // Anything the client sent after this request (a pipelined second one) is dropped
+    // with the connection.
+    let _ = upstream.shutdown(Shutdown::Both);
+    Ok(())
+}
+
+/// The one decision: is `host:port` allowed? Then resolve it here and connect.
+fn decide_and_connect(
+    cfg: &Config,
+    method: &str,
+    host: &str,
+    port: u16,
+) -> Result<TcpStream, Reject> {
+    let shown = network::show_host(host);
+    let Some(entry) = cfg.allowlist.find(host, port) else {
+        cfg.record_denied(method, &shown, port);
+        return Err(Reject(
+            403,
+            "Forbidden",
+            format!(
+                "claudebox: {shown}:{port} is not on this sandbox's network allowlist; \
+                 to allow it, start claudebox with --allow-host {shown}\n"
+            ),
+        ));
+    };
+    let addrs: Vec<SocketAddr> = (host, port)
+        .to_socket_addrs()
+        .map_err(|e| Reject(502, "Bad Gateway", format!("cannot resolve {shown}: {e}")))?
+        .collect();
+    let wildcard = entry.pattern.is_wildcard();
+    let usable: Vec<&SocketAddr> = addrs
+        .iter()
+        .filter(|a| !(wildcard && network::is_local_address(a.ip())))
+        .collect();
+    if usable.is_empty() {
+        cfg.record_denied(method, &shown, port);
+        return Err(Reject(
+            403,
+            "Forbidden",
+            format!(
+                "claudebox: {shown} resolves to a local address, which the wildcard entry {} \
+                 does not reach; allow the host by its exact name\n",
+                entry.pattern
+            ),
+        ));
+    }
+    let mut last = None;
+    for a in usable {
+        match TcpStream::connect_timeout(a, CONNECT_TIMEOUT) {
+            Ok(s) => return Ok(s),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(Reject(
+        502,
+        "Bad Gateway",
+        format!(
+            "cannot connect to {shown}:{port}: {}",
+            last.map(|e| e.to_string()).unwrap_or_default()
+        ),
+    ))
+}
+
+/// Copies both ways until both sides are done. Both directions borrow the same two
+/// sockets: no descriptor is duplicated.
+fn pump(a: TcpStream, b: TcpStream) {
+    let (a, b) = (&a, &b);
+    thread::scope(|s| {
+        let back = thread::Builder::new()
+            .stack_size(STACK_SIZE)
+            .spawn_scoped(s, move || {
+                let ok = io::copy(&mut &*b, &mut &*a).is_ok();
+                let _ = a.shutdown(if ok { Shutdown::Write } else { Shutdown::Both });
+                if !ok {
+                    let _ = b.shutdown(Shutdown::Both);
+                }
+            });
+        if back.is_err() {
+            return;
+        }
+        let ok = io::copy(&mut &*a, &mut &*b).is_ok();
+        let _ = b.shutdown(if ok { Shutdown::Write } else { Shutdown::Both });
+        if !ok {
+            let _ = a.shutdown(Shutdown::Both);
+        }
+    });
+}
+
+/// Sends an error response and closes without resetting what the client still sends.
+fn refuse(mut client: TcpStream, Reject(code, reason, mut body): Reject) {
+    if !body.ends_with('\n') {
+        body.push('\n');
+    }
+    let _ = client.set_write_timeout(Some(HEAD_TIMEOUT));
+    let msg = format!(
+        "HTTP/1.1 {code} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\n\
+         content-length: {}\r\nconnection: close\r\nx-claudebox: {}\r\n\r\n{body}",
+        body.len(),
+        if code == 403 { "denied" } else { "error" }
+    );
+    if client.write_all(msg.as_bytes()).is_err() {
+        return;
+    }
+    let _ = client.shutdown(Shutdown::Write);
+    // Drain briefly so that unread request bytes do not turn the close into a reset
+    // that would destroy the response before the client reads it.
+    let _ = client.set_read_timeout(Some(Duration::from_secs(2)));
+    let _ = io::copy(&mut (&client).take(1 << 20), &mut io::sink());
+}
+
+/// The denied log of this proxy process: its open file, its size, and when each kind
+/// of denial was last written.
+struct DeniedLog {
+    file: Option<std::fs::File>,
+    size: u64,
+    recent: HashMap<String, (Instant, u64)>,
+}
+
+static DENIED: Mutex<Option<DeniedLog>> = Mutex::new(None);
+
+impl Config {
+    fn record_denied(&self, method: &str, host: &str, port: u16) {
+        // What the agent sent, escaped before it reaches the log or the terminal.
+        let (method, host) = (
+            crate::policy::render::shown(method),
+            crate::policy::render::shown(host),
+        );
+        let key = format!("{method} {host}:{port}");
+        let now = Instant::now();
+        let mut guard = DENIED.lock().unwrap_or_else(|e| e.into_inner());
+        let log = guard.get_or_insert_with(|| DeniedLog {
+            file: None,
+            size: 0,
+            recent: HashMap::new(),
+        });
+        let repeated = match log.recent.get_mut(&key) {
+            Some((last, n)) if now.duration_since(*last) < REPEAT_WINDOW => {
+                *n += 1;
+                return;
+            }
+            Some((_, n)) => *n,
+            None => 0,
+        };
+        if log.recent.len() >= 4096 {
+            log.recent
+                .retain(|_, (t, n)| now.duration_since(*t) < REPEAT_WINDOW || *n > 0);
+            if log.recent.len() >= 4096 {
+                log.recent.clear();
+            }
+        }
+        log.recent.insert(key.clone(), (now, 0));
+        let more = if repeated > 0 {
+            format!(
+                " (and {repeated} more time{} since its last line)",
+                if repeated == 1 { "" } else { "s" }
+            )
+        } else {
+            String::new()
+        };
+        let line = format!("{} denied {key}{more}\n", utc_now());
+        log.write(&self.denied_log, line.as_bytes());
+        drop(guard);
+        if self.log_stderr {
+            eprintln!(
+                "claudebox: network: denied {method} {host}:{port}{more} (allow it with --allow-host {host})"
+            );
+        }
+    }
+}
+
+impl DeniedLog {
+    /// Appends a line, rotating the file to `<name>.old` first when it would pass the cap.
+    fn write(&mut self, path: &std::path::Path, line: &[u8]) {
+        let open = || {
+            OpenOptions::new()
+                .create(true)
+                .append(true)
+                .mode(0o600)
+                .custom_flags(nix::libc::O_NOFOLLOW)
+                .open(path)
+                .ok()
+        };
+        if self.file.is_none() {
+            self.file = open();
+            self.size = self
+                .file
+                .as_ref()
+                .and_then(|f| f.metadata().ok())
+                .map_or(0, |m| m.len());
+        }
+        if self.size + line.len() as u64 > DENIED_LOG_CAP {
+            self.file = None;
+            let mut old = path.as_os_str().to_os_string();
+            old.push(".old");
+            let _ = std::fs::rename(path, old);
+            self.file = open();
+            self.size = 0;
+        }
+        if let Some(f) = &mut self.file {
+            if f.write_all(line).is_ok() {
+                self.size += line.len() as u64;
+            }
+        }
+    }
+}
+
+/// The current time as `YYYY-MM-DDTHH:MM:SSZ`.
+fn utc_now() -> String {
+    let secs = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
+    // Days to civil date (Howard Hinnant's algorithm).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_bound_follows_the_descriptors() {
+        assert_eq!(capacity(1024), MAX_CONNECTIONS);
+        assert_eq!(capacity(128), 32);
+        assert_eq!(capacity(20), 1);
+        assert_eq!(capacity(1 << 20), MAX_CONNECTIONS);
+    }
+}

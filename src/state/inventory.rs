@@ -1,0 +1,390 @@
+//! What state exists: one record per `projects/<id>/` directory, read without following
+//! symlinks and without changing anything. Shared by `--list` and `--gc`.
+
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Read};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+use anyhow::{bail, Context, Result};
+
+use crate::host::project::project_id;
+use crate::policy::render::Shown;
+use crate::state::inuse;
+use crate::state::{self, StateHome};
+
+/// Longest `project-root` accepted (Linux's PATH_MAX).
+const MAX_ROOT_LEN: usize = 4096;
+
+/// Prefix of a directory `--gc` is removing (renamed first, so no launch can use it).
+pub const TRASH_PREFIX: &str = ".gc-";
+
+/// What `project-root` says, checked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Root {
+    /// A valid root that hashes to the directory's name.
+    Recorded { path: PathBuf, exists: Exists },
+    /// Missing, unreadable, invalid or not matching the directory: never removed.
+    Problem(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Exists {
+    Yes,
+    No,
+    /// lstat failed for another reason than "not there" (permissions, I/O).
+    Unknown(String),
+}
+
+/// One project's state directory.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub id: String,
+    pub dir: PathBuf,
+    pub root: Root,
+    /// Bytes used on disk (st_blocks * 512), symlinks not followed, hard links once.
+    pub size: Option<u64>,
+    /// When a launch last registered (mtime of `lock`, else of the directory).
+    pub last_used: Option<SystemTime>,
+    /// Sandboxes running on it now.
+    pub running: Option<usize>,
+    /// Named sessions (issue 4 fills this in; see [`sessions`]).
+    pub sessions: Vec<serde_json::Value>,
+    /// When `--gc` first found the root missing (`root-missing-since`), if it did.
+    pub missing_since: Option<SystemTime>,
+}
+
+/// Something in `projects/` that is not a project directory: left alone.
+#[derive(Debug, Clone)]
+pub struct Skipped {
+    pub path: PathBuf,
+    pub why: &'static str,
+}
+
+#[derive(Debug, Default)]
+pub struct Inventory {
+    pub entries: Vec<Entry>,
+    pub skipped: Vec<Skipped>,
+    /// Directories left by an interrupted `--gc`.
+    pub trash: Vec<PathBuf>,
+    /// Project directories being made (`.new-*`), or left by a first launch killed
+    /// while it made one.
+    pub unfinished: Vec<PathBuf>,
+}
+
+/// How much to find out about each entry (`--gc` needs only the root).
+#[derive(Debug, Clone, Copy)]
+pub struct Detail {
+    pub size: bool,
+    pub running: bool,
+}
+
+/// The projects directory, refusing a symlink (the launch refuses one too).
+pub fn projects_dir(home: &StateHome) -> Result<Option<PathBuf>> {
+    let dir = home.projects();
+    match fs::symlink_metadata(&dir) {
+        Ok(m) if m.is_dir() => Ok(Some(dir)),
+        Ok(_) => bail!(
+            "{} is not a directory (a symlink or a file); claudebox leaves it alone",
+            dir.shown()
+        ),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot read {}", dir.shown())),
+    }
+}
+
+pub fn scan(home: &StateHome, detail: Detail) -> Result<Inventory> {
+    let mut inv = Inventory::default();
+    let Some(dir) = projects_dir(home)? else {
+        return Ok(inv);
+    };
+    let rd = fs::read_dir(&dir).with_context(|| format!("cannot read {}", dir.shown()))?;
+    let mut found = Vec::new();
+    for entry in rd {
+        let entry = entry.with_context(|| format!("cannot read {}", dir.shown()))?;
+        let name = entry.file_name();
+        let path = entry.path();
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        if name.as_bytes().starts_with(TRASH_PREFIX.as_bytes()) && is_dir {
+            inv.trash.push(path);
+            continue;
+        }
+        if name.as_bytes().starts_with(state::NEW_PREFIX.as_bytes()) && is_dir {
+            inv.unfinished.push(path);
+            continue;
+        }
+        let Some(id) = project_name(&name) else {
+            inv.skipped.push(Skipped {
+                path,
+                why: "not a claudebox project directory name",
+            });
+            continue;
+        };
+        if !is_dir {
+            inv.skipped.push(Skipped {
+                path,
+                why: "not a directory (a symlink or a file)",
+            });
+            continue;
+        }
+        found.push((id, path));
+    }
+    inv.entries = read_entries(found, detail);
+    inv.entries.sort_by(|a, b| a.id.cmp(&b.id));
+    Ok(inv)
+}
+
+/// 16 lowercase hex characters, as `project::project_id` makes them.
+fn project_name(name: &OsStr) -> Option<String> {
+    let b = name.as_bytes();
+    (b.len() == 16 && b.iter().all(|c| matches!(c, b'0'..=b'9' | b'a'..=b'f')))
+        .then(|| String::from_utf8_lossy(b).into_owned())
+}
+
+/// Reads the entries on a few threads: the work is independent syscalls per directory.
+fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<Entry> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
+    if threads < 2 || found.len() < 64 {
+        return found
+            .into_iter()
+            .map(|(id, p)| read_entry(id, p, detail))
+            .collect();
+    }
+    let chunk = found.len().div_ceil(threads);
+    let mut out = Vec::with_capacity(found.len());
+    std::thread::scope(|s| {
+        let handles: Vec<_> = found
+            .chunks(chunk)
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter()
+                        .map(|(id, p)| read_entry(id.clone(), p.clone(), detail))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        for h in handles {
+            match h.join() {
+                Ok(part) => out.extend(part),
+                Err(panic) => std::panic::resume_unwind(panic),
+            }
+        }
+    });
+    out
+}
+
+pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
+    let root = read_root(&id, &dir);
+    let mut e = Entry {
+        id,
+        root,
+        size: None,
+        last_used: None,
+        running: None,
+        sessions: Vec::new(),
+        missing_since: read_missing_since(&dir),
+        dir,
+    };
+    if !(detail.size || detail.running) {
+        e.last_used = fs::symlink_metadata(e.dir.join(state::LOCK_FILE))
+            .or_else(|_| fs::symlink_metadata(&e.dir))
+            .and_then(|m| m.modified())
+            .ok();
+    }
+    if detail.size || detail.running {
+        // One walk for all three: --list over 10,000 projects is syscall-bound.
+        let u = walk(&e.dir, detail.running);
+        e.size = Some(u.size);
+        e.last_used = u
+            .lock_mtime
+            .or_else(|| fs::symlink_metadata(&e.dir).and_then(|m| m.modified()).ok());
+        e.running = detail.running.then_some(u.running);
+    }
+    e.sessions = sessions(&e.dir);
+    e
+}
+
+/// The project's named sessions, for `--list`: name, conversation uuid, whether it runs
+/// now, who started it last, and why its record is unreadable (if it is).
+pub fn sessions(dir: &Path) -> Vec<serde_json::Value> {
+    let state = crate::state::ProjectState {
+        dir: dir.to_path_buf(),
+    };
+    match crate::state::sessions::list::list(&state) {
+        Ok(list) => list
+            .into_iter()
+            .map(|s| {
+                serde_json::json!({
+                    "name": s.name,
+                    "uuid": s.uuid,
+                    "running": s.running,
+                    "last_started": s.last_run.as_ref().map(|r| &r.started),
+                    "last_cwd": s.last_run.as_ref().map(|r| &r.cwd),
+                    "problem": s.problem,
+                })
+            })
+            .collect(),
+        Err(e) => vec![serde_json::json!({ "problem": format!("{e:#}") })],
+    }
+}
+
+/// Reads and checks `project-root`: a regular file (never through a symlink) holding an
+/// absolute path that hashes to the directory's name.
+pub fn read_root(id: &str, dir: &Path) -> Root {
+    let path = dir.join(state::ROOT_FILE);
+    let bytes = match read_small(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == ErrorKind::NotFound => {
+            return Root::Problem(format!("{} is missing", state::ROOT_FILE))
+        }
+        Err(e) => return Root::Problem(format!("{} is unreadable: {e}", state::ROOT_FILE)),
+    };
+    if bytes.len() > MAX_ROOT_LEN {
+        return Root::Problem(format!("{} is too long for a path", state::ROOT_FILE));
+    }
+    if bytes.first() != Some(&b'/') || bytes.contains(&0) {
+        return Root::Problem(format!(
+            "{} does not hold an absolute path",
+            state::ROOT_FILE
+        ));
+    }
+    let root = PathBuf::from(OsString::from_vec(bytes));
+    if project_id(&root) != id {
+        return Root::Problem(format!(
+            "{} names a project whose id is {}, not {id}",
+            state::ROOT_FILE,
+            project_id(&root)
+        ));
+    }
+    let exists = exists(&root);
+    Root::Recorded { path: root, exists }
+}
+
+/// `root-missing-since`: seconds since the epoch, written by `--gc`.
+fn read_missing_since(dir: &Path) -> Option<SystemTime> {
+    let bytes = read_small(&dir.join(state::MISSING_FILE)).ok()?;
+    let secs: u64 = std::str::from_utf8(&bytes).ok()?.trim().parse().ok()?;
+    Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
+}
+
+/// A path for a one-line message: tabs, newlines and non-UTF-8 bytes escaped.
+pub fn show(path: &Path) -> String {
+    crate::policy::render::shown(path)
+}
+
+/// Whether a path exists, without following a final symlink.
+pub fn exists(path: &Path) -> Exists {
+    match fs::symlink_metadata(path) {
+        Ok(_) => Exists::Yes,
+        Err(e)
+            if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(nix::libc::ENOTDIR) =>
+        {
+            // Missing, unless the file system it lives on is not there right now.
+            match crate::host::mounts::why_unknown(path) {
+                Some(why) => Exists::Unknown(why),
+                None => Exists::No,
+            }
+        }
+        Err(e) => Exists::Unknown(e.to_string()),
+    }
+}
+
+/// Reads at most MAX_ROOT_LEN + 1 bytes of a regular file, never through a symlink and
+/// never blocking on a FIFO.
+fn read_small(path: &Path) -> std::io::Result<Vec<u8>> {
+    let f: File = OpenOptions::new()
+        .read(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)?;
+    // One read() normally returns the whole file; read on only if it filled the buffer.
+    let mut buf = vec![0u8; 1024];
+    let mut len = 0;
+    loop {
+        let n = match (&f).read(&mut buf[len..]) {
+            Ok(n) => n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        len += n;
+        if n == 0 || len < buf.len() || len > MAX_ROOT_LEN {
+            break;
+        }
+        buf.resize(buf.len() * 2, 0);
+    }
+    buf.truncate(len);
+    Ok(buf)
+}
+
+struct Usage {
+    size: u64,
+    lock_mtime: Option<SystemTime>,
+    running: usize,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Level {
+    Top,
+    Running,
+    Below,
+}
+
+/// Walks a project directory once: its disk usage (du's count: st_blocks, symlinks not
+/// followed, hard links once), the mtime of its `lock`, and (with `running`) how many of
+/// its `running/` registrations are held.
+fn walk(dir: &Path, running: bool) -> Usage {
+    let mut u = Usage {
+        size: fs::symlink_metadata(dir).map_or(0, |m| m.blocks() * 512),
+        lock_mtime: None,
+        running: 0,
+    };
+    let mut seen: HashSet<(u64, u64)> = HashSet::new();
+    let mut stack = vec![(dir.to_path_buf(), Level::Top)];
+    while let Some((d, level)) = stack.pop() {
+        let Ok(rd) = fs::read_dir(&d) else { continue };
+        for entry in rd.flatten() {
+            let Ok(m) = entry.metadata() else { continue };
+            if m.is_dir() {
+                let next = if level == Level::Top && entry.file_name() == inuse::RUNNING_DIR {
+                    Level::Running
+                } else {
+                    Level::Below
+                };
+                stack.push((entry.path(), next));
+            } else {
+                if level == Level::Top && entry.file_name() == state::LOCK_FILE {
+                    u.lock_mtime = m.modified().ok();
+                }
+                if running
+                    && level == Level::Running
+                    && m.is_file()
+                    && inuse::is_locked(&entry.path())
+                {
+                    u.running += 1;
+                }
+                if m.nlink() > 1 && !seen.insert((m.dev(), m.ino())) {
+                    continue;
+                }
+            }
+            u.size += m.blocks() * 512;
+        }
+    }
+    u
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn project_names_are_16_lowercase_hex() {
+        assert!(project_name(OsStr::new("0123456789abcdef")).is_some());
+        assert!(project_name(OsStr::new("0123456789ABCDEF")).is_none());
+        assert!(project_name(OsStr::new("0123456789abcde")).is_none());
+        assert!(project_name(OsStr::new("../../etc/passwd")).is_none());
+        assert!(project_name(OsStr::new(".gc-0123456789abcdef")).is_none());
+    }
+}

@@ -1,0 +1,564 @@
+//! The state directory: where claudebox keeps each project's conversations and history.
+//!
+//! ```text
+//! $CLAUDEBOX_HOME (default ~/.claudebox, mode 0700)
+//! ├── login/                mounted at the same path in every sandbox: claude's secure-
+//! │                         storage dir (OAuth refresh lock; .credentials.json bound in)
+//! └── projects/
+//!     └── <id>/                 16 hex chars of sha256(project root)
+//!         ├── project-root      the canonical project root, raw bytes, no newline
+//!         ├── claude-projects/  mounted at ~/.claude/projects inside the sandbox
+//!         ├── history.jsonl     mounted at ~/.claude/history.jsonl
+//!         ├── claude-config/    mounted at ~/.claude: what claude writes while it works,
+//!         │                     this project's .claude.json (see `claude_home`)
+//!         ├── claude-json-host.json  the host's .claude.json as last synced (filtered)
+//!         ├── claude-json-host.stamp the host file's inode, size, mtime then (skips a re-read)
+//!         ├── empty             an empty read-only file, mounted over hidden files
+//!         ├── lock              mutex between a launch registering and --gc; its mtime
+//!         │                     is the project's last use
+//!         ├── running/0, 1, ...      slots: one flock per running sandbox, held by its pid 1
+//!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode),
+//!         │                       at most 256 KiB, plus one rotated `.1`
+//!         ├── root-missing-since  when `--gc` first found the root missing (see gc.rs)
+//!         ├── claude-settings.local.json  mounted at <project>/.claude/settings.local.json:
+//!         │                     "always allow" rules saved inside, never the host's file
+//!         └── sessions/         named sessions (`--session NAME`), see `sessions/`
+//! ```
+//!
+//! Path computation is pure; creating things is done by [`ensure_project_dir`], on the
+//! launch path only, after the plan has been built.
+
+pub mod claude_home;
+pub mod inuse;
+pub mod inventory;
+pub mod sessions;
+pub mod transcripts;
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use crate::policy::render::Shown;
+use anyhow::{bail, Context, Result};
+
+pub const ROOT_FILE: &str = "project-root";
+pub const CONVERSATIONS_DIR: &str = "claude-projects";
+pub const HISTORY_FILE: &str = "history.jsonl";
+pub const CLAUDE_CONFIG_DIR: &str = "claude-config";
+pub const CLAUDE_JSON_BASE: &str = "claude-json-host.json";
+pub const LOGIN_DIR: &str = "login";
+pub const LOCK_FILE: &str = "lock";
+pub const SESSIONS_DIR: &str = "sessions";
+pub const EMPTY_FILE: &str = "empty";
+pub const DENIED_LOG: &str = "network-denied.log";
+/// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
+pub const LOCAL_SETTINGS_FILE: &str = "claude-settings.local.json";
+/// When `--gc` first found the project's root missing (seconds since the epoch).
+pub const MISSING_FILE: &str = "root-missing-since";
+/// Prefix of a project directory being made (renamed into place when whole).
+pub const NEW_PREFIX: &str = ".new-";
+
+/// The paths of one state directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateHome {
+    pub dir: PathBuf,
+}
+
+impl StateHome {
+    /// `$CLAUDEBOX_HOME`, or `~/.claudebox`.
+    pub fn from_env(home: &Path) -> StateHome {
+        let dir = match std::env::var_os("CLAUDEBOX_HOME") {
+            Some(d) if !d.is_empty() => PathBuf::from(d),
+            _ => home.join(".claudebox"),
+        };
+        StateHome { dir }
+    }
+
+    pub fn projects(&self) -> PathBuf {
+        self.dir.join("projects")
+    }
+
+    pub fn project(&self, id: &str) -> ProjectState {
+        ProjectState {
+            dir: self.projects().join(id),
+        }
+    }
+}
+
+/// The paths of one project's state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectState {
+    pub dir: PathBuf,
+}
+
+impl ProjectState {
+    pub fn root_file(&self) -> PathBuf {
+        self.dir.join(ROOT_FILE)
+    }
+    pub fn conversations(&self) -> PathBuf {
+        self.dir.join(CONVERSATIONS_DIR)
+    }
+    pub fn history(&self) -> PathBuf {
+        self.dir.join(HISTORY_FILE)
+    }
+    /// The login's directory, shared by every project: `<state home>/login` (claude's
+    /// `CLAUDE_SECURESTORAGE_CONFIG_DIR` inside, see `claude_home`).
+    pub fn login_dir(&self) -> PathBuf {
+        let home = self
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(&self.dir);
+        home.join(LOGIN_DIR)
+    }
+    /// Mounted at `~/.claude` (see `claude_home`).
+    pub fn claude_config(&self) -> PathBuf {
+        self.dir.join(CLAUDE_CONFIG_DIR)
+    }
+    /// The project's `.claude.json` (`CLAUDE_CONFIG_DIR` inside points at its dir).
+    pub fn claude_json(&self) -> PathBuf {
+        self.claude_config().join(".claude.json")
+    }
+    /// Who holds claude's lock of the project's `.claude.json` for a launch.
+    pub fn claude_json_lock_owner(&self) -> PathBuf {
+        self.dir.join("claude-json-lock-owner")
+    }
+    /// The host's `.claude.json` as last synced, for the next three-way merge.
+    pub fn claude_json_base(&self) -> PathBuf {
+        self.dir.join(CLAUDE_JSON_BASE)
+    }
+    pub fn lock(&self) -> PathBuf {
+        self.dir.join(LOCK_FILE)
+    }
+    pub fn sessions(&self) -> PathBuf {
+        self.dir.join(SESSIONS_DIR)
+    }
+    /// Mounted read-only over each hidden file (`hide`).
+    pub fn empty_file(&self) -> PathBuf {
+        self.dir.join(EMPTY_FILE)
+    }
+    /// Hosts the allowlist proxy refused.
+    pub fn denied_log(&self) -> PathBuf {
+        self.dir.join(DENIED_LOG)
+    }
+    /// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
+    pub fn local_settings(&self) -> PathBuf {
+        self.dir.join(LOCAL_SETTINGS_FILE)
+    }
+}
+
+/// Creates (or empties) the file mounted over hidden files and missing setup files.
+/// Looks first: on most launches it exists, empty, read-only (which the owner cannot open
+/// for writing unless root).
+pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
+    let path = state.empty_file();
+    if let Ok(m) = fs::symlink_metadata(&path) {
+        if m.is_file() && m.len() == 0 {
+            return Ok(());
+        }
+        if m.is_file() {
+            fs::set_permissions(&path, fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    let f = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o400)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(&path)
+        .with_context(|| format!("cannot create {}", path.shown()))?;
+    let len = f
+        .metadata()
+        .with_context(|| format!("cannot read {}", path.shown()))?
+        .len();
+    if len != 0 {
+        f.set_len(0)
+            .with_context(|| format!("cannot empty {}", path.shown()))?;
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o400))?;
+    }
+    Ok(())
+}
+
+/// The permission lists that carry over from one sandbox to the next in the project's copy
+/// of `.claude/settings.local.json`: what "always allow" (and `/permissions`) save.
+const CARRIED_PERMISSIONS: &[&str] = &["allow", "deny", "ask", "additionalDirectories"];
+
+/// Rebuilds the sandbox's `.claude/settings.local.json` (the project's copy in the state):
+/// the host's file as it is now, plus the permission rules saved in the copy by earlier
+/// sandboxes. Nothing else the sandbox wrote there (hooks, MCP servers, env) survives, and
+/// nothing goes back to the host's file. A host file that is missing, a symlink or not a
+/// JSON object counts as `{}`.
+pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<()> {
+    use serde_json::{Map, Value};
+    let read_object = |p: &Path| -> Map<String, Value> {
+        let Ok(f) = OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(p)
+        else {
+            return Map::new();
+        };
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            return Map::new();
+        }
+        match serde_json::from_reader(std::io::BufReader::new(f)) {
+            Ok(Value::Object(m)) => m,
+            _ => Map::new(),
+        }
+    };
+    let copy = state.local_settings();
+    let mut out = read_object(host_file);
+    let prev = read_object(&copy);
+    if let Some(Value::Object(saved)) = prev.get("permissions") {
+        let perms = out
+            .entry("permissions")
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !perms.is_object() {
+            *perms = Value::Object(Map::new());
+        }
+        let perms = perms.as_object_mut().expect("made an object above");
+        for key in CARRIED_PERMISSIONS {
+            let Some(Value::Array(rules)) = saved.get(*key) else {
+                continue;
+            };
+            let list = perms
+                .entry(*key)
+                .or_insert_with(|| Value::Array(Vec::new()));
+            if !list.is_array() {
+                *list = Value::Array(Vec::new());
+            }
+            let list = list.as_array_mut().expect("made an array above");
+            for r in rules.iter().filter(|r| r.is_string()) {
+                if !list.contains(r) {
+                    list.push(r.clone());
+                }
+            }
+        }
+    }
+    let mut bytes = serde_json::to_vec_pretty(&Value::Object(out))?;
+    bytes.push(b'\n');
+    if fs::symlink_metadata(&copy).is_ok_and(|m| m.is_file())
+        && fs::read(&copy).ok().as_deref() == Some(&bytes[..])
+    {
+        return Ok(());
+    }
+    write_atomic(&copy, &bytes, 0o600)
+}
+
+/// Creates a 0700 directory, or accepts an existing directory (never a symlink to one).
+/// Looks first: on a launch everything exists already, and one `lstat` is cheaper than a
+/// failed `mkdir` followed by one.
+pub fn mkdir_private(path: &Path) -> Result<()> {
+    let exists_as_dir = |meta: fs::Metadata| {
+        if meta.is_dir() {
+            Ok(())
+        } else {
+            Err(anyhow::anyhow!(
+                "{} exists and is not a directory",
+                path.shown()
+            ))
+        }
+    };
+    if let Ok(meta) = fs::symlink_metadata(path) {
+        return exists_as_dir(meta);
+    }
+    match DirBuilder::new().mode(0o700).create(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == ErrorKind::AlreadyExists => exists_as_dir(
+            fs::symlink_metadata(path).with_context(|| format!("cannot read {}", path.shown()))?,
+        ),
+        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.shown())),
+    }
+}
+
+/// Creates the state home and one project's directory, files and lock file. Idempotent.
+/// Returns whether the project's directory was made by this call. A project directory
+/// appears whole or not at all (made under a temporary name, then renamed into place),
+/// and when this fails nothing it made stays: not the project directory, not `projects/`,
+/// not the state home.
+pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -> Result<bool> {
+    let meta = fs::metadata(&home.dir);
+    let existed = meta.is_ok();
+    // The state home itself may be a symlink the user made (`~/.claudebox -> /data/cb`);
+    // nothing below it may be.
+    let home_is_dir = meta.is_ok_and(|m| m.is_dir());
+    if !home_is_dir {
+        mkdir_private(&home.dir).with_context(|| {
+            format!(
+                "the state directory {} cannot be created; set CLAUDEBOX_HOME to a writable directory",
+                home.dir.shown()
+            )
+        })?;
+    }
+    let projects = home.projects();
+    let projects_existed = fs::symlink_metadata(&projects).is_ok();
+    let result = (|| -> Result<bool> {
+        if !existed {
+            fs::set_permissions(&home.dir, fs::Permissions::from_mode(0o700))
+                .with_context(|| format!("cannot make {} private (mode 0700)", home.dir.shown()))?;
+        }
+        mkdir_private(&projects)?;
+        let made = match fs::symlink_metadata(&state.dir) {
+            Ok(_) => false,
+            Err(_) => create_whole(home, state, root)?,
+        };
+        mkdir_private(&state.dir)?;
+        mkdir_private(&state.conversations())?;
+        write_root_file(state, root)?;
+        touch(&state.history(), 0o600)?;
+        touch(&state.lock(), 0o600)?;
+        Ok(made)
+    })();
+    if result.is_err() {
+        if !projects_existed {
+            let _ = fs::remove_dir(&projects);
+        }
+        if !existed {
+            let _ = fs::remove_dir(&home.dir);
+        }
+    }
+    result
+}
+
+/// Makes a project's directory under a temporary name (`projects/.new-<id>.<pid>.<n>`)
+/// and renames it into place. `Ok(false)`: another launch made it first.
+fn create_whole(home: &StateHome, state: &ProjectState, root: &Path) -> Result<bool> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let id = state
+        .dir
+        .file_name()
+        .context("state directory has no name")?;
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let mut name = std::ffi::OsString::from(NEW_PREFIX);
+    name.push(id);
+    name.push(format!(".{}.{seq}", std::process::id()));
+    let tmp = home.projects().join(name);
+    let doing = || format!("creating the state of project {}", root.shown());
+    DirBuilder::new()
+        .mode(0o700)
+        .create(&tmp)
+        .with_context(|| format!("cannot create {} ({})", tmp.shown(), doing()))?;
+    let tmp_state = ProjectState { dir: tmp.clone() };
+    let filled = (|| -> Result<()> {
+        mkdir_private(&tmp_state.conversations())?;
+        let path = tmp_state.root_file();
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path)
+            .with_context(|| format!("cannot create {} ({})", path.shown(), doing()))?;
+        f.write_all(root.as_os_str().as_bytes())
+            .and_then(|()| f.sync_all())
+            .with_context(|| format!("cannot write {} ({})", path.shown(), doing()))?;
+        touch(&tmp_state.history(), 0o600)?;
+        touch(&tmp_state.lock(), 0o600)?;
+        Ok(())
+    })();
+    let placed = filled.and_then(|()| match fs::rename(&tmp, &state.dir) {
+        Ok(()) => {
+            File::open(home.projects()).and_then(|d| d.sync_all()).ok();
+            Ok(true)
+        }
+        // Another launch made it meanwhile: theirs is as good as ours.
+        Err(e)
+            if e.kind() == ErrorKind::AlreadyExists
+                || e.raw_os_error() == Some(nix::libc::ENOTEMPTY) =>
+        {
+            Ok(false)
+        }
+        Err(e) => Err(e).with_context(|| {
+            format!(
+                "cannot rename {} to {} ({})",
+                tmp.shown(),
+                state.dir.shown(),
+                doing()
+            )
+        }),
+    });
+    if !matches!(placed, Ok(true)) {
+        let _ = fs::remove_dir_all(&tmp);
+    }
+    placed
+}
+
+/// Removes a project directory this launch made, when the launch failed before anyone
+/// else used it (no conversation in it, no other sandbox registered). Best effort.
+pub fn remove_unused(state: &ProjectState) {
+    let conversations_empty = fs::read_dir(state.conversations())
+        .map(|mut d| d.next().is_none())
+        .unwrap_or(true);
+    if !conversations_empty || crate::state::inuse::count_running(&state.dir) > 0 {
+        return;
+    }
+    let Some(projects) = state.dir.parent() else {
+        return;
+    };
+    let mut name = std::ffi::OsString::from(".gc-");
+    name.push(state.dir.file_name().unwrap_or_default());
+    name.push(format!("-{}", std::process::id()));
+    let trash = projects.join(name);
+    if fs::rename(&state.dir, &trash).is_ok() {
+        let _ = fs::remove_dir_all(&trash);
+    }
+}
+
+/// Checks that the state directory is (or can be made) writable, without creating it.
+pub fn check_writable(home: &StateHome) -> Result<()> {
+    let mut probe: &Path = &home.dir;
+    let is_dir = loop {
+        if let Ok(m) = fs::metadata(probe) {
+            break m.is_dir();
+        }
+        match probe.parent() {
+            Some(p) => probe = p,
+            None => break false,
+        }
+    };
+    if nix::unistd::access(
+        probe,
+        nix::unistd::AccessFlags::W_OK | nix::unistd::AccessFlags::X_OK,
+    )
+    .is_err()
+        || !is_dir
+    {
+        bail!(
+            "the state directory {} is not writable ({} is not a writable directory); \
+             fix its permissions or set CLAUDEBOX_HOME to a writable directory",
+            home.dir.shown(),
+            probe.shown()
+        );
+    }
+    Ok(())
+}
+
+/// Creates an empty file unless a regular file is there already (a symlink or anything
+/// else is left to `open`, which refuses it).
+fn touch(path: &Path, mode: u32) -> Result<()> {
+    if fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
+        return Ok(());
+    }
+    OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(mode)
+        .custom_flags(nix::libc::O_NOFOLLOW)
+        .open(path)
+        .with_context(|| format!("cannot create {}", path.shown()))?;
+    Ok(())
+}
+
+/// Writes `project-root` atomically when it is missing or names another path.
+fn write_root_file(state: &ProjectState, root: &Path) -> Result<()> {
+    let path = state.root_file();
+    if fs::read(&path).ok().as_deref() == Some(root.as_os_str().as_bytes()) {
+        return Ok(());
+    }
+    write_atomic(&path, root.as_os_str().as_bytes(), 0o600)
+}
+
+/// Write to a temporary file beside `path`, fsync, rename over `path`, fsync the
+/// directory. The temporary name is unique per process and per call, so concurrent
+/// writers (processes or threads) never share one.
+pub fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    replace(path, bytes, mode, true)
+}
+
+/// Like [`write_atomic`] without the fsyncs: readers see the old or the new content,
+/// never a mix, but a crash may lose the change. For files that only matter while the
+/// machine is up (who runs a session now).
+pub fn write_atomic_volatile(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
+    replace(path, bytes, mode, false)
+}
+
+fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let dir = path.parent().context("path has no parent")?;
+    let name = path.file_name().context("path has no file name")?;
+    let mut tmp_name = std::ffi::OsString::from(".");
+    tmp_name.push(name);
+    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    tmp_name.push(format!(".tmp.{}.{seq}", std::process::id()));
+    let tmp = dir.join(tmp_name);
+    let result = (|| -> Result<()> {
+        let mut f: File = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(mode)
+            .open(&tmp)
+            .with_context(|| format!("cannot create {}", tmp.shown()))?;
+        f.write_all(bytes)
+            .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
+            .with_context(|| format!("cannot write {}", tmp.shown()))?;
+        fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.shown()))?;
+        if durable {
+            // Make the rename itself durable: a record must survive a reboot.
+            File::open(dir).and_then(|d| d.sync_all()).ok();
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_settings_copy_keeps_the_hosts_file_and_only_saved_permissions() {
+        let d = tempfile::tempdir().unwrap();
+        let state = ProjectState {
+            dir: d.path().to_path_buf(),
+        };
+        let host = d.path().join("host.json");
+        fs::write(
+            &host,
+            r#"{"permissions": {"allow": ["Bash(ls:*)"]}, "model": "x"}"#,
+        )
+        .unwrap();
+        // What a sandbox left in the copy: a rule claude saved, and a planted hook.
+        fs::write(
+            state.local_settings(),
+            r#"{"permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"],
+                "defaultMode": "bypassPermissions"},
+               "hooks": {"SessionStart": []}, "enableAllProjectMcpServers": true}"#,
+        )
+        .unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&fs::read(state.local_settings()).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({
+                "permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"]},
+                "model": "x"
+            })
+        );
+        // The host's file is not written; a missing or broken one counts as {}.
+        assert!(fs::read_to_string(&host)
+            .unwrap()
+            .contains("\"model\": \"x\""));
+        fs::write(&host, "not json").unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_slice(&fs::read(state.local_settings()).unwrap()).unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"permissions": {"allow": ["Bash(ls:*)", "Bash(make:*)"], "deny": ["Read(.env)"]}})
+        );
+        // A symlinked host file is not followed.
+        fs::remove_file(&host).unwrap();
+        let secret = d.path().join("secret.json");
+        fs::write(&secret, r#"{"token": "SECRET"}"#).unwrap();
+        std::os::unix::fs::symlink(&secret, &host).unwrap();
+        refresh_local_settings(&state, &host).unwrap();
+        assert!(!fs::read_to_string(state.local_settings())
+            .unwrap()
+            .contains("SECRET"));
+    }
+}

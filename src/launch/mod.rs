@@ -197,6 +197,8 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
 /// The rest of [`exec`], once registered; returns only on error (the slot is released).
 fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
+    // Sibling launches prepare the same files: one at a time, until the fds are open.
+    let setup = inuse::setup_lock(&inp.state)?;
     // The empty file stands in for hidden files and for setup files the user has none of.
     state::ensure_empty_file(&inp.state)?;
     let overlays = claude_home::overlays(
@@ -248,6 +250,7 @@ fn exec_registered(p: &Prepared, in_use: inuse::InUse) -> Result<std::convert::I
     }
     // Every bind source opened and checked now, and mounted by that descriptor.
     let opened = sources::open(&plan, &writable_areas(inp))?;
+    drop(setup);
     let table = opened.table();
     let argv = render::argv_with(&plan, render::Sources::Fds(&table));
     // Only claudebox's own descriptors cross into bwrap, none inherited from the shell.

@@ -123,6 +123,19 @@ pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse
     )
 }
 
+/// Holds the project's `lock` while a registered launch prepares the state files it binds
+/// and opens its bind sources: a sibling launch that checks a file and then replaces it
+/// (the settings copy, a mount point) must not do so between this launch's check and its
+/// open, or this launch binds a replaced inode and bwrap refuses it (20 first launches at
+/// once failed a third of the time so). `--gc` leaves a project alone while it is held.
+pub fn setup_lock(state: &ProjectState) -> Result<Flock<File>> {
+    let path = state.lock();
+    let f = open_for_lock(&path, false).with_context(|| format!("cannot open {}", path.shown()))?;
+    Flock::lock(f, FlockArg::LockExclusive)
+        .map_err(|(_, e)| e)
+        .with_context(|| format!("cannot lock {}", path.shown()))
+}
+
 /// Takes the lowest free slot. Call only while holding `lock`: then no other launch is
 /// between opening a slot and locking it.
 fn register(state: &ProjectState) -> Result<Flock<File>> {

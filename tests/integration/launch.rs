@@ -769,3 +769,44 @@ fn a_host_claude_config_dir_is_the_real_config_dir() {
         "{\"from\":\"cfg-dir\"}"
     );
 }
+
+/// Twenty first launches of a new project at once all start: a sibling launch preparing
+/// the same state files never replaces one this launch has checked and opened to bind
+/// (before the fix, about a third failed: bwrap "Can't find source path /proc/self/fd/N",
+/// or the sandbox's check of `.claude/settings.local.json`).
+#[test]
+fn twenty_first_launches_of_a_new_project_at_once_all_start() {
+    const ROUNDS: usize = 3;
+    const N: usize = 20;
+    let mut failed = Vec::new();
+    for round in 0..ROUNDS {
+        // A fresh state home and project each round: every launch is a first one.
+        let w = World::new();
+        let repo = w.work().join("repo");
+        init_repo(&repo);
+        let children: Vec<_> = (0..N)
+            .map(|_| {
+                w.cmd(&repo)
+                    .args(["--exec", "true"])
+                    .stdin(std::process::Stdio::null())
+                    .stdout(std::process::Stdio::piped())
+                    .stderr(std::process::Stdio::piped())
+                    .spawn()
+                    .expect("run claudebox")
+            })
+            .collect();
+        for c in children {
+            let o = c.wait_with_output().unwrap();
+            if !o.status.success() {
+                failed.push(format!("round {round}: {}", stderr(&o).trim()));
+            }
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {} first launches failed:\n{}",
+        failed.len(),
+        ROUNDS * N,
+        failed.join("\n")
+    );
+}

@@ -776,6 +776,7 @@ fn a_host_claude_config_dir_is_the_real_config_dir() {
 /// or the sandbox's check of `.claude/settings.local.json`).
 #[test]
 fn twenty_first_launches_of_a_new_project_at_once_all_start() {
+    let _heavy = crate::common::heavy();
     const ROUNDS: usize = 3;
     const N: usize = 20;
     let mut failed = Vec::new();

@@ -107,10 +107,10 @@ impl World {
 
 /// Taken for the whole test by the tests that load the machine or are bound by time: the
 /// real Claude Code (node, both versions), the fault loops, the escape suite's races, the
-/// `.claude.json` writers, Ctrl-C. In one test binary they would otherwise run beside each
-/// other on the harness's threads; with this, at most one of them runs at a time, beside
-/// at most one light test (`--test-threads` defaults to the number of cores). A test that
-/// failed while holding it does not stop the others.
+/// `.claude.json` writers, Ctrl-C, twenty launches at once. In one test binary they would
+/// otherwise run beside each other on the harness's threads; with this, at most one of
+/// them runs at a time, beside light tests (`--test-threads` defaults to the number of
+/// cores). A test that failed while holding it does not stop the others.
 pub fn heavy() -> MutexGuard<'static, ()> {
     static HEAVY: Mutex<()> = Mutex::new(());
     HEAVY

@@ -2,14 +2,12 @@
 //! bwrap, a bwrap that fails like Ubuntu's AppArmor makes it fail, no claude, a state
 //! directory that cannot be written.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::process::Output;
 
-use common::maintenance::*;
-use common::{stdout, World};
+use crate::common::maintenance::*;
+use crate::common::{stdout, World};
 
 fn check(w: &World, f: impl FnOnce(&mut std::process::Command)) -> Output {
     let mut c = w.cmd(&w.root());
@@ -61,7 +59,11 @@ fn passes_on_this_machine_and_leaves_nothing_behind() {
     let before = snapshot(&w.root());
     let out = check(&w, |_| {});
     let text = stdout(&out);
-    assert!(out.status.success(), "{text}\n{}", common::stderr(&out));
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        crate::common::stderr(&out)
+    );
     for name in [
         "bwrap",
         "sandbox",

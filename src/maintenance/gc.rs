@@ -390,7 +390,7 @@ fn collect(e: &Entry, dry_run: bool, why: String) -> Result<Outcome> {
 }
 
 /// Removes a directory tree. `remove_dir_all` never follows symlinks: a symlink inside is
-/// removed itself, its target untouched (tests/gc.rs plants such links). A directory the
+/// removed itself, its target untouched (tests/integration/gc.rs plants such links). A directory the
 /// agent made unreadable or unwritable (`chmod 000`) is given back its owner's rights and
 /// the removal is tried again.
 fn remove_tree(dir: &Path) -> Result<()> {

@@ -28,8 +28,9 @@
 //! Needs bwrap, git, python3 (/usr/bin/python3 inside the sandbox), and tmux for the TUI
 //! figures. Fixtures go under $TMPDIR (default /tmp) and are removed at the end.
 
-#[allow(unused_imports)]
-#[path = "../tests/common/mod.rs"]
+// The integration tests' harness; the bench uses only `World` and `lab` of it.
+#[allow(dead_code, unused_imports)]
+#[path = "../tests/integration/common/mod.rs"]
 mod common;
 
 use std::collections::HashMap;

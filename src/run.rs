@@ -1,13 +1,13 @@
 //! The launcher's and maintenance commands' entry: parse the command line with clap and
 //! run what it asks for.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
 
-use crate::cli::{self, shell};
+use crate::cli::{self, shell, Mode};
 use crate::host::{self, project};
 use crate::launch;
 use crate::maintenance::{check, gc, list};
@@ -26,6 +26,8 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {
+            // One line: the causes joined by ": "; a `Fixable` among them prints as
+            // "what; fix" from its fields (no one parses this text back).
             eprintln!("claudebox: {e:#}");
             ExitCode::from(1)
         }
@@ -52,50 +54,36 @@ fn usage_error(e: clap::Error) -> ExitCode {
 }
 
 fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
-    if cli.claudebox_version {
-        println!("claudebox {}", env!("CARGO_PKG_VERSION"));
-        return Ok(ExitCode::SUCCESS);
-    }
-    if cli.check {
-        return check::run();
-    }
-    if cli.gc_margin.is_some() && !cli.gc && !cli.list {
-        anyhow::bail!("--gc-margin goes with --gc or --list (see claudebox --help)");
-    }
-    if cli.gc {
-        return gc::run(cli.dry_run, cli.gc_margin.as_deref());
-    }
-    if cli.list {
-        return list::run(cli.json, cli.gc_margin.as_deref());
-    }
-    if cli.forget.is_some() {
-        return session_command(cli);
-    }
-    let prepared = launch::prepare(cli)?;
-    if cli.dry_run {
-        if let Some(s) = &prepared.inputs.session {
-            let (state, cwd) = (&prepared.inputs.state, &prepared.inputs.project.cwd);
-            eprintln!("claudebox: {}", sessions::dry_run_note(state, s, cwd));
+    match cli.mode()? {
+        Mode::Version => {
+            println!("claudebox {}", env!("CARGO_PKG_VERSION"));
+            Ok(ExitCode::SUCCESS)
         }
-        let mut out = std::io::stdout().lock();
-        out.write_all(&render::dry_run(&prepared.plan))?;
-        out.flush()?;
-        return Ok(ExitCode::SUCCESS);
+        Mode::Check => check::run(),
+        Mode::Gc { dry_run, margin } => gc::run(dry_run, margin),
+        Mode::List { json, margin } => list::run(json, margin),
+        Mode::Forget { name, dry_run } => forget(name, dry_run),
+        Mode::Launch { dry_run: true } => {
+            let prepared = launch::prepare(cli)?;
+            if let Some(s) = &prepared.inputs.session {
+                let (state, cwd) = (&prepared.inputs.state, &prepared.inputs.project.cwd);
+                eprintln!("claudebox: {}", sessions::dry_run_note(state, s, cwd));
+            }
+            let mut out = std::io::stdout().lock();
+            out.write_all(&render::dry_run(&prepared.plan))?;
+            out.flush()?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Mode::Launch { dry_run: false } => match launch::exec(&launch::prepare(cli)?)? {},
     }
-    match launch::exec(&prepared)? {}
 }
 
 /// `--forget NAME`: run and exit without a sandbox.
-fn session_command(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
+fn forget(name: &OsStr, dry_run: bool) -> anyhow::Result<ExitCode> {
     let home = host::home_dir()?;
     let state_home = state::StateHome::from_env(&home);
-    if let Some(name) = &cli.forget {
-        let project = project::discover(&host::current_dir()?)?;
-        let state = state_home.project(&project.id());
-        eprintln!(
-            "claudebox: {}",
-            sessions::forget(&state, name, cli.dry_run)?
-        );
-    }
+    let project = project::discover(&host::current_dir()?)?;
+    let state = state_home.project(&project.id());
+    eprintln!("claudebox: {}", sessions::forget(&state, name, dry_run)?);
     Ok(ExitCode::SUCCESS)
 }

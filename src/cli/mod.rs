@@ -190,3 +190,98 @@ pub fn one_line(e: &clap::Error) -> String {
     let first = text.lines().next().unwrap_or("bad arguments");
     first.strip_prefix("error: ").unwrap_or(first).to_string()
 }
+
+/// What claudebox does, chosen once from the parsed command line.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Mode<'a> {
+    /// `--claudebox-version`.
+    Version,
+    /// `--check`.
+    Check,
+    /// `--gc` (with `--dry-run`: only say what would go).
+    Gc {
+        dry_run: bool,
+        margin: Option<&'a str>,
+    },
+    /// `--list`.
+    List { json: bool, margin: Option<&'a str> },
+    /// `--forget NAME`.
+    Forget { name: &'a OsString, dry_run: bool },
+    /// A launch (claude, or `--exec`'s command); with `--dry-run` only printed.
+    Launch { dry_run: bool },
+}
+
+impl Cli {
+    /// The one mode this command line asks for, or why the combination makes no sense
+    /// (what clap's conflicts cannot say).
+    pub fn mode(&self) -> anyhow::Result<Mode<'_>> {
+        let margin = self.gc_margin.as_deref();
+        if self.claudebox_version {
+            return Ok(Mode::Version);
+        }
+        if self.check {
+            return Ok(Mode::Check);
+        }
+        if margin.is_some() && !self.gc && !self.list {
+            anyhow::bail!("--gc-margin goes with --gc or --list (see claudebox --help)");
+        }
+        Ok(if self.gc {
+            Mode::Gc {
+                dry_run: self.dry_run,
+                margin,
+            }
+        } else if self.list {
+            Mode::List {
+                json: self.json,
+                margin,
+            }
+        } else if let Some(name) = &self.forget {
+            Mode::Forget {
+                name,
+                dry_run: self.dry_run,
+            }
+        } else {
+            Mode::Launch {
+                dry_run: self.dry_run,
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mode_of(args: &[&str]) -> String {
+        let cli =
+            Cli::try_parse_from(std::iter::once("claudebox").chain(args.iter().copied())).unwrap();
+        match cli.mode() {
+            Ok(m) => format!("{m:?}"),
+            Err(e) => format!("error: {e}"),
+        }
+    }
+
+    #[test]
+    fn one_mode_per_command_line() {
+        assert_eq!(mode_of(&[]), "Launch { dry_run: false }");
+        assert_eq!(
+            mode_of(&["--dry-run", "--exec", "sh"]),
+            "Launch { dry_run: true }"
+        );
+        assert_eq!(mode_of(&["--check"]), "Check");
+        assert_eq!(mode_of(&["--claudebox-version", "--check"]), "Version");
+        assert_eq!(
+            mode_of(&["--gc", "--dry-run", "--gc-margin", "0"]),
+            "Gc { dry_run: true, margin: Some(\"0\") }"
+        );
+        assert_eq!(
+            mode_of(&["--list", "--json"]),
+            "List { json: true, margin: None }"
+        );
+        assert_eq!(
+            mode_of(&["--forget", "x"]),
+            "Forget { name: \"x\", dry_run: false }"
+        );
+        assert!(mode_of(&["--gc-margin", "1d"]).starts_with("error: --gc-margin goes with"));
+    }
+}

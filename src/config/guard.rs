@@ -9,7 +9,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Component, Path, PathBuf};
 
-use anyhow::{anyhow, Result};
+use anyhow::Result;
 
 use crate::config::Context;
 use crate::host::project::Project;
@@ -84,14 +84,19 @@ pub fn check_outside_git_dirs(project: &Project, yes: bool) -> Result<()> {
         return Ok(());
     }
     let git_dir = project.git_dir.as_deref().unwrap_or(&project.root);
-    Err(anyhow!(
-        "{} names the git dir {}, which does not list {} as one of its work trees (a `.git` \
-         file can be planted to reach another repository); if this layout is yours, run \
-         `git worktree repair` there or pass --yes to bind it anyway",
-        project.work_tree.join(".git").shown(),
-        git_dir.shown(),
-        project.work_tree.shown()
-    ))
+    Err(crate::policy::error::Fixable::new(
+        format!(
+            "{} names the git dir {}, which does not list {} as one of its work trees (a \
+             `.git` file can be planted to reach another repository)",
+            project.work_tree.join(".git").shown(),
+            git_dir.shown(),
+            project.work_tree.shown()
+        ),
+        "if this layout is yours, run `git worktree repair` there or pass --yes to bind it \
+         anyway",
+    )
+    .at(git_dir)
+    .into())
 }
 
 /// The refusals: what would cover the home, claudebox's own files, its state or its
@@ -201,13 +206,17 @@ pub fn check_config_not_writable(cx: &Context, mounts: &[ExtraMount]) -> Result<
         );
     for area in areas {
         if cfg.starts_with(&area) {
-            return Err(anyhow!(
-                "the config file {} lies inside {}, which the sandbox can write: the agent \
-                 could rewrite its own configuration; set XDG_CONFIG_HOME to a directory \
-                 outside it",
-                cx.config_file.shown(),
-                area.shown()
-            ));
+            return Err(crate::policy::error::Fixable::new(
+                format!(
+                    "the config file {} lies inside {}, which the sandbox can write: the \
+                     agent could rewrite its own configuration",
+                    cx.config_file.shown(),
+                    area.shown()
+                ),
+                "set XDG_CONFIG_HOME to a directory outside it",
+            )
+            .at(cx.config_file)
+            .into());
         }
     }
     Ok(())
@@ -228,13 +237,18 @@ pub fn check_state_not_writable(cx: &Context) -> Result<()> {
     areas.push(canonical_lossy(&cx.home.join(".claude")));
     for area in areas {
         if state.starts_with(&area) || area.starts_with(state.join("projects")) {
-            return Err(anyhow!(
-                "claudebox's state directory {} (CLAUDEBOX_HOME) and {}, which the sandbox can \
-                 write, overlap: every sandbox could read every project's conversations; set \
-                 CLAUDEBOX_HOME to a directory outside it",
-                cx.state_dir.shown(),
-                area.shown()
-            ));
+            return Err(crate::policy::error::Fixable::new(
+                format!(
+                    "claudebox's state directory {} (CLAUDEBOX_HOME) and {}, which the \
+                     sandbox can write, overlap: every sandbox could read every project's \
+                     conversations",
+                    cx.state_dir.shown(),
+                    area.shown()
+                ),
+                "set CLAUDEBOX_HOME to a directory outside it",
+            )
+            .at(cx.state_dir)
+            .into());
         }
     }
     Ok(())

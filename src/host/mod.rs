@@ -12,6 +12,7 @@ use std::ffi::OsString;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use crate::policy::error::Fixable;
 pub use crate::policy::facts::{ClaudeInstall, HostFacts, SystemEntry};
 use crate::policy::render::Shown;
 use anyhow::{bail, Context, Result};
@@ -67,22 +68,38 @@ pub fn home_dir() -> Result<PathBuf> {
         let home = PathBuf::from(h);
         let shown = crate::policy::render::shown(&home);
         if !home.is_absolute() {
-            bail!("HOME is a relative path ({shown}); set HOME to your home directory's absolute path");
+            bail!(Fixable::new(
+                format!("HOME is a relative path ({shown})"),
+                "set HOME to your home directory's absolute path"
+            ));
         }
         if !fs::metadata(&home).is_ok_and(|m| m.is_dir()) {
-            bail!("HOME is {shown}, which is not an existing directory; set HOME to your home directory");
+            bail!(Fixable::new(
+                format!("HOME is {shown}, which is not an existing directory"),
+                "set HOME to your home directory"
+            )
+            .at(&home));
         }
         return Ok(home);
     }
     let user = nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
         .flatten()
-        .context("HOME is not set and the user has no password entry; set HOME")?;
+        .ok_or_else(|| {
+            Fixable::new(
+                "HOME is not set and the user has no password entry",
+                "set HOME",
+            )
+        })?;
     if !user.dir.is_absolute() || !fs::metadata(&user.dir).is_ok_and(|m| m.is_dir()) {
-        bail!(
-            "HOME is not set and the password database's home {} is not an existing directory; set HOME",
-            crate::policy::render::shown(&user.dir)
-        );
+        bail!(Fixable::new(
+            format!(
+                "HOME is not set and the password database's home {} is not an existing directory",
+                crate::policy::render::shown(&user.dir)
+            ),
+            "set HOME"
+        )
+        .at(&user.dir));
     }
     // Called on the main thread before any other starts.
     std::env::set_var("HOME", &user.dir);
@@ -101,11 +118,14 @@ pub fn check_path_lengths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Resu
         let n = p.as_os_str().len();
         if n > MAX_MOUNT_PATH {
             let head = String::from_utf8_lossy(&p.as_os_str().as_bytes()[..48]).into_owned();
-            bail!(
-                "the path {}... is {n} bytes long; bwrap cannot mount or enter a path longer than \
-                 {MAX_MOUNT_PATH} bytes; move the project to a shorter path",
-                head.escape_debug()
-            );
+            bail!(Fixable::new(
+                format!(
+                    "the path {}... is {n} bytes long; bwrap cannot mount or enter a path \
+                     longer than {MAX_MOUNT_PATH} bytes",
+                    head.escape_debug()
+                ),
+                "move the project to a shorter path"
+            ));
         }
     }
     Ok(())
@@ -114,9 +134,10 @@ pub fn check_path_lengths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Resu
 /// Finds `claude` on the host's PATH.
 pub fn find_claude(home: &Path) -> Result<ClaudeInstall> {
     let on_path = which::which("claude").map_err(|_| {
-        anyhow::anyhow!(
-            "no `claude` on PATH; install Claude Code (npm install -g @anthropic-ai/claude-code, \
-             or the native installer) and make sure `claude` runs in this shell"
+        Fixable::new(
+            "no `claude` on PATH",
+            "install Claude Code (npm install -g @anthropic-ai/claude-code, \
+             or the native installer) and make sure `claude` runs in this shell",
         )
     })?;
     let real = fs::canonicalize(&on_path)
@@ -150,17 +171,19 @@ pub fn find_bwrap() -> Result<PathBuf> {
         if p.is_file() {
             return Ok(p);
         }
-        bail!(
-            "CLAUDEBOX_BWRAP is {} but that is not a file; point it at bwrap or unset it",
-            p.shown()
-        );
+        bail!(Fixable::new(
+            format!("CLAUDEBOX_BWRAP is {} but that is not a file", p.shown()),
+            "point it at bwrap or unset it"
+        )
+        .at(&p));
     }
     which::which("bwrap").map_err(|_| {
-        anyhow::anyhow!(
-            "bwrap (bubblewrap) not found on PATH; install it \
-             (Debian/Ubuntu: apt install bubblewrap, Fedora: dnf install bubblewrap, \
-             NixOS: add bubblewrap to environment.systemPackages)"
+        Fixable::new(
+            "bwrap (bubblewrap) not found on PATH",
+            "install it (Debian/Ubuntu: apt install bubblewrap, Fedora: dnf install bubblewrap, \
+             NixOS: add bubblewrap to environment.systemPackages)",
         )
+        .into()
     })
 }
 
@@ -177,9 +200,11 @@ pub fn random_id() -> Result<String> {
 /// The current directory, with a clear message when it has vanished.
 pub fn current_dir() -> Result<PathBuf> {
     std::env::current_dir().map_err(|e| {
-        anyhow::anyhow!(
-            "the current directory is gone or unreadable ({e}); cd to an existing directory"
+        Fixable::new(
+            format!("the current directory is gone or unreadable ({e})"),
+            "cd to an existing directory",
         )
+        .into()
     })
 }
 
@@ -211,10 +236,14 @@ pub fn landlock_abi() -> u32 {
 pub fn own_exe() -> Result<PathBuf> {
     let exe = std::env::current_exe().context("cannot find claudebox's own executable")?;
     if !exe.is_file() {
-        bail!(
-            "claudebox's own executable {} is gone (upgraded while starting?); run claudebox again",
-            exe.shown()
-        );
+        bail!(Fixable::new(
+            format!(
+                "claudebox's own executable {} is gone (upgraded while starting?)",
+                exe.shown()
+            ),
+            "run claudebox again"
+        )
+        .at(&exe));
     }
     Ok(exe)
 }

@@ -122,10 +122,21 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
     // fine.
     for p in out.iter().filter(|p| p.guard != Guard::LocalSettings) {
         check_no_symlink(&p.path, &mut real_dirs).map_err(|e| match &p.named_by {
-            Some(f) => anyhow::anyhow!(
-                "{e}; that path comes from {}: look there",
-                crate::policy::render::shown(f)
-            ),
+            Some(f) => {
+                let look = format!(
+                    "that path comes from {}: look there",
+                    crate::policy::render::shown(f)
+                );
+                // The fix grows by where to look; the message stays `{e}; {look}`.
+                let fixable = match e.downcast_ref::<crate::policy::error::Fixable>() {
+                    Some(x) => crate::policy::error::Fixable {
+                        fix: format!("{}; {look}", x.fix),
+                        ..x.clone()
+                    },
+                    None => crate::policy::error::Fixable::new(e.to_string(), look),
+                };
+                fixable.at(f).into()
+            }
             None => e,
         })?;
     }
@@ -531,12 +542,17 @@ fn check_no_symlink_by_realpath(path: &Path) -> Result<()> {
 }
 
 fn below_symlink(path: &Path) -> anyhow::Error {
-    anyhow::anyhow!(
-        "cannot protect {} from writes: it is or lies below a symlink, which a mount \
-         cannot make read-only; replace the symlink with the real file or directory, or \
-         launch with --writable-project-config to leave it writable",
-        crate::policy::render::shown(path)
+    crate::policy::error::Fixable::new(
+        format!(
+            "cannot protect {} from writes: it is or lies below a symlink, which a mount \
+             cannot make read-only",
+            crate::policy::render::shown(path)
+        ),
+        "replace the symlink with the real file or directory, or launch with \
+         --writable-project-config to leave it writable",
     )
+    .at(path)
+    .into()
 }
 
 #[cfg(test)]

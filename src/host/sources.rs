@@ -125,11 +125,17 @@ pub fn reached(fd: RawFd) -> std::io::Result<PathBuf> {
 fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<OwnedFd>> {
     let want_dir = *kind == MountKind::Rw;
     let changed = |what: String| {
-        anyhow::anyhow!(
-            "{} {what}, inside {} which a sandbox can write: another sandbox of this project \
-             may be tampering with it; refusing to mount it (look at that path, then launch again)",
-            show(src),
-            show(in_area(src, areas).map(PathBuf::as_path).unwrap_or(src)),
+        anyhow::Error::new(
+            crate::policy::error::Fixable::new(
+                format!(
+                    "{} {what}, inside {} which a sandbox can write: another sandbox of this \
+                     project may be tampering with it",
+                    show(src),
+                    show(in_area(src, areas).map(PathBuf::as_path).unwrap_or(src)),
+                ),
+                "refusing to mount it (look at that path, then launch again)",
+            )
+            .at(src),
         )
     };
     let fd = match open_path(src, false, false) {

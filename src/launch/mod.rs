@@ -142,15 +142,22 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
 fn ssh_agent_socket() -> Result<std::path::PathBuf> {
     use std::os::unix::fs::FileTypeExt;
     let Some(sock) = std::env::var_os("SSH_AUTH_SOCK").filter(|s| !s.is_empty()) else {
-        bail!("--ssh-agent: SSH_AUTH_SOCK is not set; start an ssh agent (eval $(ssh-agent)) or drop --ssh-agent");
+        bail!(crate::policy::error::Fixable::new(
+            "--ssh-agent: SSH_AUTH_SOCK is not set",
+            "start an ssh agent (eval $(ssh-agent)) or drop --ssh-agent"
+        ));
     };
     let path = std::path::PathBuf::from(sock);
     match fs::metadata(&path) {
         Ok(m) if m.file_type().is_socket() => Ok(fs::canonicalize(&path)?),
-        _ => bail!(
-            "--ssh-agent: SSH_AUTH_SOCK is {} but that is not a socket; check your ssh agent or drop --ssh-agent",
-            path.shown()
-        ),
+        _ => bail!(crate::policy::error::Fixable::new(
+            format!(
+                "--ssh-agent: SSH_AUTH_SOCK is {} but that is not a socket",
+                path.shown()
+            ),
+            "check your ssh agent or drop --ssh-agent"
+        )
+        .at(&path)),
     }
 }
 
@@ -161,16 +168,20 @@ fn refuse_dangerous_root(work_tree: &Path, home: &Path, yes: bool) -> Result<()>
         return Ok(());
     }
     if work_tree == Path::new("/") || home.starts_with(work_tree) {
-        bail!(
-            "refusing to use {} as the project: it would bind {} read-write into the sandbox; \
-             cd into a project directory, or pass --yes if you really mean it",
-            work_tree.shown(),
-            if work_tree == Path::new("/") {
-                "the whole file system"
-            } else {
-                "your whole home directory"
-            }
-        );
+        bail!(crate::policy::error::Fixable::new(
+            format!(
+                "refusing to use {} as the project: it would bind {} read-write into the \
+                 sandbox",
+                work_tree.shown(),
+                if work_tree == Path::new("/") {
+                    "the whole file system"
+                } else {
+                    "your whole home directory"
+                }
+            ),
+            "cd into a project directory, or pass --yes if you really mean it"
+        )
+        .at(work_tree));
     }
     Ok(())
 }

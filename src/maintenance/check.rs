@@ -23,7 +23,7 @@ use crate::host::project::{project_id, Project};
 use crate::host::{self, ClaudeInstall, HostFacts};
 use crate::maintenance::diagnose::{self, Facts};
 use crate::policy::plan::{self, Command, Inputs, NAMESPACE_FLAGS};
-use crate::policy::render;
+use crate::policy::{error, render};
 use crate::state::inventory::show;
 use crate::state::{self, StateHome};
 
@@ -103,6 +103,21 @@ pub fn run() -> Result<ExitCode> {
     })
 }
 
+/// An error's text and its fix, from the [`Fixable`] it carries (`fallback` when it
+/// carries none): the fix is data, never cut out of the message.
+fn parts(e: &anyhow::Error, fallback: &str) -> (String, String) {
+    match error::find(e) {
+        Some(f) => (f.what.clone(), f.fix.clone()),
+        None => (format!("{e:#}"), fallback.to_string()),
+    }
+}
+
+/// The [`error::Fixable`] that is the error itself (not one under a context, whose
+/// `what` would leave the context out).
+fn top_fixable(e: &anyhow::Error) -> Option<&error::Fixable> {
+    e.chain().next()?.downcast_ref::<error::Fixable>()
+}
+
 fn checks() -> Result<Vec<Row>> {
     let home = host::home_dir()?;
     let mut rows = Vec::new();
@@ -112,9 +127,8 @@ fn checks() -> Result<Vec<Row>> {
     match &bwrap {
         Ok(b) => rows.push(bwrap_row(b)),
         Err(e) => {
-            let msg = format!("{e:#}");
-            let (detail, fix) = msg.split_once("; ").unwrap_or((&msg, "install bubblewrap"));
-            rows.push(fail("bwrap", detail.into(), fix.into()));
+            let (detail, fix) = parts(e, "install bubblewrap");
+            rows.push(fail("bwrap", detail, fix));
         }
     }
     rows.push(claude_row(&claude));
@@ -185,11 +199,19 @@ fn config_row(home: &Path) -> Row {
                 }
             ),
         ),
-        Err(e) => warn(
-            "config",
-            format!("a launch from this directory would stop: {e:#}"),
-            format!("fix {} or launch from your project", show(&config_file)),
-        ),
+        Err(e) => match top_fixable(&e) {
+            // A refusal that says its own fix (e.g. the config file inside the project).
+            Some(f) => warn(
+                "config",
+                format!("a launch from this directory would stop: {}", f.what),
+                f.fix.clone(),
+            ),
+            None => warn(
+                "config",
+                format!("a launch from this directory would stop: {e:#}"),
+                format!("fix {} or launch from your project", show(&config_file)),
+            ),
+        },
     }
 }
 
@@ -324,9 +346,8 @@ fn claude_row(claude: &Result<ClaudeInstall>) -> Row {
     let c = match claude {
         Ok(c) => c,
         Err(e) => {
-            let msg = format!("{e:#}");
-            let fix = msg.split_once("; ").map_or(msg.as_str(), |(_, f)| f);
-            return fail("claude", "no `claude` on PATH".into(), fix.into());
+            let (_, fix) = parts(e, "install Claude Code");
+            return fail("claude", "no `claude` on PATH".into(), fix);
         }
     };
     let place = if c.on_path == c.real {
@@ -441,11 +462,8 @@ fn credentials_row(home: &Path) -> Row {
 
 fn state_row(home: &StateHome) -> Row {
     if let Err(e) = state::check_writable(home) {
-        let msg = format!("{e:#}");
-        let (detail, fix) = msg
-            .split_once("; ")
-            .unwrap_or((&msg, "fix its permissions"));
-        return fail("state dir", detail.into(), fix.into());
+        let (detail, fix) = parts(&e, "fix its permissions");
+        return fail("state dir", detail, fix);
     }
     match fs::metadata(&home.dir) {
         Ok(m) if m.permissions().mode() & 0o077 != 0 => warn(

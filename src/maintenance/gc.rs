@@ -24,7 +24,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use anyhow::{anyhow, Context, Result};
+use anyhow::{Context, Result};
 
 use crate::config;
 use crate::host;
@@ -66,8 +66,12 @@ fn parse_margin(s: &str) -> Result<Duration, String> {
 /// `--gc-margin`, else `gc_margin` in the config file, else [`DEFAULT_MARGIN`].
 pub fn margin(cli: Option<&str>) -> Result<Margin> {
     if let Some(s) = cli {
-        let value = parse_margin(s)
-            .map_err(|e| anyhow!("--gc-margin {s:?}: {e}; give a duration such as 7d, 12h or 0"))?;
+        let value = parse_margin(s).map_err(|e| {
+            crate::policy::error::Fixable::new(
+                format!("--gc-margin {s:?}: {e}"),
+                "give a duration such as 7d, 12h or 0",
+            )
+        })?;
         return Ok(Margin {
             value,
             source: "--gc-margin".into(),
@@ -386,7 +390,7 @@ fn collect(e: &Entry, dry_run: bool, why: String) -> Result<Outcome> {
 }
 
 /// Removes a directory tree. `remove_dir_all` never follows symlinks: a symlink inside is
-/// removed itself, its target untouched (tests/gc.rs plants such links). A directory the
+/// removed itself, its target untouched (tests/integration/gc.rs plants such links). A directory the
 /// agent made unreadable or unwritable (`chmod 000`) is given back its owner's rights and
 /// the removal is tried again.
 fn remove_tree(dir: &Path) -> Result<()> {

@@ -3,6 +3,7 @@
 
 pub mod claude_home;
 pub mod confinement;
+pub mod error;
 pub mod escape;
 pub mod facts;
 pub mod ipc;

@@ -80,11 +80,13 @@ pub fn resolve(layers: &[NetworkChoice]) -> Result<NetworkMode> {
             (l.mode, l.allow_hosts.first())
         {
             let name = if m == ModeName::Open { "open" } else { "none" };
-            bail!(
-                "{}: allowing host {h} makes no sense with network mode {name}; \
-                 drop one of them (allowed hosts need the allowlist mode)",
-                l.source
-            );
+            bail!(crate::policy::error::Fixable::new(
+                format!(
+                    "{}: allowing host {h} makes no sense with network mode {name}",
+                    l.source
+                ),
+                "drop one of them (allowed hosts need the allowlist mode)"
+            ));
         }
         if l.mode.is_some() {
             mode = l.mode;
@@ -211,7 +213,10 @@ impl HostPattern {
         }
         let (host, port) = split_host_port(s)?;
         if host == "*" {
-            bail!("a bare * would allow every host; use --network open for that");
+            bail!(crate::policy::error::Fixable::new(
+                "a bare * would allow every host",
+                "use --network open for that"
+            ));
         }
         if let Some(domain) = host.strip_prefix("*.") {
             let domain = normalize_host(domain)?;
@@ -219,10 +224,12 @@ impl HostPattern {
                 bail!("a wildcard needs a domain name, not an IP address");
             }
             if !domain.contains('.') {
-                bail!(
-                    "*.{domain} would allow every host under the top-level domain {domain}; \
-                     name a domain you trust, like *.example.{domain}"
-                );
+                bail!(crate::policy::error::Fixable::new(
+                    format!(
+                        "*.{domain} would allow every host under the top-level domain {domain}"
+                    ),
+                    format!("name a domain you trust, like *.example.{domain}")
+                ));
             }
             return Ok(HostPattern {
                 host: HostMatch::Subdomains(format!(".{domain}")),
@@ -402,12 +409,15 @@ pub fn loopback_forwards(list: &Allowlist) -> Result<Vec<LoopbackForward>> {
         for (ip, optional) in listens {
             let listen = SocketAddr::new(ip, port);
             if listen == SocketAddr::new(Ipv4Addr::LOCALHOST.into(), PROXY_PORT) {
-                bail!(
-                    "--allow-host {}: claudebox's proxy listens on 127.0.0.1:{PROXY_PORT} \
-                     inside the sandbox, so the host's service on that port cannot be \
-                     reached there; move it to another port",
-                    e.pattern
-                );
+                bail!(crate::policy::error::Fixable::new(
+                    format!(
+                        "--allow-host {}: claudebox's proxy listens on 127.0.0.1:{PROXY_PORT} \
+                         inside the sandbox, so the host's service on that port cannot be \
+                         reached there",
+                        e.pattern
+                    ),
+                    "move it to another port"
+                ));
             }
             if out.iter().all(|f| f.listen != listen) {
                 out.push(LoopbackForward {

@@ -163,10 +163,14 @@ fn register(state: &ProjectState) -> Result<Flock<File>> {
             .with_context(|| format!("cannot pass {} to bwrap", path.shown()))?;
         return Ok(file);
     }
-    bail!(
-        "{} has {MAX_SLOTS} sandboxes running on it; stop some first",
-        state.dir.shown()
+    bail!(crate::policy::error::Fixable::new(
+        format!(
+            "{} has {MAX_SLOTS} sandboxes running on it",
+            state.dir.shown()
+        ),
+        "stop some first"
     )
+    .at(&state.dir))
 }
 
 /// Whether a file is locked by a running sandbox. A lock still held after the launch that

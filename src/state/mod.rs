@@ -40,6 +40,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::policy::error::Fixable;
 use crate::policy::render::Shown;
 use anyhow::{bail, Context, Result};
 
@@ -213,10 +214,11 @@ pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -
     let home_is_dir = meta.is_ok_and(|m| m.is_dir());
     if !home_is_dir {
         mkdir_private(&home.dir).with_context(|| {
-            format!(
-                "the state directory {} cannot be created; set CLAUDEBOX_HOME to a writable directory",
-                home.dir.shown()
+            Fixable::new(
+                format!("the state directory {} cannot be created", home.dir.shown()),
+                "set CLAUDEBOX_HOME to a writable directory",
             )
+            .at(&home.dir)
         })?;
     }
     let projects = home.projects();
@@ -351,12 +353,15 @@ pub fn check_writable(home: &StateHome) -> Result<()> {
     .is_err()
         || !is_dir
     {
-        bail!(
-            "the state directory {} is not writable ({} is not a writable directory); \
-             fix its permissions or set CLAUDEBOX_HOME to a writable directory",
-            home.dir.shown(),
-            probe.shown()
-        );
+        bail!(Fixable::new(
+            format!(
+                "the state directory {} is not writable ({} is not a writable directory)",
+                home.dir.shown(),
+                probe.shown()
+            ),
+            "fix its permissions or set CLAUDEBOX_HOME to a writable directory"
+        )
+        .at(probe));
     }
     Ok(())
 }

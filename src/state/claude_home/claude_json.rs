@@ -318,11 +318,15 @@ impl ConfigLock {
                         continue;
                     }
                     if start.elapsed() > WAIT {
-                        bail!(
-                            "{} is held by another claude for more than {}s; if none runs, remove it",
-                            dir.display(),
-                            WAIT.as_secs()
-                        );
+                        bail!(crate::policy::error::Fixable::new(
+                            format!(
+                                "{} is held by another claude for more than {}s",
+                                dir.display(),
+                                WAIT.as_secs()
+                            ),
+                            "if none runs, remove it"
+                        )
+                        .at(&dir));
                     }
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(100));

@@ -83,11 +83,14 @@ pub fn check_claude_args(name: &str, args: &[OsString]) -> Result<()> {
                 || (b[1..].iter().all(u8::is_ascii_alphabetic)
                     && b[1..].iter().any(|c| *c == b'r' || *c == b'c')));
         if long || short {
-            bail!(
-                "`--session {name}` chooses the conversation itself, so claude's `{}` cannot \
-                 be used with it; drop it (to start this name over: `claudebox --forget {name}`)",
-                a.to_string_lossy()
-            );
+            bail!(crate::policy::error::Fixable::new(
+                format!(
+                    "`--session {name}` chooses the conversation itself, so claude's `{}` \
+                     cannot be used with it",
+                    a.to_string_lossy()
+                ),
+                format!("drop it (to start this name over: `claudebox --forget {name}`)")
+            ));
         }
     }
     Ok(())
@@ -481,7 +484,10 @@ pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<Strin
     let name = check_name(name)?;
     let path = record_path(state, &name);
     if fs::symlink_metadata(&path).is_err() {
-        bail!("there is no session named `{name}` in this project; `claudebox --list` shows them");
+        bail!(crate::policy::error::Fixable::new(
+            format!("there is no session named `{name}` in this project"),
+            "`claudebox --list` shows them"
+        ));
     }
     let uuid = read_record(state, &name).ok().flatten().map(|r| r.uuid);
     let kept = match &uuid {

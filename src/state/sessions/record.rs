@@ -41,17 +41,29 @@ pub fn read_record(state: &ProjectState, name: &str) -> Result<Option<Record>> {
     match read {
         Ok(_) => {}
         Err(e) if e.kind() == ErrorKind::NotFound => return Ok(None),
-        Err(e) => bail!(
-            "cannot read the record of session `{name}`, {} ({e}); fix it (nothing was changed)",
-            path.shown()
-        ),
+        Err(e) => bail!(crate::policy::error::Fixable::new(
+            format!(
+                "cannot read the record of session `{name}`, {} ({e})",
+                path.shown()
+            ),
+            "fix it (nothing was changed)"
+        )
+        .at(&path)),
     }
     let corrupted = |why: String| {
-        anyhow::anyhow!(
-            "the record of session `{name}`, {}, is corrupted ({why}); repair it, or remove it \
-             with `claudebox --forget {name}` (its conversation transcripts stay in {})",
-            path.shown(),
-            state.conversations().shown()
+        anyhow::Error::new(
+            crate::policy::error::Fixable::new(
+                format!(
+                    "the record of session `{name}`, {}, is corrupted ({why})",
+                    path.shown()
+                ),
+                format!(
+                    "repair it, or remove it with `claudebox --forget {name}` (its conversation \
+                     transcripts stay in {})",
+                    state.conversations().shown()
+                ),
+            )
+            .at(&path),
         )
     };
     let rec: Record = serde_json::from_slice(&bytes).map_err(|e| corrupted(e.to_string()))?;

@@ -2,14 +2,12 @@
 //! commits with the project's hooks, nested bwrap (Claude Code's own Bash sandbox), the
 //! opt-ins, and a `--dry-run` that shows all of it, creates nothing and still runs.
 
-mod common;
-
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use common::*;
+use crate::common::*;
 
 const HELPERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/helpers");
 

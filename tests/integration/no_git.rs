@@ -2,14 +2,12 @@
 //! in-process, with a `git` on PATH that records every call and fails, and still agree
 //! with what real git says.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 /// Installs a `git` first on the world's PATH that logs its arguments to `log` and fails.
 fn trap_git(w: &World) -> PathBuf {

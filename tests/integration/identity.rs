@@ -1,14 +1,12 @@
 //! The canonical project root agrees with `realpath "$(git rev-parse --path-format=absolute
 //! --git-common-dir)"` in every layout, and the id is the first 16 hex of its SHA-256.
 
-mod common;
-
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use sha2::{Digest, Sha256};
 
 /// The root claudebox reports (CLAUDEBOX_PROJECT_ROOT in --dry-run) for `cwd`.

@@ -295,7 +295,8 @@ fn a_claude_under_dot_claude_local_stays_read_only_with_the_opt_out() {
 /// (the snapshots bound read-write on purpose): it runs.
 #[test]
 fn a_running_host_session_never_sources_what_a_sandbox_planted() {
-    use common::lab::{claude_versions, MockApi, API_KEY};
+    let _heavy = crate::common::heavy();
+    use crate::common::lab::{claude_versions, MockApi, API_KEY};
     use std::time::{Duration, Instant};
     for c in claude_versions() {
         for (args, expect_ran) in [(&[][..], false), (&["--rw", "SNAPSHOTS"][..], true)] {

@@ -2,15 +2,13 @@
 //! record write and of a `--gc`, in loops; a bwrap stuck at start (bubblewrap #633); a
 //! small full file system as the state directory; the allowlist proxy with more
 //! connections than its descriptors allow and a flood of denials; odd HOMEs and a path
-//! too long for bwrap. Each case prints its figures (`cargo test --test faults --
-//! --nocapture`) and is bounded: loops have fixed counts, servers are on 127.0.0.1 and
+//! too long for bwrap. Each case prints its figures (`cargo test --test integration
+//! faults:: -- --nocapture`) and is bounded: loops have fixed counts, servers are on 127.0.0.1 and
 //! stop with the test.
-
-mod common;
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpListener;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -20,8 +18,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use common::maintenance::*;
-use common::{ok, stderr, World};
+use crate::common::maintenance::*;
+use crate::common::{ok, stderr, World};
 
 /// A small deterministic generator (xorshift), seeded from the clock and printed.
 struct Rng(u64);
@@ -152,6 +150,7 @@ fn half_made(w: &World) -> Vec<PathBuf> {
 /// `--gc` removes every leftover of the killed runs.
 #[test]
 fn kills_at_random_points_of_a_launch_leave_nothing_that_blocks() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     let mut rng = Rng::new("launch kills");
     let rounds = 60;
@@ -251,6 +250,7 @@ fn diagnose(w: &World) -> String {
 /// and the temporary files of killed writes are removed by `--gc`.
 #[test]
 fn kills_during_session_record_writes_leave_whole_records() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     let dir = w.dir("p");
     launch(&w, &dir);
@@ -307,6 +307,7 @@ fn kills_during_session_record_writes_leave_whole_records() {
 /// (moved aside first), and the next `--gc` finishes the job.
 #[test]
 fn kills_during_gc_never_leave_a_project_half_removed() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     let mut rng = Rng::new("gc kills");
     let rounds = 15;
@@ -422,6 +423,7 @@ fn children(pid: u32) -> Vec<u32> {
 /// right now", for ever.)
 #[test]
 fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     let dir = w.dir("p");
     launch(&w, &dir);
@@ -500,6 +502,7 @@ impl Drop for Guard {
 /// process). Before: 64 of 200 immediate checks counted it.
 #[test]
 fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     let dir = w.dir("p");
     let n = 100;
@@ -517,6 +520,7 @@ fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
 /// project directory without its `project-root` (made whole, then renamed into place).
 #[test]
 fn gc_never_sees_a_first_launch_half_way() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     fs::create_dir_all(projects(&w)).unwrap();
     let stop = Arc::new(AtomicUsize::new(0));
@@ -529,7 +533,7 @@ fn gc_never_sees_a_first_launch_half_way() {
         let path = w.path_var();
         thread::spawn(move || {
             while stop.load(Ordering::Relaxed) == 0 {
-                let out = Command::new(common::BIN)
+                let out = Command::new(crate::common::BIN)
                     .current_dir(&root)
                     .env_clear()
                     .env("HOME", &home)
@@ -568,7 +572,7 @@ fn with_small_tmpfs(w: &World, mount: &Path, size: u64, script: &str) -> std::pr
         .arg("--tmpfs")
         .arg(mount)
         .args(["sh", "-c", script, "sh"])
-        .arg(common::BIN)
+        .arg(crate::common::BIN)
         .current_dir(w.root())
         .env_clear()
         .env("HOME", w.home())
@@ -584,6 +588,7 @@ fn with_small_tmpfs(w: &World, mount: &Path, size: u64, script: &str) -> std::pr
 /// launch with room to spare creates the project's state.
 #[test]
 fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     let seeded = w.dir("seeded");
     let fresh = w.dir("fresh");
@@ -676,6 +681,7 @@ fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
 /// the proxy's bound. Before: `502 Too many open files` or a reset past ~20 tunnels.
 #[test]
 fn the_proxy_queues_connections_beyond_its_descriptors() {
+    let _heavy = crate::common::heavy();
     const N: usize = 100;
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -769,6 +775,7 @@ print("TUNNELS-OK", len(ok))
 /// written one line each. Before: 13.4 MB in 10 s.
 #[test]
 fn a_flood_of_denials_keeps_the_denied_log_bounded() {
+    let _heavy = crate::common::heavy();
     let py = r#"
 import socket, threading
 def run(hosts):
@@ -827,6 +834,7 @@ print("FLOOD-DONE")
 /// sandbox gets it as HOME.
 #[test]
 fn odd_homes_are_refused_or_completed_before_anything_is_made() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     let dir = w.dir("p");
     let base = |c: &mut Command| {
@@ -882,6 +890,7 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
 /// before any state is made. Control: a long path within the limit launches.
 #[test]
 fn a_path_too_long_for_bwrap_is_refused_before_any_state() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     let deep = |total: usize| -> PathBuf {
         let mut p = w.work();
@@ -909,11 +918,4 @@ fn a_path_too_long_for_bwrap_is_refused_before_any_state() {
     let fine = deep(3900);
     ok(&w.cmd(&fine).args(["--exec", "true"]).output().unwrap());
     println!("long paths: 4092 bytes refused before any state, 3900 bytes launched");
-}
-
-#[allow(dead_code)]
-fn read_all(mut s: TcpStream) -> String {
-    let mut out = String::new();
-    let _ = s.read_to_string(&mut out);
-    out
 }

@@ -1,8 +1,6 @@
 //! Named sessions (`--session NAME`, `--forget NAME`, `--list`) with real bwrap, real git
 //! and a fake claude that keeps transcripts where claude keeps them.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -11,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 fn world() -> World {
     let w = World::new();
@@ -560,7 +558,8 @@ fn a_planted_symlink_does_not_carry_the_transcript_outside() {
 /// conversation found" when the transcript is not where it looks).
 #[test]
 fn real_claude_resumes_from_another_directory_including_a_long_one() {
-    for c in common::lab::claude_versions() {
+    let _heavy = crate::common::heavy();
+    for c in crate::common::lab::claude_versions() {
         resumes_from_another_directory_including_a_long_one(&c.bin);
     }
 }

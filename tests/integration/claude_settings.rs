@@ -5,8 +5,6 @@
 //! runs the command without asking, and the host's `.claude/settings.local.json` and
 //! `.claude/settings.json` are never written.
 
-mod common;
-
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,8 +12,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use common::lab::*;
-use common::*;
+use crate::common::lab::*;
+use crate::common::*;
 
 struct Tmux {
     dir: tempfile::TempDir,
@@ -141,6 +139,7 @@ fn state_copy(w: &World) -> PathBuf {
 
 #[test]
 fn always_allow_lands_in_the_state_copy_and_holds_in_the_next_sandbox() {
+    let _heavy = crate::common::heavy();
     for c in claude_versions() {
         let w = world_with(&c);
         let p = w.dir("proj");

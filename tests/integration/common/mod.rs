@@ -1,12 +1,12 @@
 //! Shared test harness: a throwaway HOME, a fake `claude` on PATH that reports from inside
 //! the sandbox, and helpers to build real git repositories.
-#![allow(dead_code)]
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::sync::{Mutex, MutexGuard};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_claudebox");
 
@@ -103,6 +103,19 @@ impl World {
             .output()
             .expect("run claudebox")
     }
+}
+
+/// Taken for the whole test by the tests that load the machine or are bound by time: the
+/// real Claude Code (node, both versions), the fault loops, the escape suite's races, the
+/// `.claude.json` writers, Ctrl-C, twenty launches at once. In one test binary they would
+/// otherwise run beside each other on the harness's threads; with this, at most one of
+/// them runs at a time, beside light tests (`--test-threads` defaults to the number of
+/// cores). A test that failed while holding it does not stop the others.
+pub fn heavy() -> MutexGuard<'static, ()> {
+    static HEAVY: Mutex<()> = Mutex::new(());
+    HEAVY
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 pub fn stdout(o: &Output) -> String {

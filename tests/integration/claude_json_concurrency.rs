@@ -7,8 +7,6 @@
 //! `CLAUDEBOX_CONCURRENCY_SANDBOXES` make the long run recorded in BENCHMARKS.md, and
 //! `CLAUDEBOX_CONCURRENCY_VERSION=pinned` picks 2.1.197 instead of the newest.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
@@ -17,7 +15,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use common::*;
+use crate::common::*;
 
 fn env_num(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -58,10 +56,11 @@ fn servers(path: &Path) -> Vec<String> {
 
 #[test]
 fn sandboxes_and_the_host_add_mcp_servers_at_once_nothing_lost_nothing_invalid() {
+    let _heavy = crate::common::heavy();
     // The newest in CI (2.1.197 loses updates to its own siblings even bare: its config
     // lock does not wait); `CLAUDEBOX_CONCURRENCY_VERSION=pinned` for 2.1.197.
     let want = std::env::var("CLAUDEBOX_CONCURRENCY_VERSION").unwrap_or_else(|_| "latest".into());
-    let Some(c) = common::lab::claude_versions()
+    let Some(c) = crate::common::lab::claude_versions()
         .into_iter()
         .find(|c| c.label == want)
     else {

@@ -3,15 +3,13 @@
 //! network switch, per-project sections, origins in `--dry-run`, invalid files, and the
 //! attempts of a project (or the agent) to widen its own sandbox.
 
-mod common;
-
 use std::fs;
 use std::net::TcpListener;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use common::*;
+use crate::common::*;
 
 /// `XDG_CONFIG_HOME` for these tests: outside the World's HOME.
 fn xdg(w: &World) -> PathBuf {
@@ -450,7 +448,7 @@ fn a_planted_git_file_does_not_join_a_configured_project() {
         &format!("[[project]]\nroot = {}\nro = [{}]\n", q(&a), q(&secret)),
     );
     let script = format!("cat {}/f 2>/dev/null || echo NOT-GRANTED", secret.display());
-    // without --yes the launch refuses the foreign git dir outright (tests/identity.rs);
+    // without --yes the launch refuses the foreign git dir outright (tests/integration/identity.rs);
     // with it, the section still does not apply
     let out = inside(&w, &evil, &["--yes"], &script);
     assert!(out.contains("NOT-GRANTED"), "{out}");

@@ -11,8 +11,8 @@ use std::fs;
 use std::path::PathBuf;
 use std::process::Output;
 
-use super::common::*;
 use super::{attempt, contains_planted, plant, run_attempt, write, Arena, Attempt, MARK};
+use crate::common::*;
 
 /// A file attempt: its name, the shell code run inside (from the project, or from the
 /// linked worktree), and the host file that shows it landed.

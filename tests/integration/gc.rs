@@ -1,8 +1,6 @@
 //! `--gc`: removes the state of projects whose root is gone, and nothing else: every trap
 //! below is planted for real and the whole test tree is compared before and after.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -10,8 +8,8 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use common::maintenance::*;
-use common::{ok, stderr, World};
+use crate::common::maintenance::*;
+use crate::common::{ok, stderr, World};
 
 /// A project directory under `work/` that has been launched in once.
 fn project(w: &World, name: &OsStr) -> (PathBuf, String) {
@@ -723,7 +721,8 @@ impl Unshare for std::process::Command {
     /// Runs claudebox (this command's program) through `unshare -rm sh -c SCRIPT BIN ARG`.
     fn arg0_unshare(&mut self, script: &str, arg: &Path) -> &mut Self {
         let mut c = std::process::Command::new("unshare");
-        c.args(["-rm", "sh", "-c", script, common::BIN]).arg(arg);
+        c.args(["-rm", "sh", "-c", script, crate::common::BIN])
+            .arg(arg);
         c.current_dir(self.get_current_dir().unwrap());
         c.env_clear();
         for (k, v) in self.get_envs() {

@@ -8,13 +8,11 @@
 //! `CLAUDEBOX_TEST_CLAUDE_LATEST` (the newest; scripts/test installs both); the test runs
 //! with each. Without them it fails, unless `CLAUDEBOX_SKIP_E2E=1` says to skip it.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
-use common::*;
+use crate::common::*;
 
 /// A world whose `claude` is the real CLI, linked the way npm links it.
 fn world_with_real_claude(claude: &PathBuf) -> World {
@@ -26,7 +24,8 @@ fn world_with_real_claude(claude: &PathBuf) -> World {
 
 #[test]
 fn real_claude_mcp_config_is_the_projects_and_follows_the_host() {
-    for c in common::lab::claude_versions() {
+    let _heavy = crate::common::heavy();
+    for c in crate::common::lab::claude_versions() {
         mcp_config_is_the_projects(&c.bin);
     }
 }
@@ -101,7 +100,8 @@ fn mcp_config_is_the_projects(claude: &PathBuf) {
 /// skill from `~/.claude/skills/` is offered to the model.
 #[test]
 fn real_claude_runs_the_users_hooks_and_commands_from_the_read_only_setup() {
-    use common::lab::{claude_versions, MockApi, API_KEY};
+    let _heavy = crate::common::heavy();
+    use crate::common::lab::{claude_versions, MockApi, API_KEY};
     for c in claude_versions() {
         let w = world_with_real_claude(&c.bin);
         let p = w.dir("proj");
@@ -159,7 +159,7 @@ fn real_claude_runs_the_users_hooks_and_commands_from_the_read_only_setup() {
             c.label
         );
         assert!(
-            common::lab::messages_text(first).contains("USER-COMMAND-BODY-7731"),
+            crate::common::lab::messages_text(first).contains("USER-COMMAND-BODY-7731"),
             "[{}] the user's slash command did not expand",
             c.label
         );

@@ -1,7 +1,5 @@
 //! The launcher with real bwrap and a fake claude reporting from inside.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -9,7 +7,7 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use common::*;
+use crate::common::*;
 
 fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
@@ -778,6 +776,7 @@ fn a_host_claude_config_dir_is_the_real_config_dir() {
 /// or the sandbox's check of `.claude/settings.local.json`).
 #[test]
 fn twenty_first_launches_of_a_new_project_at_once_all_start() {
+    let _heavy = crate::common::heavy();
     const ROUNDS: usize = 3;
     const N: usize = 20;
     let mut failed = Vec::new();

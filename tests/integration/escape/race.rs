@@ -408,11 +408,12 @@ fn inherited_fd_control() {
     assert!(w.home().join("PWNED-FD").exists(), "control: no write");
 }
 
-/// The figures alone (`cargo test --test escape race_figures -- --ignored --nocapture`):
+/// The figures alone (`cargo test --test integration race_figures -- --ignored --nocapture`):
 /// successes out of the launches, by descriptor and by name, per target.
 #[test]
 #[ignore]
 fn race_figures() {
+    let _heavy = crate::common::heavy();
     for t in TARGETS {
         race(t, false, LAUNCHES, false);
         race(t, true, LAUNCHES, false);

@@ -4,12 +4,8 @@
 //! `controls_*` prove that the same attempts succeed where nothing stops them, so a pass
 //! here means something.
 
-#[path = "escape/claude_home.rs"]
 mod claude_home;
-mod common;
-#[path = "escape/project_files.rs"]
 mod project_files;
-#[path = "escape/race.rs"]
 mod race;
 
 use std::fs;
@@ -17,7 +13,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use common::*;
+use crate::common::*;
 
 const HELPERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/helpers");
 const MARK: &str = "ESCAPED";
@@ -377,7 +373,7 @@ fn attempts(a: &Arena) -> Vec<Attempt> {
     v.push(
         attempt(
             "read the host session's kernel keyring",
-            py(include_str!("helpers/keyring_read.py")),
+            py(include_str!("../helpers/keyring_read.py")),
         )
         .via(Via::Keyring),
     );
@@ -448,7 +444,7 @@ print("ESCAPED attached" if r == 0 else "ptrace failed: errno %d" % ctypes.get_e
         "gain privileges through a setuid-root binary (su)",
         format!(
             "python3 -c {} su -c 'sleep 5' root | sed 's/ELEVATED/{MARK}/'",
-            sq(include_str!("helpers/setuid_probe.py"))
+            sq(include_str!("../helpers/setuid_probe.py"))
         ),
     ));
     v.push(attempt(
@@ -705,6 +701,7 @@ fn run_attempt(a: &Arena, at: &Attempt) -> (bool, String) {
 
 #[test]
 fn escape_suite() {
+    let _heavy = crate::common::heavy();
     let arena = Arena::new();
     let attempts = attempts(&arena);
     let mut succeeded = Vec::new();
@@ -715,7 +712,7 @@ fn escape_suite() {
             succeeded.push(at.name);
         }
     }
-    // Attempts that take more than one launch (tests/escape/race.rs).
+    // Attempts that take more than one launch (tests/integration/escape/race.rs).
     let more = race::attempts();
     for (name, escaped) in &more {
         if *escaped {
@@ -735,6 +732,7 @@ fn escape_suite() {
 /// protection turned off. Each must succeed, or the suite above proves nothing.
 #[test]
 fn controls_show_the_attempts_can_succeed() {
+    let _heavy = crate::common::heavy();
     let arena = Arena::new();
     let host = |script: &str| -> String {
         let o = Command::new("sh")

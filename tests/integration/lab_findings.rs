@@ -1,9 +1,7 @@
 //! What the lab found (issue 12), each with the real Claude Code (both versions) against
 //! the mock Messages API: the paths a moved conversation cites, Ctrl-C in `-p`. (Loopback
-//! hosts in allowlist mode: tests/conversations.rs
+//! hosts in allowlist mode: tests/integration/conversations.rs
 //! allowlist_reaches_a_loopback_api_only_through_the_proxy.)
-
-mod common;
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -12,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use common::lab::*;
-use common::*;
+use crate::common::lab::*;
+use crate::common::*;
 
 const RUN_LIMIT: Duration = Duration::from_secs(90);
 
@@ -90,6 +88,7 @@ fn cited_paths(transcript: &str, home: &Path) -> Vec<String> {
 /// that path still resolves inside the sandbox.
 #[test]
 fn paths_a_moved_conversation_cites_still_resolve() {
+    let _heavy = crate::common::heavy();
     for c in claude_versions() {
         let w = world_with(&c);
         let repo = w.dir("repo");
@@ -170,6 +169,7 @@ fn paths_a_moved_conversation_cites_still_resolve() {
 /// "Execution error" and exit 0); before, the sandbox died of the signal (status 130).
 #[test]
 fn ctrl_c_in_print_mode_gives_claudes_own_status() {
+    let _heavy = crate::common::heavy();
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     use std::time::Instant;
     for c in claude_versions() {

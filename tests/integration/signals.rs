@@ -1,15 +1,13 @@
 //! Ctrl-C in a terminal: SIGINT to the whole foreground process group. The agent must get
 //! it, have time to clean up, and its exit status must be the sandbox's (issue 12).
 
-mod common;
-
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
@@ -75,6 +73,7 @@ fn interrupt(mut child: Child) -> ExitStatus {
 
 #[test]
 fn ctrl_c_reaches_the_agent_which_cleans_up_and_whose_status_is_the_sandboxs() {
+    let _heavy = crate::common::heavy();
     let w = World::new();
     let proj = w.dir("proj");
     init_repo(&proj);
@@ -130,6 +129,7 @@ fn ctrl_c_reaches_the_agent_which_cleans_up_and_whose_status_is_the_sandboxs() {
 
 #[test]
 fn a_job_started_with_sigint_ignored_keeps_it_ignored_inside() {
+    let _heavy = crate::common::heavy();
     // A background job of a non-interactive shell starts with SIGINT ignored; the agent
     // inherits that choice instead of having it undone.
     let w = World::new();

@@ -8,8 +8,6 @@
 //! (scripts/test installs both); without them these tests fail unless
 //! `CLAUDEBOX_SKIP_E2E=1`.
 
-mod common;
-
 use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -19,8 +17,8 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use common::lab::*;
-use common::*;
+use crate::common::lab::*;
+use crate::common::*;
 
 /// How long one claudebox run may take before the test fails (and kills it).
 const RUN_LIMIT: Duration = Duration::from_secs(60);
@@ -241,6 +239,7 @@ fn mock_api_plays_its_script_and_logs_every_request() {
 /// is in claudebox's state, not in the host's `~/.claude/projects`.
 #[test]
 fn print_mode_bash_tool_call_changes_the_project() {
+    let _heavy = crate::common::heavy();
     for c in claude_versions() {
         let w = world_with(&c);
         let p = w.dir("proj");
@@ -311,6 +310,7 @@ fn print_mode_bash_tool_call_changes_the_project() {
 /// A Write tool call: the file appears in the work tree on the host, with its content.
 #[test]
 fn print_mode_write_tool_call_writes_into_the_project() {
+    let _heavy = crate::common::heavy();
     for c in claude_versions() {
         let w = world_with(&c);
         let p = w.dir("proj");
@@ -346,6 +346,7 @@ fn print_mode_write_tool_call_writes_into_the_project() {
 /// a linked worktree: each resumed run sends claude's earlier messages to the API.
 #[test]
 fn named_session_resumes_from_root_subdirectory_and_worktree() {
+    let _heavy = crate::common::heavy();
     for c in claude_versions() {
         let w = world_with(&c);
         let repo = w.dir("repo");
@@ -466,6 +467,7 @@ fn has_rule_of_width(screen: &str, n: usize) -> bool {
 /// stays), `/exit`, and claudebox's exit status is 0.
 #[test]
 fn tui_under_tmux_answers_resizes_interrupts_and_exits_zero() {
+    let _heavy = crate::common::heavy();
     for c in claude_versions() {
         let w = world_with(&c);
         let p = w.dir("proj");
@@ -581,6 +583,7 @@ fn sh_quote(path: &Path) -> String {
 /// Control: without `--allow-host`, nothing from inside reaches the mock.
 #[test]
 fn allowlist_reaches_a_loopback_api_only_through_the_proxy() {
+    let _heavy = crate::common::heavy();
     for c in claude_versions() {
         let w = world_with(&c);
         let p = w.dir("proj");

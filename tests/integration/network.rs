@@ -7,8 +7,6 @@
 //! requests meant to go through it. Allowed and denied hosts differ by port:
 //! `--allow-host localhost:A` admits server A and not server B.
 
-mod common;
-
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -18,7 +16,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 
 /// Requests through the proxy: curl with the proxy variables claudebox set, minus NO_PROXY.
 const VIA: &str = "NO_PROXY= no_proxy= curl -sS --max-time 20";
@@ -617,7 +615,8 @@ fn the_sandbox_end_of_the_bridge_fails_closed_when_run_alone() {
 /// Both Claude Code versions (`CLAUDEBOX_TEST_CLAUDE`, `CLAUDEBOX_TEST_CLAUDE_LATEST`).
 #[test]
 fn real_claude_code_runs_in_allowlist_mode() {
-    for c in common::lab::claude_versions() {
+    let _heavy = crate::common::heavy();
+    for c in crate::common::lab::claude_versions() {
         real_claude_code_runs_in_allowlist_mode_with(&c.bin);
     }
 }

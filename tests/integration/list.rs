@@ -1,8 +1,6 @@
 //! `--list`: one row per project directory, checked against the real state on disk (du,
 //! stat) and against real running sandboxes.
 
-mod common;
-
 use std::ffi::OsStr;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
@@ -10,8 +8,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use common::maintenance::*;
-use common::{git, init_repo, ok, stderr, stdout, World};
+use crate::common::maintenance::*;
+use crate::common::{git, init_repo, ok, stderr, stdout, World};
 
 /// `du -s -B1`: bytes used on disk, hard links once, symlinks not followed.
 fn du(path: &Path) -> u64 {
@@ -255,7 +253,7 @@ fn list_and_gc_need_no_claude() {
 #[test]
 fn the_last_conversation_of_each_project_is_listed() {
     let w = World::new();
-    w.install_claude(common::FAKE_CLAUDE_SESSIONS);
+    w.install_claude(crate::common::FAKE_CLAUDE_SESSIONS);
     let repo = w.work().join("repo");
     init_repo(&repo);
     let first = "11111111-1111-4111-8111-111111111111";

@@ -2,14 +2,12 @@
 //! bwrap, a bwrap that fails like Ubuntu's AppArmor makes it fail, no claude, a state
 //! directory that cannot be written.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::process::Output;
 
-use common::maintenance::*;
-use common::{stdout, World};
+use crate::common::maintenance::*;
+use crate::common::{stdout, World};
 
 fn check(w: &World, f: impl FnOnce(&mut std::process::Command)) -> Output {
     let mut c = w.cmd(&w.root());
@@ -61,7 +59,11 @@ fn passes_on_this_machine_and_leaves_nothing_behind() {
     let before = snapshot(&w.root());
     let out = check(&w, |_| {});
     let text = stdout(&out);
-    assert!(out.status.success(), "{text}\n{}", common::stderr(&out));
+    assert!(
+        out.status.success(),
+        "{text}\n{}",
+        crate::common::stderr(&out)
+    );
     for name in [
         "bwrap",
         "sandbox",
@@ -188,6 +190,49 @@ fn a_state_dir_that_cannot_be_made_fails() {
     assert_eq!(st, "fail");
     assert!(detail.contains("is not writable"), "{detail}");
     assert!(fix.contains("CLAUDEBOX_HOME"), "{fix}");
+}
+
+/// A path holding "; " comes out whole: the fix is data, not the message cut at "; "
+/// (which gave the detail "the state directory .../a" and the fix "b/afile/state is not
+/// writable (...)").
+#[test]
+fn a_state_dir_path_holding_a_semicolon_comes_out_whole() {
+    let w = World::new();
+    let dir = w.dir("a; b");
+    let file = dir.join("afile");
+    fs::write(&file, "").unwrap();
+    let out = check(&w, |c| {
+        c.env("CLAUDEBOX_HOME", file.join("state"));
+    });
+    let text = stdout(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    let (st, detail, fix) = row_of(&text, "state dir");
+    assert_eq!(st, "fail", "{text}");
+    assert!(detail.starts_with("the state directory "), "{detail}");
+    assert!(
+        detail.contains("a; b/afile/state is not writable"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("a; b/afile is not a writable directory)"),
+        "{detail}"
+    );
+    assert_eq!(
+        fix, "fix: fix its permissions or set CLAUDEBOX_HOME to a writable directory",
+        "{text}"
+    );
+    // The check runs from the world's root, which holds the config file: a launch there
+    // would refuse it, and the row gives that refusal's own fix, from its fields.
+    let (st, detail, fix) = row_of(&text, "config");
+    assert_eq!(st, "warn", "{text}");
+    assert!(
+        detail.ends_with("the agent could rewrite its own configuration"),
+        "{detail}"
+    );
+    assert_eq!(
+        fix, "fix: set XDG_CONFIG_HOME to a directory outside it",
+        "{text}"
+    );
 }
 
 #[test]

@@ -1,0 +1,24 @@
+//! The integration tests: one binary (`cargo test --test integration`), one module per
+//! subject. Tests that run the real Claude Code, the fault loops or the escape suite's
+//! races take `common::heavy()` so that two of them never share the machine's cores.
+
+mod common;
+
+mod check;
+mod claude_json_concurrency;
+mod claude_settings;
+mod config;
+mod conversations;
+mod e2e_claude;
+mod escape;
+mod faults;
+mod gc;
+mod hardening;
+mod identity;
+mod lab_findings;
+mod launch;
+mod list;
+mod network;
+mod no_git;
+mod sessions;
+mod signals;

@@ -52,46 +52,14 @@ struct LastConversation {
     time_unix: u64,
 }
 
-/// The newest `<uuid>.jsonl` (a regular file named by a UUID) in the project's
-/// conversations directories. Names the agent could have planted are checked, never
-/// printed raw: only a UUID is reported.
-fn last_conversation(state_dir: &std::path::Path) -> Option<LastConversation> {
-    let conversations = state_dir.join(crate::state::CONVERSATIONS_DIR);
-    let mut best: Option<(std::time::Duration, String)> = None;
-    for d in std::fs::read_dir(conversations).ok()?.flatten() {
-        if !d.file_type().is_ok_and(|t| t.is_dir()) {
-            continue;
-        }
-        let Ok(files) = std::fs::read_dir(d.path()) else {
-            continue;
-        };
-        for f in files.flatten() {
-            let name = f.file_name();
-            let Some(uuid) = name
-                .to_str()
-                .and_then(|n| n.strip_suffix(".jsonl"))
-                .filter(|u| crate::state::sessions::is_uuid(u))
-            else {
-                continue;
-            };
-            let Ok(meta) = f.metadata() else { continue };
-            if !meta.is_file() {
-                continue;
-            }
-            let t = meta
-                .modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .unwrap_or_default();
-            if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
-                best = Some((t, uuid.to_string()));
-            }
-        }
-    }
-    best.map(|(t, uuid)| LastConversation {
-        uuid,
-        time: utc(t.as_secs(), 'T', true) + "Z",
-        time_unix: t.as_secs(),
+/// The newest conversation the inventory's walk found, as `--list` shows it.
+fn last_conversation(e: &Entry) -> Option<LastConversation> {
+    let (t, uuid) = e.last_conversation.as_ref()?;
+    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
+    Some(LastConversation {
+        uuid: uuid.clone(),
+        time: utc(secs, 'T', true) + "Z",
+        time_unix: secs,
     })
 }
 
@@ -206,7 +174,7 @@ fn row(e: &Entry, v: Verdict) -> Row<'_> {
                 Some(w)
             }
         },
-        last_conversation: last_conversation(&e.dir),
+        last_conversation: last_conversation(e),
     }
 }
 
@@ -256,7 +224,7 @@ fn table(entries: &[Entry], margin: std::time::Duration, now: SystemTime) -> Str
             gc,
             root
         ));
-        if let Some(c) = last_conversation(&e.dir) {
+        if let Some(c) = last_conversation(e) {
             s.push_str(&format!(
                 "{:<16}  last conversation\t{}\t{}\n",
                 "",

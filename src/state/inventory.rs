@@ -56,6 +56,10 @@ pub struct Entry {
     pub sessions: Vec<serde_json::Value>,
     /// When `--gc` first found the root missing (`root-missing-since`), if it did.
     pub missing_since: Option<SystemTime>,
+    /// The newest conversation: a regular file `<uuid>.jsonl` in a directory of the
+    /// project's conversations, and when it was last written (found by the same walk as
+    /// the size; only a UUID is kept, never a name the agent chose).
+    pub last_conversation: Option<(SystemTime, String)>,
 }
 
 /// Something in `projects/` that is not a project directory: left alone.
@@ -187,6 +191,7 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
         running: None,
         sessions: Vec::new(),
         missing_since: read_missing_since(&dir),
+        last_conversation: None,
         dir,
     };
     if !(detail.size || detail.running) {
@@ -203,6 +208,7 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
             .lock_mtime
             .or_else(|| fs::symlink_metadata(&e.dir).and_then(|m| m.modified()).ok());
         e.running = detail.running.then_some(u.running);
+        e.last_conversation = u.last_conversation;
     }
     e.sessions = sessions(&e.dir);
     e
@@ -323,12 +329,17 @@ struct Usage {
     size: u64,
     lock_mtime: Option<SystemTime>,
     running: usize,
+    last_conversation: Option<(SystemTime, String)>,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Level {
     Top,
     Running,
+    /// The project's conversations directory (`claude-projects/`).
+    Conversations,
+    /// One directory of it (`claude-projects/<encoded cwd>/`): transcripts.
+    Transcripts,
     Below,
 }
 
@@ -340,6 +351,7 @@ fn walk(dir: &Path, running: bool) -> Usage {
         size: fs::symlink_metadata(dir).map_or(0, |m| m.blocks() * 512),
         lock_mtime: None,
         running: 0,
+        last_conversation: None,
     };
     let mut seen: HashSet<(u64, u64)> = HashSet::new();
     let mut stack = vec![(dir.to_path_buf(), Level::Top)];
@@ -348,10 +360,12 @@ fn walk(dir: &Path, running: bool) -> Usage {
         for entry in rd.flatten() {
             let Ok(m) = entry.metadata() else { continue };
             if m.is_dir() {
-                let next = if level == Level::Top && entry.file_name() == inuse::RUNNING_DIR {
-                    Level::Running
-                } else {
-                    Level::Below
+                let name = entry.file_name();
+                let next = match level {
+                    Level::Top if name == inuse::RUNNING_DIR => Level::Running,
+                    Level::Top if name == state::CONVERSATIONS_DIR => Level::Conversations,
+                    Level::Conversations => Level::Transcripts,
+                    _ => Level::Below,
                 };
                 stack.push((entry.path(), next));
             } else {
@@ -365,6 +379,9 @@ fn walk(dir: &Path, running: bool) -> Usage {
                 {
                     u.running += 1;
                 }
+                if level == Level::Transcripts && m.is_file() {
+                    newer_transcript(&mut u.last_conversation, &entry.file_name(), &m);
+                }
                 if m.nlink() > 1 && !seen.insert((m.dev(), m.ino())) {
                     continue;
                 }
@@ -373,6 +390,21 @@ fn walk(dir: &Path, running: bool) -> Usage {
         }
     }
     u
+}
+
+/// Keeps `file` as the newest conversation if it is a `<uuid>.jsonl` newer than `best`.
+fn newer_transcript(best: &mut Option<(SystemTime, String)>, file: &OsStr, m: &fs::Metadata) {
+    let Some(uuid) = file
+        .to_str()
+        .and_then(|n| n.strip_suffix(".jsonl"))
+        .filter(|u| crate::state::sessions::is_uuid(u))
+    else {
+        return;
+    };
+    let t = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+    if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+        *best = Some((t, uuid.to_string()));
+    }
 }
 
 #[cfg(test)]

@@ -49,6 +49,8 @@ use seccompiler::{
     SeccompRule, TargetArch,
 };
 
+use crate::policy::error::Fixable;
+
 /// The signals a terminal sends to its foreground process group from the keyboard, which
 /// the launcher ignores and the first step inside gives back to the agent.
 pub const TERMINAL_SIGNALS: [Signal; 2] = [Signal::SIGINT, Signal::SIGQUIT];
@@ -155,17 +157,21 @@ fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
         let ok = matches!(&found, Some((reached, point, ro))
             if reached == path && point == path && ro == read_only);
         if !ok {
-            bail!(
-                "{} is not the {} mount claudebox placed there (a directory on its way may \
-                 have been swapped for a symlink while the sandbox started, by another \
-                 sandbox of this project); refusing to start: look at that path",
-                show(path),
-                if *read_only {
-                    "read-only"
-                } else {
-                    "read-write"
-                },
-            );
+            bail!(Fixable::new(
+                format!(
+                    "{} is not the {} mount claudebox placed there (a directory on its way \
+                     may have been swapped for a symlink while the sandbox started, by \
+                     another sandbox of this project)",
+                    show(path),
+                    if *read_only {
+                        "read-only"
+                    } else {
+                        "read-write"
+                    },
+                ),
+                "refusing to start: look at that path",
+            )
+            .at(path));
         }
     }
     Ok(())
@@ -248,11 +254,13 @@ pub use crate::policy::confinement::{
 /// The seccomp filter, compiled from [`SECCOMP`] for the running architecture.
 pub fn filter() -> Result<BpfProgram> {
     let arch = TargetArch::try_from(std::env::consts::ARCH).map_err(|_| {
-        anyhow::anyhow!(
-            "no seccomp filter for the {} architecture; claudebox supports x86_64, aarch64 \
-             and riscv64",
-            std::env::consts::ARCH
-        )
+        anyhow::Error::new(Fixable::new(
+            format!(
+                "no seccomp filter for the {} architecture",
+                std::env::consts::ARCH
+            ),
+            "claudebox supports x86_64, aarch64 and riscv64",
+        ))
     })?;
     // seccompiler's filter is a map from syscall number to rules (any rule matching is a
     // match; an empty list matches every call of that number).

@@ -11,6 +11,7 @@ use std::os::fd::{AsRawFd, RawFd};
 use anyhow::{bail, Context, Result};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
+use crate::policy::error::Fixable;
 use crate::proxy::netbridge::MAX_FORWARDS;
 
 /// Opens the proxy port and the forwards (`(address, optional)`), sends them over `fd`
@@ -41,9 +42,9 @@ pub fn hand_to_proxy(fd: RawFd, port: u16, forwards: &[(SocketAddr, bool)]) -> R
         None,
     )
     .with_context(|| {
-        format!(
-            "the network proxy is not reachable on descriptor {fd}; allowlist mode works \
-             only when claudebox itself starts the sandbox"
+        Fixable::new(
+            format!("the network proxy is not reachable on descriptor {fd}"),
+            "allowlist mode works only when claudebox itself starts the sandbox",
         )
     })?;
     let _ = nix::unistd::close(fd);

@@ -7,54 +7,16 @@
 
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use serde_json::json;
 
 use crate::common::lab::*;
+use crate::common::tmux::Tmux;
 use crate::common::*;
 
-struct Tmux {
-    dir: tempfile::TempDir,
-}
-
-impl Tmux {
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("tmux");
-        c.arg("-S").arg(self.dir.path().join("tmux.sock"));
-        c
-    }
-    fn run(&self, args: &[&str]) -> String {
-        let o = output_within(self.cmd().args(args), Duration::from_secs(10))
-            .unwrap_or_else(|e| panic!("tmux {args:?}: {e}"));
-        assert!(o.status.success(), "tmux {args:?}: {}", stderr(&o));
-        stdout(&o)
-    }
-    fn screen(&self) -> String {
-        self.run(&["capture-pane", "-p", "-S", "-200"])
-    }
-    #[track_caller]
-    fn wait_for(&self, what: &str, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = std::time::Instant::now() + Duration::from_secs(40);
-        loop {
-            let s = self.screen();
-            if pred(&s) {
-                return s;
-            }
-            if std::time::Instant::now() >= deadline {
-                panic!("waited for {what}; the screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = output_within(self.cmd().arg("kill-server"), Duration::from_secs(5));
-    }
-}
+/// How long the TUI gets to show each thing.
+const SCREEN_LIMIT: Duration = Duration::from_secs(40);
 
 const COMMAND: &str = "python3 -c 'print(12345 * 2)'";
 
@@ -66,27 +28,10 @@ fn session(w: &World, proj: &Path, label: &str) -> bool {
         {"bash": {"command": COMMAND, "description": "multiply"}},
         "SESSION-DONE",
     ]));
-    let tmux = Tmux {
-        dir: tempfile::tempdir().unwrap(),
-    };
+    let tmux = Tmux::new().with_scrollback(200);
     let shell = format!("'{BIN}' --permission-mode default");
-    let mut start = tmux.cmd();
-    start
-        .env_clear()
-        .env("HOME", w.home())
-        .env("PATH", w.path_var())
-        .env("LANG", "C.UTF-8")
-        .env("ANTHROPIC_BASE_URL", mock.base_url())
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .args(["new-session", "-d", "-x", "150", "-y", "50", "-c"])
-        .arg(proj)
-        .arg(&shell);
-    if let Some(u) = std::env::var_os("USER") {
-        start.env("USER", u);
-    }
-    let o = output_within(&mut start, Duration::from_secs(10)).unwrap();
-    assert!(o.status.success(), "tmux new-session: {}", stderr(&o));
-    tmux.wait_for(&format!("[{label}] the prompt"), |s| {
+    tmux.start(w, &mock, proj, (150, 50), &shell);
+    tmux.wait_for(&format!("[{label}] the prompt"), SCREEN_LIMIT, |s| {
         s.contains("Claude Code")
     });
     tmux.run(&["send-keys", "-l", "run the command"]);
@@ -94,6 +39,7 @@ fn session(w: &World, proj: &Path, label: &str) -> bool {
     tmux.run(&["send-keys", "Enter"]);
     let s = tmux.wait_for(
         &format!("[{label}] a permission prompt or the answer"),
+        SCREEN_LIMIT,
         |s| s.contains("proceed?") || s.contains("SESSION-DONE"),
     );
     let asked = s.contains("proceed?");
@@ -114,7 +60,7 @@ fn session(w: &World, proj: &Path, label: &str) -> bool {
                 break;
             }
         }
-        tmux.wait_for(&format!("[{label}] the answer"), |s| {
+        tmux.wait_for(&format!("[{label}] the answer"), SCREEN_LIMIT, |s| {
             s.contains("SESSION-DONE")
         });
     }

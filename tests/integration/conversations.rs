@@ -12,12 +12,13 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 
 use crate::common::lab::*;
+use crate::common::tmux::Tmux;
 use crate::common::*;
 
 /// How long one claudebox run may take before the test fails (and kills it).
@@ -25,27 +26,7 @@ const RUN_LIMIT: Duration = Duration::from_secs(60);
 
 /// `claudebox ARGS` in `cwd`, pointed at `mock`, bounded in time.
 fn claudebox(w: &World, cwd: &Path, mock: &MockApi, args: &[&str]) -> Output {
-    let mut cmd = w.cmd(cwd);
-    mock.point(&mut cmd).args(args);
-    match output_within(&mut cmd, RUN_LIMIT) {
-        Ok(o) => o,
-        Err(e) => panic!("claudebox {args:?} in {}: {e}", cwd.display()),
-    }
-}
-
-/// Asserts success, naming the claude version and showing everything on failure.
-#[track_caller]
-fn ok_run(c: &Claude, o: &Output, mock: &MockApi) -> String {
-    assert!(
-        o.status.success(),
-        "[{}] claudebox failed: {:?}\nstdout:\n{}\nstderr:\n{}\nmock stderr:\n{}",
-        c.label,
-        o.status,
-        stdout(o),
-        stderr(o),
-        mock.stderr()
-    );
-    stdout(o)
+    run_claudebox(w, cwd, mock, args, &[], RUN_LIMIT)
 }
 
 /// Every `.jsonl` transcript under `dir`, recursively.
@@ -402,58 +383,6 @@ fn named_session_resumes_from_root_subdirectory_and_worktree() {
     }
 }
 
-/// A tmux server of its own (socket in a temp dir), killed on drop.
-struct Tmux {
-    dir: tempfile::TempDir,
-}
-
-impl Tmux {
-    fn sock(&self) -> PathBuf {
-        self.dir.path().join("tmux.sock")
-    }
-    fn cmd(&self) -> Command {
-        let mut c = Command::new("tmux");
-        c.arg("-S").arg(self.sock());
-        c
-    }
-    fn run(&self, args: &[&str]) -> String {
-        let o = output_within(self.cmd().args(args), Duration::from_secs(10))
-            .unwrap_or_else(|e| panic!("tmux {args:?}: {e}"));
-        assert!(o.status.success(), "tmux {args:?}: {}", stderr(&o));
-        stdout(&o)
-    }
-    fn screen(&self) -> String {
-        self.run(&["capture-pane", "-p"])
-    }
-    /// Types `text` literally, then Enter.
-    fn type_line(&self, text: &str) {
-        self.run(&["send-keys", "-l", text]);
-        std::thread::sleep(Duration::from_millis(300));
-        self.run(&["send-keys", "Enter"]);
-    }
-    /// Waits (at most `limit`) until `pred` holds for the screen; returns that screen.
-    #[track_caller]
-    fn wait_for(&self, what: &str, limit: Duration, pred: impl Fn(&str) -> bool) -> String {
-        let deadline = std::time::Instant::now() + limit;
-        loop {
-            let s = self.screen();
-            if pred(&s) {
-                return s;
-            }
-            if std::time::Instant::now() >= deadline {
-                panic!("waited {limit:?} for {what}; the screen:\n{s}");
-            }
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
-}
-
-impl Drop for Tmux {
-    fn drop(&mut self) {
-        let _ = output_within(self.cmd().arg("kill-server"), Duration::from_secs(5));
-    }
-}
-
 /// A screen line made of exactly `n` box-drawing dashes: claude's prompt rules span the
 /// terminal's width.
 fn has_rule_of_width(screen: &str, n: usize) -> bool {
@@ -478,31 +407,14 @@ fn tui_under_tmux_answers_resizes_interrupts_and_exits_zero() {
             {"text": "SLOW-START one two three four five six seven eight nine ten SLOW-END",
              "chunks": 40, "chunk_delay_ms": 250},
         ]));
-        let tmux = Tmux {
-            dir: tempfile::tempdir().unwrap(),
-        };
+        let tmux = Tmux::new();
         let exit_file = tmux.dir.path().join("exit");
         let shell = format!(
             "{} ; echo EXIT=$? > {}",
             sh_quote(Path::new(BIN)),
             sh_quote(&exit_file)
         );
-        let mut start = tmux.cmd();
-        start
-            .env_clear()
-            .env("HOME", w.home())
-            .env("PATH", w.path_var())
-            .env("LANG", "C.UTF-8")
-            .env("ANTHROPIC_BASE_URL", mock.base_url())
-            .env("ANTHROPIC_API_KEY", API_KEY)
-            .args(["new-session", "-d", "-x", "120", "-y", "40", "-c"])
-            .arg(&p)
-            .arg(&shell);
-        if let Some(u) = std::env::var_os("USER") {
-            start.env("USER", u);
-        }
-        let o = output_within(&mut start, Duration::from_secs(10)).unwrap();
-        assert!(o.status.success(), "tmux new-session: {}", stderr(&o));
+        tmux.start(&w, &mock, &p, (120, 40), &shell);
         let limit = Duration::from_secs(30);
         let label = c.label;
 

@@ -15,39 +15,10 @@ use crate::common::*;
 
 const RUN_LIMIT: Duration = Duration::from_secs(90);
 
-/// A world whose `claude` is `c`, linked the way npm links it.
-fn world_with(c: &Claude) -> World {
-    let w = World::new();
-    fs::remove_file(w.bin().join("claude")).unwrap();
-    std::os::unix::fs::symlink(&c.bin, w.bin().join("claude")).unwrap();
-    w
-}
-
 /// `claudebox ARGS` in `cwd`, pointed at `mock`, bounded in time.
 fn claudebox(w: &World, cwd: &Path, mock: &MockApi, args: &[&str]) -> Output {
-    let mut cmd = w.cmd(cwd);
-    cmd.env("ANTHROPIC_BASE_URL", mock.base_url())
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .env("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        .args(args);
-    match output_within(&mut cmd, RUN_LIMIT) {
-        Ok(o) => o,
-        Err(e) => panic!("claudebox {args:?} in {}: {e}", cwd.display()),
-    }
-}
-
-#[track_caller]
-fn ok_run(c: &Claude, o: &Output, mock: &MockApi) -> String {
-    assert!(
-        o.status.success(),
-        "[{}] claudebox failed: {:?}\nstdout:\n{}\nstderr:\n{}\nmock stderr:\n{}",
-        c.label,
-        o.status,
-        stdout(o),
-        stderr(o),
-        mock.stderr()
-    );
-    stdout(o)
+    let quiet = [("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")];
+    run_claudebox(w, cwd, mock, args, &quiet, RUN_LIMIT)
 }
 
 /// Every file under `dir`, recursively, not following symlinks.

@@ -317,3 +317,36 @@ fn reader(mut r: impl Read + Send + 'static) -> std::sync::mpsc::Receiver<Vec<u8
 fn collect(rx: std::sync::mpsc::Receiver<Vec<u8>>) -> Vec<u8> {
     rx.recv_timeout(Duration::from_secs(5)).unwrap_or_default()
 }
+
+/// `claudebox ARGS` of `w` in `cwd`, pointed at `mock` (plus `env`), killed after `limit`.
+pub fn run_claudebox(
+    w: &super::World,
+    cwd: &Path,
+    mock: &MockApi,
+    args: &[&str],
+    env: &[(&str, &str)],
+    limit: Duration,
+) -> Output {
+    let mut cmd = w.cmd(cwd);
+    mock.point(&mut cmd).envs(env.iter().copied()).args(args);
+    match output_within(&mut cmd, limit) {
+        Ok(o) => o,
+        Err(e) => panic!("claudebox {args:?} in {}: {e}", cwd.display()),
+    }
+}
+
+/// Asserts a run succeeded, naming the claude version and showing everything on failure;
+/// returns its stdout.
+#[track_caller]
+pub fn ok_run(c: &Claude, o: &Output, mock: &MockApi) -> String {
+    assert!(
+        o.status.success(),
+        "[{}] claudebox failed: {:?}\nstdout:\n{}\nstderr:\n{}\nmock stderr:\n{}",
+        c.label,
+        o.status,
+        super::stdout(o),
+        super::stderr(o),
+        mock.stderr()
+    );
+    super::stdout(o)
+}

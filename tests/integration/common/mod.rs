@@ -242,3 +242,4 @@ fi
 
 pub mod lab;
 pub mod maintenance;
+pub mod tmux;

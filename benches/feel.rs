@@ -28,7 +28,7 @@
 //! Needs bwrap, git, python3 (/usr/bin/python3 inside the sandbox), and tmux for the TUI
 //! figures. Fixtures go under $TMPDIR (default /tmp) and are removed at the end.
 
-// The integration tests' harness; the bench uses only `World` and `lab` of it.
+// The integration tests' harness; the bench uses only `World`, `init_repo` and `lab` of it.
 #[allow(dead_code, unused_imports)]
 #[path = "../tests/integration/common/mod.rs"]
 mod common;
@@ -48,7 +48,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use common::lab::{self, Claude, MockApi, API_KEY};
-use common::World;
+use common::{init_repo, World};
 
 /// The Claude Code versions the CI caches, used when no variable or `--claude` names one.
 const CACHED_CLAUDES: [&str; 2] = [
@@ -261,31 +261,6 @@ fn install(bin: &Path, dir: &Path) -> PathBuf {
     let dst = dir.join("claudebox");
     fs::copy(bin, &dst).unwrap_or_else(|e| die(&format!("cannot copy {}: {e}", bin.display())));
     dst
-}
-
-fn git(cwd: &Path, args: &[&str]) {
-    let o = Command::new("git")
-        .current_dir(cwd)
-        .args(["-c", "user.name=B", "-c", "user.email=b@example.com"])
-        .args(["-c", "init.defaultBranch=main"])
-        .args(args)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("HOME", cwd)
-        .output()
-        .expect("run git");
-    if !o.status.success() {
-        die(&format!(
-            "git {args:?}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        ));
-    }
-}
-
-fn init_repo(dir: &Path) {
-    git(dir, &["init", "-q"]);
-    fs::write(dir.join("README"), "bench\n").unwrap();
-    git(dir, &["add", "README"]);
-    git(dir, &["commit", "-qm", "init"]);
 }
 
 // ---------------------------------------------------------------------------------------

@@ -28,6 +28,8 @@ rustPlatform.buildRustPackage {
       (lib.fileset.maybeMissing ../tests)
       # Cargo.toml declares the bench target, so cargo needs its file to read the manifest
       ../benches
+      # src/policy/apparmor.rs includes the shipped AppArmor profile
+      ../packaging/apparmor/claudebox-bwrap
     ];
   };
 
@@ -52,6 +54,13 @@ rustPlatform.buildRustPackage {
       installManPage claudebox.1
     ''
     + ''
+      # The AppArmor profile for Ubuntu-style kernels (apparmor_restrict_unprivileged_userns),
+      # attached to the bwrap this package runs (the same line `claudebox --apparmor-profile`
+      # replaces). NixOS: security.apparmor.policies.claudebox-bwrap.profile =
+      #   builtins.readFile "''${pkgs.claudebox}/etc/apparmor.d/claudebox-bwrap";
+      install -Dm644 ${../packaging/apparmor/claudebox-bwrap} $out/etc/apparmor.d/claudebox-bwrap
+      substituteInPlace $out/etc/apparmor.d/claudebox-bwrap \
+        --replace-fail '@{claudebox_bwrap} = /usr/bin/bwrap' '@{claudebox_bwrap} = "${bubblewrap}/bin/bwrap"'
       wrapProgram $out/bin/claudebox \
         --prefix PATH : ${lib.makeBinPath [ bubblewrap ]} \
         --set-default CLAUDEBOX_BWRAP ${bubblewrap}/bin/bwrap

@@ -10,7 +10,7 @@ use clap::Parser;
 use crate::cli::{self, shell, Mode};
 use crate::host::{self, project};
 use crate::launch;
-use crate::maintenance::{check, gc, list};
+use crate::maintenance::{apparmor, check, gc, list};
 use crate::policy::render;
 use crate::state::{self, sessions};
 
@@ -60,6 +60,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Mode::Check => check::run(),
+        Mode::AppArmorProfile => apparmor::print_profile(),
         Mode::Gc { dry_run, margin } => gc::run(dry_run, margin),
         Mode::List { json, margin } => list::run(json, margin),
         Mode::Forget { name, dry_run } => forget(name, dry_run),

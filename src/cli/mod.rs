@@ -99,6 +99,13 @@ pub struct Cli {
     #[arg(long, conflicts_with_all = ["gc", "list", "exec", "dry_run", "args"])]
     pub check: bool,
 
+    /// Print the AppArmor profile that lets the bwrap claudebox uses create user
+    /// namespaces on Ubuntu 23.10 and later, for /etc/apparmor.d/claudebox-bwrap:
+    /// `claudebox --apparmor-profile | sudo tee /etc/apparmor.d/claudebox-bwrap &&
+    /// sudo apparmor_parser -r /etc/apparmor.d/claudebox-bwrap` (--check says if it is loaded).
+    #[arg(long, conflicts_with_all = ["check", "gc", "list", "exec", "dry_run", "args", "session", "forget"])]
+    pub apparmor_profile: bool,
+
     /// Remove the state of projects whose root no longer exists (with --dry-run: only say
     /// what would be removed).
     #[arg(long, conflicts_with_all = ["list", "exec", "args"])]
@@ -198,6 +205,8 @@ pub enum Mode<'a> {
     Version,
     /// `--check`.
     Check,
+    /// `--apparmor-profile`.
+    AppArmorProfile,
     /// `--gc` (with `--dry-run`: only say what would go).
     Gc {
         dry_run: bool,
@@ -221,6 +230,9 @@ impl Cli {
         }
         if self.check {
             return Ok(Mode::Check);
+        }
+        if self.apparmor_profile {
+            return Ok(Mode::AppArmorProfile);
         }
         if margin.is_some() && !self.gc && !self.list {
             anyhow::bail!("--gc-margin goes with --gc or --list (see claudebox --help)");
@@ -269,6 +281,7 @@ mod tests {
             "Launch { dry_run: true }"
         );
         assert_eq!(mode_of(&["--check"]), "Check");
+        assert_eq!(mode_of(&["--apparmor-profile"]), "AppArmorProfile");
         assert_eq!(mode_of(&["--claudebox-version", "--check"]), "Version");
         assert_eq!(
             mode_of(&["--gc", "--dry-run", "--gc-margin", "0"]),

@@ -125,7 +125,10 @@ fn checks() -> Result<Vec<Row>> {
     let claude = host::find_claude(&home);
 
     match &bwrap {
-        Ok(b) => rows.push(bwrap_row(b)),
+        Ok(b) => {
+            rows.push(bwrap_row(b));
+            rows.push(apparmor_row(b));
+        }
         Err(e) => {
             let (detail, fix) = parts(e, "install bubblewrap");
             rows.push(fail("bwrap", detail, fix));
@@ -233,6 +236,22 @@ fn bwrap_row(bwrap: &Path) -> Row {
             format!("{} cannot run: {e:#}", show(bwrap)),
             "reinstall bubblewrap, or point CLAUDEBOX_BWRAP at a working bwrap".into(),
         ),
+    }
+}
+
+/// The AppArmor state for this bwrap (src/maintenance/apparmor.rs).
+fn apparmor_row(bwrap: &Path) -> Row {
+    use crate::maintenance::apparmor::{classify, Facts, Level};
+    let v = classify(&Facts::probe(bwrap));
+    Row {
+        status: match v.level {
+            Level::Ok => Status::Ok,
+            Level::Warn => Status::Warn,
+            Level::Fail => Status::Fail,
+        },
+        name: "apparmor",
+        detail: v.detail,
+        fix: v.fix,
     }
 }
 

@@ -227,15 +227,9 @@ fn apparmor(f: &Facts) -> Diagnosis {
             }
         ),
         format!(
-            "allow them for bwrap only, with an AppArmor profile, rather than turning the \
-             restriction off for the whole machine:\n\
-             sudo tee /etc/apparmor.d/bwrap <<'EOF'\n\
-             abi <abi/4.0>,\n\
-             include <tunables/global>\n\
-             profile bwrap {bwrap} flags=(unconfined) {{\n  userns,\n  \
-             include if exists <local/bwrap>\n}}\n\
-             EOF\n\
-             sudo apparmor_parser -r /etc/apparmor.d/bwrap"
+            "allow them for this bwrap ({bwrap}) only, with claudebox's AppArmor profile, \
+             rather than turning the restriction off for the whole machine:\n{}",
+            crate::policy::apparmor::ONE_STEP
         ),
     )
 }
@@ -299,13 +293,12 @@ mod tests {
         for msg in [UID_MAP_EACCES, UID_MAP_EPERM, RTM] {
             let dg = classify(msg, &f, false);
             assert_eq!(dg.cause, Cause::AppArmor, "{msg}");
+            assert!(dg.fix.contains("(/usr/bin/bwrap)"), "{}", dg.fix);
             assert!(
-                dg.fix.contains("profile bwrap /usr/bin/bwrap"),
+                dg.fix.contains(crate::policy::apparmor::ONE_STEP),
                 "{}",
                 dg.fix
             );
-            assert!(dg.fix.contains("userns,"));
-            assert!(dg.fix.contains("apparmor_parser -r /etc/apparmor.d/bwrap"));
             assert!(!dg.fix.contains("apparmor_restrict_unprivileged_userns=0"));
         }
         // EACCES on the uid map is AppArmor's signature even when the sysctl is unreadable.

@@ -1,6 +1,7 @@
 //! Pure data and policy, no I/O: the sandbox plan and its one renderer, the network
 //! policy, the IPC variables table, the `~/.claude` table, the state's layout, the escaper for untrusted text.
 
+pub mod apparmor;
 pub mod claude_home;
 pub mod confinement;
 pub mod error;

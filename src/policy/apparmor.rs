@@ -1,0 +1,143 @@
+//! The AppArmor profile claudebox ships for its bwrap (`packaging/apparmor/claudebox-bwrap`)
+//! and the same text for another bwrap: `claudebox --apparmor-profile` prints the shipped
+//! file with its one attachment line naming the bwrap in use, so the file in the repository,
+//! the packages' copies and the printed text cannot drift apart.
+
+use std::path::Path;
+
+use anyhow::{bail, Result};
+
+use crate::policy::error::Fixable;
+use crate::policy::escape::Shown;
+
+/// The shipped profile, byte for byte.
+pub const SHIPPED: &str = include_str!("../../packaging/apparmor/claudebox-bwrap");
+
+/// The profile's name (also its file name under /etc/apparmor.d): no distribution profile
+/// has it, so loading it replaces none (a profile named `bwrap` would replace Ubuntu's).
+pub const NAME: &str = "claudebox-bwrap";
+
+/// Where the profile goes.
+pub const INSTALL_PATH: &str = "/etc/apparmor.d/claudebox-bwrap";
+
+/// The line of [`SHIPPED`] that names the bwrap the profile attaches to; nix/package.nix
+/// replaces the same line.
+pub const ATTACH_LINE: &str = "@{claudebox_bwrap} = /usr/bin/bwrap";
+
+/// The one command that installs and loads the profile for the bwrap claudebox uses.
+pub const ONE_STEP: &str =
+    "claudebox --apparmor-profile | sudo tee /etc/apparmor.d/claudebox-bwrap \
+     && sudo apparmor_parser -r /etc/apparmor.d/claudebox-bwrap";
+
+/// The shipped profile attached to `bwrap` (an absolute path with symlinks resolved:
+/// AppArmor matches the executable's real path). Refuses a path the profile language
+/// cannot name literally (glob and quoting characters, control characters, non-UTF-8):
+/// escaping those is easy to get wrong, and a wrong attachment silently covers nothing
+/// or more than meant.
+pub fn profile_for(bwrap: &Path) -> Result<String> {
+    let Some(path) = bwrap.to_str() else {
+        bail!(unnameable(bwrap, "it is not UTF-8"));
+    };
+    if !path.starts_with('/') {
+        bail!(unnameable(bwrap, "it is not absolute"));
+    }
+    if let Some(c) = path.chars().find(|c| !plain(*c)) {
+        bail!(unnameable(bwrap, &format!("it holds {}", c.escape_debug())));
+    }
+    let line = format!("@{{claudebox_bwrap}} = \"{path}\"");
+    Ok(SHIPPED.replacen(ATTACH_LINE, &line, 1))
+}
+
+/// A character AppArmor reads literally inside a double-quoted variable value.
+fn plain(c: char) -> bool {
+    c.is_alphanumeric() || matches!(c, '/' | '.' | '_' | '-' | '+' | '~' | ':' | '=' | '%' | ' ')
+}
+
+fn unnameable(bwrap: &Path, why: &str) -> Fixable {
+    Fixable::new(
+        format!(
+            "cannot write an AppArmor profile for {}: {why}",
+            bwrap.shown()
+        ),
+        "install bwrap at a plain path (letters, digits, / . _ - + ~ : = % and spaces) or \
+         point CLAUDEBOX_BWRAP at one",
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::ffi::OsStr;
+    use std::os::unix::ffi::OsStrExt;
+
+    #[test]
+    fn shipped_file_has_the_attachment_line_once() {
+        assert_eq!(SHIPPED.matches(ATTACH_LINE).count(), 1);
+        assert!(SHIPPED.contains("profile claudebox-bwrap @{claudebox_bwrap} flags=(unconfined)"));
+        assert!(SHIPPED.contains("  userns,\n"));
+        assert!(SHIPPED.contains("abi <abi/4.0>,"));
+        assert!(SHIPPED.contains(&format!("include if exists <local/{NAME}>")));
+        assert!(SHIPPED.contains(INSTALL_PATH));
+        assert!(ONE_STEP.contains(INSTALL_PATH));
+    }
+
+    #[test]
+    fn printed_profile_is_the_shipped_one_with_the_path() {
+        let p = profile_for(Path::new("/usr/bin/bwrap")).unwrap();
+        assert_eq!(
+            p,
+            SHIPPED.replace(ATTACH_LINE, "@{claudebox_bwrap} = \"/usr/bin/bwrap\"")
+        );
+        let nix = "/nix/store/0abc-bubblewrap-0.11.0/bin/bwrap";
+        let p = profile_for(Path::new(nix)).unwrap();
+        assert!(p.contains(&format!("@{{claudebox_bwrap}} = \"{nix}\"\n")));
+        assert!(!p.contains(ATTACH_LINE));
+        // Everything but that line is the shipped file.
+        let others = |s: &str| -> Vec<String> {
+            s.lines()
+                .filter(|l| !l.starts_with("@{claudebox_bwrap}"))
+                .map(String::from)
+                .collect()
+        };
+        assert_eq!(others(&p), others(SHIPPED));
+        let spaced = profile_for(Path::new("/opt/my tools/bwrap")).unwrap();
+        assert!(spaced.contains("@{claudebox_bwrap} = \"/opt/my tools/bwrap\"\n"));
+    }
+
+    #[test]
+    fn refuses_paths_it_cannot_name() {
+        for bad in [
+            "/opt/a*b/bwrap",
+            "/opt/{x}/bwrap",
+            "/opt/q\"x/bwrap",
+            "/opt/a\\b/bwrap",
+            "/opt/new\nline/bwrap",
+            "/opt/[x]/bwrap",
+            "/opt/c,d/bwrap",
+            "/opt/@{x}/bwrap",
+            "relative/bwrap",
+        ] {
+            let e = profile_for(Path::new(bad)).unwrap_err();
+            let text = format!("{e:#}");
+            assert!(
+                text.starts_with("cannot write an AppArmor profile for"),
+                "{text}"
+            );
+            assert!(!text.contains('\n'), "one line: {text}");
+        }
+        let e = profile_for(Path::new(OsStr::from_bytes(b"/opt/\xff/bwrap"))).unwrap_err();
+        assert!(format!("{e:#}").contains("not UTF-8"));
+    }
+
+    #[test]
+    fn nix_package_replaces_the_same_line() {
+        let nix =
+            std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("nix/package.nix"))
+                .unwrap();
+        assert!(
+            nix.contains(&format!("'{ATTACH_LINE}'")),
+            "nix/package.nix must replace {ATTACH_LINE:?}"
+        );
+        assert!(nix.contains("packaging/apparmor/claudebox-bwrap"));
+    }
+}

@@ -86,6 +86,12 @@ fn passes_on_this_machine_and_leaves_nothing_behind() {
         .1
         .contains(w.bin().join("claude").to_str().unwrap()));
     assert!(row_of(&text, "bwrap").1.contains("bubblewrap"), "{text}");
+    // Measured here: no AppArmor in this kernel (no /sys/module/apparmor).
+    let (st, detail, _) = row_of(&text, "apparmor");
+    assert_eq!(st, "ok", "{text}");
+    if !std::path::Path::new("/sys/module/apparmor").exists() {
+        assert!(detail.starts_with("not enabled: "), "{detail}");
+    }
     assert!(text.trim_end().ends_with("0 fail"), "{text}");
     // Nothing created: no state directory, no leftover probe directory.
     let mut after = snapshot(&w.root());
@@ -139,16 +145,13 @@ fn an_apparmor_style_failure_is_recognised_end_to_end() {
     let (st, detail, fix) = row_of(&text, "sandbox");
     assert_eq!(st, "fail");
     assert!(detail.contains("AppArmor"), "{detail}");
+    // The fix is the one step: claudebox prints the profile for this bwrap.
+    assert!(fix.contains(&format!("({})", bwrap.display())), "{fix}");
     assert!(
-        fix.contains(&format!(
-            "profile bwrap {} flags=(unconfined)",
-            bwrap.display()
-        )),
-        "{fix}"
-    );
-    assert!(fix.contains("userns,"), "{fix}");
-    assert!(
-        fix.contains("sudo apparmor_parser -r /etc/apparmor.d/bwrap"),
+        fix.contains(
+            "claudebox --apparmor-profile | sudo tee /etc/apparmor.d/claudebox-bwrap \
+             && sudo apparmor_parser -r /etc/apparmor.d/claudebox-bwrap"
+        ),
         "{fix}"
     );
     assert!(

@@ -4,6 +4,7 @@
 
 mod common;
 
+mod apparmor;
 mod check;
 mod claude_json_concurrency;
 mod claude_settings;

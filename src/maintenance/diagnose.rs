@@ -76,6 +76,7 @@ pub enum Cause {
     NoUserNamespaces,
     Container,
     RootNested,
+    UnexpectedCapabilities,
     NoBwrapInside,
     OldBwrap,
     Unknown,
@@ -95,6 +96,18 @@ pub fn classify(stderr: &str, f: &Facts, nested: bool) -> Diagnosis {
                 .into(),
             "upgrade bubblewrap to 0.10 or later (Debian 12: the 0.8.0-2+deb12u1 security \
              update has it)"
+                .into(),
+        );
+    }
+    if has("Unexpected capabilities but not setuid") {
+        return d(
+            Cause::UnexpectedCapabilities,
+            "bwrap was started holding capabilities while not setuid and not root, which it \
+             refuses (it expects either a setuid bwrap or none)"
+                .into(),
+            "start claudebox from a process without added capabilities (not under a wrapper \
+             that grants ambient capabilities, not a non-root container user given --cap-add), \
+             and give bwrap no file capabilities (sudo setcap -r on it)"
                 .into(),
         );
     }
@@ -139,7 +152,9 @@ pub fn classify(stderr: &str, f: &Facts, nested: bool) -> Diagnosis {
             "use a kernel built with CONFIG_USER_NS=y (every mainstream distribution's is)".into(),
         );
     }
-    if has("No permissions to creating new namespace") {
+    // bwrap 0.8 "No permissions to creating new namespace", Debian's "... to create new
+    // namespace", bwrap 0.9+ "... to create a new namespace": EPERM from clone.
+    if has("No permissions to creat") {
         if f.userns_clone == Some(false) {
             return d(
                 Cause::UsernsCloneOff,
@@ -156,10 +171,19 @@ pub fn classify(stderr: &str, f: &Facts, nested: bool) -> Diagnosis {
             return apparmor(f);
         }
     }
-    if uid_map && (has("Permission denied") || f.apparmor_restrict == Some(true)) {
+    // Denials of the restriction: EACCES on the uid map, or no CAP_NET_ADMIN for the new
+    // network namespace's loopback; with the sysctl read as 0 it is not the restriction.
+    let not_restricted = f.apparmor_restrict == Some(false);
+    if uid_map && !not_restricted && (has("Permission denied") || f.apparmor_restrict == Some(true))
+    {
         return apparmor(f);
     }
-    if has("Failed RTM_NEWADDR") || has("loopback: Failed") {
+    if (has("Failed RTM_NEWADDR") || has("loopback: Failed")) && !not_restricted {
+        return apparmor(f);
+    }
+    // Without the `unprivileged_userns` profile the restriction refuses the namespace itself.
+    if has("Creating new namespace failed: Permission denied") && f.apparmor_restrict == Some(true)
+    {
         return apparmor(f);
     }
     if uid_map && has("Operation not permitted") && f.uid == 0 && nested {
@@ -274,6 +298,24 @@ mod tests {
     const PROC: &str = "bwrap: Can't mount proc on /newroot/proc: Operation not permitted\n";
     const NEW_NS_EPERM: &str = "bwrap: Creating new namespace failed: Operation not permitted\n";
     const NO_BWRAP: &str = "bwrap: execvp bwrap: No such file or directory\n";
+    // bwrap 0.9 to 0.11 (bubblewrap.c), and Debian's patched wording.
+    const NO_PERM_09: &str = "bwrap: No permissions to create a new namespace, likely because \
+        the kernel does not allow non-privileged user namespaces. On e.g. debian this can be \
+        enabled with 'sysctl kernel.unprivileged_userns_clone=1'.\n";
+    const NO_PERM_DEBIAN: &str = "bwrap: No permissions to create new namespace, likely because \
+        the kernel does not allow non-privileged user namespaces. See <https://deb.li/bubblewrap> \
+        or <file:///usr/share/doc/bubblewrap/README.Debian.gz>.\n";
+    const NEW_NS_EACCES: &str = "bwrap: Creating new namespace failed: Permission denied\n";
+    const UNEXPECTED_CAPS: &str =
+        "bwrap: Unexpected capabilities but not setuid, old file caps config?\n";
+    const CAPSET: &str = "bwrap: capset failed: Operation not permitted\n";
+    const MAKE_SLAVE: &str = "bwrap: Failed to make / slave: Permission denied\n";
+    const PIVOT_ROOT: &str = "bwrap: pivot_root: Permission denied\n";
+    const APPLY_SECCOMP_SETGROUPS: &str = "apply-seccomp: write /proc/self/setgroups (nested \
+        userns is capability-restricted; caller must provide CAP_SYS_ADMIN): Permission denied\n";
+    const APPLY_SECCOMP_UID_MAP: &str =
+        "apply-seccomp: write /proc/self/uid_map: Operation not permitted\n";
+    const OVERFLOWUID: &str = "bwrap: Can't read /proc/sys/kernel/overflowuid: Permission denied\n";
 
     fn user() -> Facts {
         Facts {
@@ -378,6 +420,242 @@ mod tests {
             classify(NO_BWRAP, &user(), true).cause,
             Cause::NoBwrapInside
         );
+    }
+
+    /// The failure texts users report, exactly as bwrap (0.8 to 0.11, and Debian's
+    /// patched wording) and Claude Code's sandbox helper print them, each with the cause it
+    /// must get under each reading of the host: the sysctl at 1, at 0 or unreadable, a
+    /// container, Debian's switch off, root nesting. Texts that are not AppArmor's must
+    /// not become AppArmor even when the restriction is on.
+    #[test]
+    fn reported_failure_texts_get_their_cause() {
+        use Cause::*;
+        let restricted = Facts {
+            apparmor_restrict: Some(true),
+            ..user()
+        };
+        let unrestricted = Facts {
+            apparmor_restrict: Some(false),
+            ..user()
+        };
+        let unread = user();
+        let docker = Facts {
+            container: Some("/.dockerenv exists: Docker".into()),
+            ..user()
+        };
+        let debian_off = Facts {
+            userns_clone: Some(false),
+            apparmor_restrict: None,
+            ..user()
+        };
+        let root = Facts { uid: 0, ..user() };
+        // (where it was reported, text, facts, nested, cause)
+        let table: &[(&str, &str, &Facts, bool, Cause)] = &[
+            // anthropics/claude-code#17727, akitaonrails/ai-jail#34, Kron4ek/Conty#139
+            (
+                "uid map EACCES",
+                UID_MAP_EACCES,
+                &restricted,
+                false,
+                AppArmor,
+            ),
+            (
+                "uid map EACCES, sysctl unread",
+                UID_MAP_EACCES,
+                &unread,
+                false,
+                AppArmor,
+            ),
+            (
+                "uid map EACCES, sysctl 0",
+                UID_MAP_EACCES,
+                &unrestricted,
+                false,
+                Unknown,
+            ),
+            (
+                "uid map EACCES in Docker",
+                UID_MAP_EACCES,
+                &Facts {
+                    apparmor_restrict: Some(true),
+                    ..docker.clone()
+                },
+                false,
+                AppArmor,
+            ),
+            // anthropics/claude-code#14719 #55585, openai/codex#15057, sandbox-runtime#74
+            ("loopback", RTM, &restricted, false, AppArmor),
+            ("loopback, sysctl unread", RTM, &unread, false, AppArmor),
+            ("loopback, sysctl 0", RTM, &unrestricted, false, Unknown),
+            ("loopback nested", RTM, &restricted, true, AppArmor),
+            ("uid map EPERM", UID_MAP_EPERM, &restricted, false, AppArmor),
+            (
+                "uid map EPERM, sysctl 0",
+                UID_MAP_EPERM,
+                &unrestricted,
+                false,
+                Unknown,
+            ),
+            (
+                "uid map EPERM, root nested",
+                UID_MAP_EPERM,
+                &root,
+                true,
+                RootNested,
+            ),
+            // bwrap 0.9+, Debian's wording, bwrap 0.8's (VHSgunzo/runimage#2)
+            (
+                "no permissions 0.9",
+                NO_PERM_09,
+                &debian_off,
+                false,
+                UsernsCloneOff,
+            ),
+            (
+                "no permissions Debian",
+                NO_PERM_DEBIAN,
+                &debian_off,
+                false,
+                UsernsCloneOff,
+            ),
+            (
+                "no permissions 0.8",
+                NO_PERM,
+                &debian_off,
+                false,
+                UsernsCloneOff,
+            ),
+            (
+                "no permissions 0.9 in Docker",
+                NO_PERM_09,
+                &docker,
+                false,
+                Container,
+            ),
+            (
+                "no permissions Debian in Docker",
+                NO_PERM_DEBIAN,
+                &docker,
+                false,
+                Container,
+            ),
+            (
+                "no permissions, restricted",
+                NO_PERM_09,
+                &restricted,
+                false,
+                AppArmor,
+            ),
+            (
+                "no permissions, sysctl 0",
+                NO_PERM_09,
+                &unrestricted,
+                false,
+                Unknown,
+            ),
+            (
+                "clone EACCES, restricted",
+                NEW_NS_EACCES,
+                &restricted,
+                false,
+                AppArmor,
+            ),
+            (
+                "clone EACCES, sysctl 0",
+                NEW_NS_EACCES,
+                &unrestricted,
+                false,
+                Unknown,
+            ),
+            (
+                "clone EPERM in Docker",
+                NEW_NS_EPERM,
+                &docker,
+                false,
+                Container,
+            ),
+            (
+                "clone EPERM, restricted",
+                NEW_NS_EPERM,
+                &restricted,
+                false,
+                Unknown,
+            ),
+            // setuid and capabilities: never AppArmor
+            (
+                "file caps",
+                UNEXPECTED_CAPS,
+                &restricted,
+                false,
+                UnexpectedCapabilities,
+            ),
+            (
+                "file caps, user",
+                UNEXPECTED_CAPS,
+                &unread,
+                false,
+                UnexpectedCapabilities,
+            ),
+            (
+                "no userns, setuid needed",
+                NO_USERNS,
+                &restricted,
+                false,
+                NoUserNamespaces,
+            ),
+            ("capset", CAPSET, &restricted, false, Unknown),
+            ("ENOSPC", ENOSPC_NEW, &restricted, false, MaxUserNamespaces),
+            ("ENOSPC old", ENOSPC_OLD, &unread, true, MaxUserNamespaces),
+            // containers (typeclaw/typeclaw#1441, containers/bubblewrap#362)
+            ("slave in Docker", MAKE_SLAVE, &docker, false, Container),
+            ("slave on a host", MAKE_SLAVE, &restricted, false, Unknown),
+            ("pivot_root in LXC", PIVOT_ROOT, &docker, false, Container),
+            ("proc in Docker", PROC, &docker, false, Container),
+            ("proc nested", PROC, &unread, true, Unknown),
+            // Claude Code's helper (anthropics/claude-code#87680 #89478) and a confined
+            // caller (openai/codex#29908): not the userns restriction
+            (
+                "apply-seccomp setgroups",
+                APPLY_SECCOMP_SETGROUPS,
+                &restricted,
+                true,
+                Unknown,
+            ),
+            (
+                "apply-seccomp uid_map",
+                APPLY_SECCOMP_UID_MAP,
+                &restricted,
+                true,
+                Unknown,
+            ),
+            ("overflowuid", OVERFLOWUID, &restricted, false, Unknown),
+            (
+                "old bwrap",
+                "bwrap: Unknown option --ro-bind-fd\n",
+                &restricted,
+                false,
+                OldBwrap,
+            ),
+            (
+                "no bwrap inside",
+                NO_BWRAP,
+                &restricted,
+                true,
+                NoBwrapInside,
+            ),
+        ];
+        for (what, text, facts, nested, want) in table {
+            let got = classify(text, facts, *nested);
+            assert_eq!(got.cause, *want, "{what}: {text}");
+            if *want == AppArmor {
+                assert!(
+                    got.fix.contains(crate::policy::apparmor::ONE_STEP),
+                    "{what}"
+                );
+            } else {
+                assert!(!got.fix.contains("apparmor_parser"), "{what}: {}", got.fix);
+            }
+        }
     }
 
     #[test]

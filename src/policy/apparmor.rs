@@ -129,6 +129,21 @@ mod tests {
         assert!(format!("{e:#}").contains("not UTF-8"));
     }
 
+    /// A bwrap path that would smuggle rules into a profile root loads (a directory named
+    /// with a newline and a second, all-allowing profile) is refused; the control shows what
+    /// a plain substitution would have made of it.
+    #[test]
+    fn a_path_cannot_inject_rules() {
+        let evil = "/tmp/x\"\nprofile evil /** flags=(unconfined) {\n  capability,\n}\n#/bwrap";
+        assert!(profile_for(Path::new(evil)).is_err());
+        let naive = SHIPPED.replacen(
+            ATTACH_LINE,
+            &format!("@{{claudebox_bwrap}} = \"{evil}\""),
+            1,
+        );
+        assert!(naive.lines().any(|l| l.starts_with("profile evil")));
+    }
+
     #[test]
     fn nix_package_replaces_the_same_line() {
         let nix =

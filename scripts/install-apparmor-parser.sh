@@ -11,8 +11,8 @@
 # with apt (a temporary sources list; apt checks the index's signature with Debian's
 # archive keyring and each package's SHA256 against the index), unpacks them with
 # dpkg-deb -x (nothing is installed), and the wrapper runs that apparmor_parser through
-# trixie's own dynamic loader with its own config file and its own base and include
-# directory (abi/4.0, tunables). The wrapper only compiles: pass -Q (skip the kernel
+# trixie's own dynamic loader with its own config file (trixie's policy features) and its
+# own base and include directory (abi/4.0, tunables). The wrapper only compiles: pass -Q (skip the kernel
 # load) and -K (no cache); the test machine's kernel has no AppArmor.
 #
 # Environment:
@@ -50,7 +50,10 @@ chmod a+rx "$cache_base" 2>/dev/null || true
 final_dir="$cache_base/apparmor-$APPARMOR_VERSION"
 wrapper="$final_dir/apparmor_parser"
 
-works() { "$1" --version 2>/dev/null | head -n1 | grep -q "version ${APPARMOR_VERSION%-*}\$"; }
+works() {
+    grep -q "$final_dir/parser.conf" "$1" 2>/dev/null &&
+        "$1" --version 2>/dev/null | head -n1 | grep -q "version ${APPARMOR_VERSION%-*}\$"
+}
 
 if [[ -x "$wrapper" ]] && works "$wrapper"; then
     log "using the cached $wrapper"
@@ -85,17 +88,20 @@ done
 
 root="$final_dir/root"
 lib="$root/usr/lib/$triplet"
+# Its own config: trixie's names /usr/share/apparmor-features/features, which on this
+# machine would be Debian 12's (AppArmor 3) policy features.
+printf 'policy-features=%s\n' "$root/usr/share/apparmor-features/features" >"$tmp/parser.conf"
 cat >"$tmp/apparmor_parser" <<WRAPPER
 #!/bin/sh
 # Debian $SUITE's apparmor_parser $APPARMOR_VERSION, run through its own loader, config
 # file and policy directory (made by scripts/install-apparmor-parser.sh).
 exec "$lib/$loader" --library-path "$lib" "$root/usr/sbin/apparmor_parser" \\
-    --config-file "$root/etc/apparmor/parser.conf" \\
+    --config-file "$final_dir/parser.conf" \\
     -b "$root/etc/apparmor.d" -I "$root/etc/apparmor.d" "\$@"
 WRAPPER
 chmod 755 "$tmp/apparmor_parser"
 mkdir -p "$tmp/final"
-mv "$tmp/root" "$tmp/apparmor_parser" "$tmp/final/"
+mv "$tmp/root" "$tmp/apparmor_parser" "$tmp/parser.conf" "$tmp/final/"
 chmod -R a+rX "$tmp/final"
 rm -rf "$final_dir"
 mv "$tmp/final" "$final_dir"

@@ -156,3 +156,129 @@ fn a_bwrap_path_it_cannot_name_is_refused() {
         "{err}"
     );
 }
+
+/// The `RESULT STEP WHAT VALUE` lines of tests/vm/apparmor.sh's console.
+fn results(console: &str) -> Vec<(String, String, String)> {
+    console
+        .lines()
+        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
+        .map(|r| {
+            let mut it = r.splitn(3, ' ');
+            let step = it.next().unwrap_or("").to_string();
+            let what = it.next().unwrap_or("").to_string();
+            (step, what, it.next().unwrap_or("").trim_end().to_string())
+        })
+        .collect()
+}
+
+/// On real Ubuntu kernels with AppArmor: tests/vm/apparmor.sh boots 24.04's kernel in
+/// qemu with the restriction on (and an enforcing `unprivileged_userns`), and runs bwrap,
+/// a bwrap inside it and `claudebox --check` as uid 1000 without a profile (the control:
+/// refused), with claudebox-bwrap loaded (everything starts, the nested bwrap too), with
+/// Ubuntu's bwrap-userns-restrict loaded as well (conflicting attachments: refused again,
+/// and --check says why), and with bwrap-userns-restrict alone (the sandbox starts, the
+/// nested bwrap does not: anthropics/claude-code#87680). Needs root (it builds the image)
+/// and qemu-system-x86_64; in CI their absence fails the test.
+#[test]
+fn on_a_real_ubuntu_kernel() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!(
+            "SKIP as non-root: the VM image is made by root (the checks inside run as uid 1000)"
+        );
+        return;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    if which::which("qemu-system-x86_64").is_err() {
+        assert!(
+            !ci,
+            "qemu-system-x86_64 is missing in CI (.ci/run installs qemu-system-x86)"
+        );
+        eprintln!("SKIP: no qemu-system-x86_64 (apt install qemu-system-x86)");
+        return;
+    }
+    let _heavy = crate::common::heavy();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/apparmor.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(crate::common::BIN)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let console = stdout(&out);
+    let r = results(&console);
+    let all = |step: &str, what: &str| -> Vec<&str> {
+        r.iter()
+            .filter(|(s, w, _)| s == step && w == what)
+            .map(|(_, _, v)| v.as_str())
+            .collect()
+    };
+    let one = |step: &str, what: &str| -> String {
+        all(step, what)
+            .first()
+            .map(|v| v.to_string())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no RESULT {step} {what} in the console:\n{console}\n{}",
+                    stderr(&out)
+                )
+            })
+    };
+    let row = |step: &str, name: &str| -> String {
+        all(step, "check")
+            .into_iter()
+            .find(|v| v.len() > 23 && v[6..23].trim_end() == name)
+            .unwrap_or_else(|| panic!("no --check row {name} in step {step}:\n{console}"))
+            .to_string()
+    };
+    assert_eq!(one("kernel", "apparmor-enabled"), "Y");
+    assert_eq!(one("kernel", "restrict"), "1");
+    assert_eq!(one("kernel", "unprivileged_userns-loaded"), "yes");
+    // A: no profile.
+    assert_ne!(one("A", "bwrap-rc"), "0");
+    assert_eq!(
+        one("A", "bwrap-err"),
+        "bwrap: loopback: Failed RTM_NEWADDR: Operation not permitted"
+    );
+    let a = row("A", "apparmor");
+    assert!(
+        a.starts_with("fail") && a.contains("no profile covers /usr/bin/bwrap"),
+        "{a}"
+    );
+    let s = row("A", "sandbox");
+    assert!(
+        s.starts_with("fail") && s.contains("AppArmor restricts"),
+        "{s}"
+    );
+    // B: claudebox's profile.
+    assert_eq!(one("B", "loaded"), "claudebox-bwrap");
+    assert_eq!(one("B", "bwrap-rc"), "0");
+    assert_eq!(one("B", "label-inside"), "claudebox-bwrap (unconfined)");
+    assert_eq!(one("B", "nested-rc"), "0", "{}", one("B", "nested-err"));
+    let b = row("B", "apparmor");
+    assert!(
+        b.starts_with("ok") && b.contains("the profile claudebox-bwrap is loaded"),
+        "{b}"
+    );
+    assert!(row("B", "sandbox").starts_with("ok"));
+    assert!(row("B", "nested sandbox").starts_with("ok"));
+    // C: and Ubuntu's bwrap-userns-restrict: two profiles name /usr/bin/bwrap.
+    assert_eq!(one("C", "loaded"), "bwrap-userns-restrict");
+    assert_ne!(one("C", "bwrap-rc"), "0");
+    let c = row("C", "apparmor");
+    assert!(
+        c.starts_with("fail") && c.contains("another profile names /usr/bin/bwrap too"),
+        "{c}"
+    );
+    // D: bwrap-userns-restrict alone.
+    assert_eq!(one("D", "bwrap-rc"), "0");
+    assert_eq!(one("D", "label-inside"), "bwrap//&unpriv_bwrap (enforce)");
+    assert_ne!(one("D", "nested-rc"), "0");
+    let d = row("D", "apparmor");
+    assert!(
+        d.starts_with("warn") && d.contains("bwrap-userns-restrict"),
+        "{d}"
+    );
+    assert!(row("D", "sandbox").starts_with("ok"));
+    assert!(row("D", "nested sandbox").starts_with("warn"));
+    assert_eq!(one("done", "all"), "yes");
+}

@@ -11,6 +11,7 @@
 # The guest's console goes to stdout; each result is a line `RESULT <step> <what> <value>`.
 #
 #   tests/vm/apparmor.sh CLAUDEBOX_BINARY
+#   UBUNTU_SUITE=resolute-updates RESTRICT_UNCONFINED=1 tests/vm/apparmor.sh CLAUDEBOX_BINARY
 #
 # Needs: qemu-system-x86_64 (Debian: qemu-system-x86), apt-get and dpkg-deb. It fetches
 # with apt, each index's signature checked: trixie's apparmor-profiles, busybox-static and
@@ -29,7 +30,9 @@ command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (a
 parser="$(bash "$ROOT/scripts/install-apparmor-parser.sh")"
 aa_dir="$(dirname "$parser")"
 cache="$(dirname "$aa_dir")"
-vm_cache="$cache/apparmor-vm"
+# UBUNTU_SUITE picks the kernel: noble-updates (24.04, the default) or e.g. resolute-updates.
+suite="${UBUNTU_SUITE:-noble-updates}"
+vm_cache="$cache/apparmor-vm-$suite"
 mkdir -p "$vm_cache"
 
 # The packages, fetched once (the same apt setup as install-apparmor-parser.sh).
@@ -49,9 +52,9 @@ if [[ ! -f "$vm_cache/ok" ]]; then
     apt_in "$tmp/debian" "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main"
     (cd "$tmp/debs" && apt-get "${o[@]}" -q download apparmor-profiles busybox-static ubuntu-keyring </dev/null >&2)
     for d in "$tmp"/debs/*.deb; do dpkg-deb -x "$d" "$tmp/x"; done
-    apt_in "$tmp/ubuntu" "deb [signed-by=$tmp/x/usr/share/keyrings/ubuntu-archive-keyring.gpg] http://archive.ubuntu.com/ubuntu noble-updates main"
+    apt_in "$tmp/ubuntu" "deb [signed-by=$tmp/x/usr/share/keyrings/ubuntu-archive-keyring.gpg] http://archive.ubuntu.com/ubuntu $suite main"
     kernel_pkg="$(apt-cache "${o[@]}" depends linux-image-generic | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1)"
-    [[ -n "$kernel_pkg" ]] || die "no linux-image-generic in noble-updates' index"
+    [[ -n "$kernel_pkg" ]] || die "no linux-image-generic in $suite's index"
     (cd "$tmp/debs" && apt-get "${o[@]}" -q download "$kernel_pkg" </dev/null >&2)
     dpkg-deb -x "$tmp"/debs/linux-image-*.deb "$tmp/x"
     cp "$tmp"/x/boot/vmlinuz-* "$vm_cache/vmlinuz"
@@ -100,12 +103,17 @@ mount -t securityfs securityfs /sys/kernel/security
 mount -t devtmpfs dev /dev
 mount -t tmpfs -o mode=1777 tmp /tmp
 P=$parser
+RESTRICT_UNCONFINED=${RESTRICT_UNCONFINED:-}
 r() { echo "RESULT \$1 \$2 \$3"; }
 U="/usr/bin/setpriv --reuid=1000 --regid=1000 --clear-groups env -i HOME=/home/user USER=user PATH=/usr/local/bin:/usr/bin:/bin TMPDIR=/tmp"
 B="bwrap --unshare-all --die-with-parent --ro-bind / / --proc /proc --dev /dev --tmpfs /tmp"
 r kernel apparmor-enabled "\$(cat /sys/module/apparmor/parameters/enabled)"
 echo 1 >/proc/sys/kernel/apparmor_restrict_unprivileged_userns
 r kernel restrict "\$(cat /proc/sys/kernel/apparmor_restrict_unprivileged_userns)"
+if [ -n "\$RESTRICT_UNCONFINED" ] && [ -e /proc/sys/kernel/apparmor_restrict_unprivileged_unconfined ]; then
+    echo "\$RESTRICT_UNCONFINED" >/proc/sys/kernel/apparmor_restrict_unprivileged_unconfined
+fi
+r kernel restrict-unconfined "\$(cat /proc/sys/kernel/apparmor_restrict_unprivileged_unconfined 2>/dev/null)"
 load() { \$P -K "\$@" 2>/tmp/perr; rc=\$?; [ \$rc = 0 ] || sed 's/^/RESULT parser-error /' /tmp/perr; return \$rc; }
 load -r /opt/unprivileged_userns && r kernel unprivileged_userns-loaded yes
 step() {
@@ -144,7 +152,7 @@ exec /bin/busybox switch_root /newroot /test.sh
 INIT
 chmod 755 "$i/init"
 mv "$p" "$i/payload"
-(cd "$i" && find . | cpio -o -H newc --quiet) >"$work/initrd"
+(cd "$i" && find . | "$vm_cache/busybox" cpio -o -H newc 2>/dev/null) >"$work/initrd"
 log "booting $(cat "$vm_cache/kernel-version") (TCG)"
 timeout 600 qemu-system-x86_64 -nographic -no-reboot -m 1536 -smp 2 \
     -kernel "$vm_cache/vmlinuz" -initrd "$work/initrd" \

@@ -281,20 +281,18 @@ pub fn classify(f: &Facts) -> Verdict {
         Enabled::Unknown(why) => format!("enabled: unknown ({why})"),
         _ => "enabled".to_string(),
     };
-    let conflict = if f.others_naming_bwrap.is_empty() {
-        String::new()
-    } else {
-        let names: Vec<String> = f
-            .others_naming_bwrap
-            .iter()
-            .map(|n| format!("/etc/apparmor.d/{}", n.shown()))
-            .collect();
-        format!(
-            "; disable the other profile(s) naming {bwrap} ({}): sudo ln -s FILE \
-             /etc/apparmor.d/disable/ && sudo apparmor_parser -R FILE",
-            names.join(", ")
-        )
-    };
+    let conflict: String = f
+        .others_naming_bwrap
+        .iter()
+        .map(|n| {
+            let file = format!("/etc/apparmor.d/{}", n.shown());
+            format!(
+                "; {file} names {bwrap} too (two profiles naming one program make AppArmor \
+                 attach neither), disable it: sudo ln -s {file} /etc/apparmor.d/disable/ && \
+                 sudo apparmor_parser -R {file}"
+            )
+        })
+        .collect();
     // Ubuntu's bwrap-userns-restrict: bwrap gets its capabilities, what it runs gets none,
     // so a bwrap inside the sandbox cannot start, whatever the sysctl says.
     if let Ok(Label::Profile { name, mode }) = &f.label {

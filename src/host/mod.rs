@@ -1,6 +1,7 @@
 //! What the launcher looks up on the host before it plans: the home directory, bwrap,
 //! where `claude` is installed, and which system paths exist. Read-only.
 
+pub mod apparmor;
 pub mod exec;
 pub mod holders;
 pub mod mounts;

@@ -191,6 +191,10 @@ fn refuse_dangerous_root(work_tree: &Path, home: &Path, yes: bool) -> Result<()>
 pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
     state::check_writable(&p.state_home)?;
+    // Ubuntu's AppArmor restriction: bwrap's own error names neither cause nor fix.
+    if let Some(w) = host::apparmor::launch_warning(&inp.bwrap) {
+        eprintln!("claudebox: {w}");
+    }
     let proxy_fd = match &p.plan.proxy {
         // Before any lock is taken: the proxy must not inherit one, and its descriptor
         // for the sandbox goes on a fixed number.

@@ -3,23 +3,19 @@
 //! namespaces, whether AppArmor is enabled, and which profile covers that bwrap.
 //!
 //! [`Facts::probe`] reads the host as an ordinary user can: sysfs and procfs files any user
-//! may read, and the label of a real bwrap process, started on the bwrap claudebox uses and
-//! held (it waits for its arguments on a pipe, so it makes no namespace) while
-//! `/proc/PID/attr/apparmor/current` is read: the label AppArmor gave it at exec is the
-//! profile that covers it (`/sys/kernel/security/apparmor/profiles` needs root). What
-//! cannot be read is "unknown" with why, never an error. [`classify`] is pure.
+//! may read, and the label of a real bwrap process (`host::apparmor`). What cannot be read
+//! is "unknown" with why, never an error. [`classify`] is pure.
 
 use std::fs;
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 
 use crate::host;
+use crate::host::apparmor::{label_of_bwrap, restrict_sysctl};
+pub use crate::policy::apparmor::Label;
 use crate::policy::apparmor::{profile_for, INSTALL_PATH, NAME, ONE_STEP};
 use crate::policy::escape::Shown;
 
@@ -51,32 +47,6 @@ pub enum Enabled {
     Unknown(String),
 }
 
-/// The AppArmor label of a process: `unconfined`, or a profile (or stack) and its mode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Label {
-    Unconfined,
-    Profile { name: String, mode: String },
-}
-
-impl Label {
-    pub fn parse(text: &str) -> Label {
-        let t = text.trim_end_matches(['\n', '\0']).trim();
-        if t == "unconfined" {
-            return Label::Unconfined;
-        }
-        match t.rsplit_once(" (") {
-            Some((name, mode)) if mode.ends_with(')') => Label::Profile {
-                name: name.to_string(),
-                mode: mode.trim_end_matches(')').to_string(),
-            },
-            _ => Label::Profile {
-                name: t.to_string(),
-                mode: String::new(),
-            },
-        }
-    }
-}
-
 /// What `--check` reads about AppArmor.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Facts {
@@ -105,10 +75,7 @@ impl Facts {
         };
         Facts {
             uid: nix::unistd::getuid().as_raw(),
-            restrict: fs::read_to_string("/proc/sys/kernel/apparmor_restrict_unprivileged_userns")
-                .ok()
-                .and_then(|s| s.trim().parse::<u64>().ok())
-                .map(|v| v != 0),
+            restrict: restrict_sysctl(),
             enabled,
             others_naming_bwrap: others_naming(Path::new("/etc/apparmor.d"), &bwrap),
             installed: Path::new(INSTALL_PATH).is_file(),
@@ -145,60 +112,6 @@ fn enabled() -> Enabled {
         }
         Err(_) => Enabled::No("this kernel has no AppArmor (no /sys/module/apparmor)".into()),
     }
-}
-
-/// The label AppArmor gave a bwrap process at exec: the profile that covers it.
-fn label_of_bwrap(bwrap: &Path) -> Result<Label, String> {
-    let (pid, text) = with_held_bwrap(bwrap, |pid| {
-        fs::read_to_string(format!("/proc/{pid}/attr/apparmor/current"))
-            .or_else(|_| fs::read_to_string(format!("/proc/{pid}/attr/current")))
-    })?;
-    match text {
-        Ok(t) if !t.trim().is_empty() => Ok(Label::parse(&t)),
-        Ok(_) => Err(format!("bwrap's label (/proc/{pid}/attr/current) is empty")),
-        Err(e) => Err(format!("cannot read the label of a bwrap process: {e}")),
-    }
-}
-
-/// Starts `bwrap --args FD` with FD a pipe it waits on (so it parses nothing and makes no
-/// namespace), runs `f` with its pid, then closes the pipe and reaps it (killed after 5 s).
-fn with_held_bwrap<T>(bwrap: &Path, f: impl FnOnce(u32) -> T) -> Result<(u32, T), String> {
-    let (read, write): (OwnedFd, OwnedFd) =
-        nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("pipe: {e}"))?;
-    let fd = read.as_raw_fd();
-    let mut cmd = std::process::Command::new(bwrap);
-    cmd.arg("--args")
-        .arg(fd.to_string())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    // SAFETY: only fcntl between fork and exec.
-    unsafe {
-        cmd.pre_exec(move || {
-            if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
-    // spawn returns once the exec has happened: the process is bwrap from here on.
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", bwrap.shown()))?;
-    drop(read);
-    let pid = child.id();
-    let out = f(pid);
-    drop(write);
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while child.try_wait().ok().flatten().is_none() {
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    Ok((pid, out))
 }
 
 /// The profile files of `dir` other than claudebox's, not disabled, with a non-comment line
@@ -410,32 +323,6 @@ mod tests {
     }
 
     #[test]
-    fn labels_as_the_kernel_writes_them() {
-        assert_eq!(Label::parse("unconfined\n"), Label::Unconfined);
-        assert_eq!(
-            Label::parse("claudebox-bwrap (unconfined)\n"),
-            Label::Profile {
-                name: "claudebox-bwrap".into(),
-                mode: "unconfined".into()
-            }
-        );
-        assert_eq!(
-            Label::parse("bwrap//&unpriv_bwrap (enforce)\n"),
-            Label::Profile {
-                name: "bwrap//&unpriv_bwrap".into(),
-                mode: "enforce".into()
-            }
-        );
-        assert_eq!(
-            Label::parse("/usr/bin/foo (complain)\0"),
-            Label::Profile {
-                name: "/usr/bin/foo".into(),
-                mode: "complain".into()
-            }
-        );
-    }
-
-    #[test]
     fn restricted_and_uncovered_fails_with_the_one_step() {
         let v = classify(&facts(Some(true), Ok(Label::Unconfined)));
         assert_eq!(v.level, Level::Fail);
@@ -561,31 +448,6 @@ mod tests {
         assert_eq!(
             others_naming(d, Path::new("/usr/bin/bwrap")),
             vec!["bwrap-userns-restrict".to_string()]
-        );
-    }
-
-    /// The held bwrap is bwrap itself, in our own user namespace (it made none), and is
-    /// gone afterwards.
-    #[test]
-    fn held_bwrap_is_bwrap_and_makes_no_namespace() {
-        let Ok(bwrap) = which::which("bwrap") else {
-            return;
-        };
-        let real = fs::canonicalize(&bwrap).unwrap();
-        let ours = fs::read_link("/proc/self/ns/user").unwrap();
-        let (pid, (exe, ns)) = with_held_bwrap(&bwrap, |pid| {
-            std::thread::sleep(Duration::from_millis(50));
-            (
-                fs::read_link(format!("/proc/{pid}/exe")).unwrap(),
-                fs::read_link(format!("/proc/{pid}/ns/user")).unwrap(),
-            )
-        })
-        .unwrap();
-        assert_eq!(exe, real);
-        assert_eq!(ns, ours);
-        assert!(
-            !Path::new(&format!("/proc/{pid}")).exists(),
-            "bwrap {pid} was reaped"
         );
     }
 

@@ -29,6 +29,53 @@ pub const ONE_STEP: &str =
     "claudebox --apparmor-profile | sudo tee /etc/apparmor.d/claudebox-bwrap \
      && sudo apparmor_parser -r /etc/apparmor.d/claudebox-bwrap";
 
+/// The AppArmor label of a process: `unconfined`, or a profile (or stack) and its mode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Label {
+    Unconfined,
+    Profile { name: String, mode: String },
+}
+
+impl Label {
+    /// As the kernel writes it in /proc/PID/attr/apparmor/current.
+    pub fn parse(text: &str) -> Label {
+        let t = text.trim_end_matches(['\n', '\0']).trim();
+        if t == "unconfined" {
+            return Label::Unconfined;
+        }
+        match t.rsplit_once(" (") {
+            Some((name, mode)) if mode.ends_with(')') => Label::Profile {
+                name: name.to_string(),
+                mode: mode.trim_end_matches(')').to_string(),
+            },
+            _ => Label::Profile {
+                name: t.to_string(),
+                mode: String::new(),
+            },
+        }
+    }
+}
+
+/// The line a launch prints before it runs bwrap when the kernel restricts user namespaces
+/// for this user and no profile covers bwrap (bwrap's own error, which follows, names
+/// neither cause nor fix). None otherwise, and when the label is unknown.
+pub fn launch_warning(
+    restrict: Option<bool>,
+    uid: u32,
+    label: &Result<Label, String>,
+    bwrap: &Path,
+) -> Option<String> {
+    if restrict != Some(true) || uid == 0 || label != &Ok(Label::Unconfined) {
+        return None;
+    }
+    Some(format!(
+        "AppArmor restricts user namespaces here (kernel.apparmor_restrict_unprivileged_userns \
+         = 1) and no profile covers {}, so bwrap will be refused; fix: {ONE_STEP} (claudebox \
+         --check tells more)",
+        bwrap.shown()
+    ))
+}
+
 /// The shipped profile attached to `bwrap` (an absolute path with symlinks resolved:
 /// AppArmor matches the executable's real path). Refuses a path the profile language
 /// cannot name literally (glob and quoting characters, control characters, non-UTF-8):
@@ -142,6 +189,54 @@ mod tests {
             1,
         );
         assert!(naive.lines().any(|l| l.starts_with("profile evil")));
+    }
+
+    #[test]
+    fn labels_as_the_kernel_writes_them() {
+        assert_eq!(Label::parse("unconfined\n"), Label::Unconfined);
+        assert_eq!(
+            Label::parse("claudebox-bwrap (unconfined)\n"),
+            Label::Profile {
+                name: "claudebox-bwrap".into(),
+                mode: "unconfined".into()
+            }
+        );
+        assert_eq!(
+            Label::parse("bwrap//&unpriv_bwrap (enforce)\n"),
+            Label::Profile {
+                name: "bwrap//&unpriv_bwrap".into(),
+                mode: "enforce".into()
+            }
+        );
+        assert_eq!(
+            Label::parse("/usr/bin/foo (complain)\0"),
+            Label::Profile {
+                name: "/usr/bin/foo".into(),
+                mode: "complain".into()
+            }
+        );
+    }
+
+    #[test]
+    fn launch_warns_only_when_bwrap_will_be_refused() {
+        let bwrap = Path::new("/usr/bin/bwrap");
+        let unconfined = Ok(Label::Unconfined);
+        let w = launch_warning(Some(true), 1000, &unconfined, bwrap).unwrap();
+        assert!(w.contains("no profile covers /usr/bin/bwrap"), "{w}");
+        assert!(w.contains(ONE_STEP), "{w}");
+        // The controls: not restricted, root, covered, unknown.
+        assert_eq!(launch_warning(Some(false), 1000, &unconfined, bwrap), None);
+        assert_eq!(launch_warning(None, 1000, &unconfined, bwrap), None);
+        assert_eq!(launch_warning(Some(true), 0, &unconfined, bwrap), None);
+        let ours = Ok(Label::Profile {
+            name: NAME.into(),
+            mode: "unconfined".into(),
+        });
+        assert_eq!(launch_warning(Some(true), 1000, &ours, bwrap), None);
+        assert_eq!(
+            launch_warning(Some(true), 1000, &Err("no".into()), bwrap),
+            None
+        );
     }
 
     #[test]

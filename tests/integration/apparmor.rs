@@ -173,7 +173,7 @@ fn results(console: &str) -> Vec<(String, String, String)> {
 
 /// On real Ubuntu kernels with AppArmor: tests/vm/apparmor.sh boots 24.04's kernel in
 /// qemu with the restriction on (and an enforcing `unprivileged_userns`), and runs bwrap,
-/// a bwrap inside it and `claudebox --check` as uid 1000 without a profile (the control:
+/// a bwrap inside it, a launch and `claudebox --check` as uid 1000 without a profile (the control:
 /// refused), with claudebox-bwrap loaded (everything starts, the nested bwrap too), with
 /// Ubuntu's bwrap-userns-restrict loaded as well (conflicting attachments: refused again,
 /// and --check says why), and with bwrap-userns-restrict alone (the sandbox starts, the
@@ -265,6 +265,8 @@ fn on_a_real_ubuntu_kernel() {
     );
     assert!(row("B", "sandbox").starts_with("ok"));
     assert!(row("B", "nested sandbox").starts_with("ok"));
+    assert_eq!(one("B", "launch-rc"), "0");
+    assert!(all("B", "launch-err").is_empty());
     // C: and Ubuntu's bwrap-userns-restrict: two profiles name /usr/bin/bwrap.
     assert_eq!(one("C", "loaded"), "bwrap-userns-restrict");
     assert_ne!(one("C", "bwrap-rc"), "0");
@@ -284,5 +286,6 @@ fn on_a_real_ubuntu_kernel() {
     );
     assert!(row("D", "sandbox").starts_with("ok"));
     assert!(row("D", "nested sandbox").starts_with("warn"));
+    assert_eq!(one("D", "launch-rc"), "0");
     assert_eq!(one("done", "all"), "yes");
 }

@@ -3,7 +3,8 @@
 # Ubuntu's own kernel patch; Debian's kernels have AppArmor but not it) in qemu, with an initramfs holding this machine's bwrap, claudebox and AppArmor 4.1.0's
 # parser, turns on Ubuntu's restriction (kernel.apparmor_restrict_unprivileged_userns=1
 # with an enforcing `unprivileged_userns` profile), and as an ordinary user (uid 1000)
-# runs bwrap, a bwrap inside bwrap and `claudebox --check` in four states:
+# runs bwrap, a bwrap inside bwrap, a launch (`claudebox --exec true`) and `claudebox
+# --check` in four states:
 #   A  no profile for bwrap            (the restriction refuses bwrap)
 #   B  claudebox-bwrap loaded           (bwrap and the nested bwrap start)
 #   C  B + Debian/Ubuntu's bwrap-userns-restrict loaded (two profiles name /usr/bin/bwrap)
@@ -89,7 +90,8 @@ printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\
 printf 'root:x:0:\nuser:x:1000:\n' >"$p/etc/group"
 : >"$p/etc/resolv.conf"
 printf '127.0.0.1 localhost\n' >"$p/etc/hosts"
-chown 1000:1000 "$p/home/user"
+mkdir -p "$p/home/user/proj"
+chown -R 1000:1000 "$p/home/user"
 chmod 1777 "$p/tmp" "$p/var/tmp"
 
 cat >"$p/test.sh" <<TEST
@@ -121,6 +123,8 @@ step() {
     \$U \$B true 2>/tmp/err; r \$s bwrap-rc \$?; r \$s bwrap-err "\$(head -n1 /tmp/err)"
     \$U \$B cat /proc/self/attr/apparmor/current 2>/dev/null | sed "s/^/RESULT \$s label-inside /"
     \$U \$B \$B true 2>/tmp/err; r \$s nested-rc \$?; r \$s nested-err "\$(head -n1 /tmp/err)"
+    (cd /home/user/proj && \$U claudebox --exec true) 2>/tmp/lerr; r \$s launch-rc \$?
+    sed 's/^/RESULT '\$s' launch-err /' /tmp/lerr | head -n 3
     \$U claudebox --check >/tmp/check 2>&1
     grep -E '^(ok|warn|fail) +(apparmor|sandbox|nested sandbox) ' /tmp/check | sed "s/^/RESULT \$s check /"
     grep -A1 -E '^(ok|warn|fail) +(apparmor|sandbox) ' /tmp/check | grep -E '^ +fix:' | sed "s/^/RESULT \$s check-fix /"

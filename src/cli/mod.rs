@@ -23,7 +23,7 @@ use crate::policy::network::{ModeName, NetworkChoice};
         (claude's version, from inside the sandbox); `claudebox -- --help` shows claude's help.",
     after_long_help = "Configuration: $XDG_CONFIG_HOME/claudebox/config.toml \
         (default ~/.config/claudebox/config.toml) can list the same things as --ro, --rw, \
-        --hide, --env and --network, default arguments for claude, and [[project]] sections \
+        --hide, --env, --network, --allow-host and --forward-port, default arguments for claude, and [[project]] sections \
         for one project. The command line wins over the file. Nothing inside a project is \
         read as configuration.\n\n\
         Shell integration: `claudebox completions bash|zsh|fish` prints a completion \
@@ -128,6 +128,12 @@ pub struct Cli {
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_host: Vec<String>,
 
+    /// Bring the host's loopback port PORT into an allowlist or none sandbox, at the same
+    /// port inside (repeatable): a dev database, a local LLM gateway, an MCP server. PORT,
+    /// or 127.0.0.1:PORT / [::1]:PORT for one address; nothing else of the host's loopback.
+    #[arg(long = "forward-port", value_name = "PORT")]
+    pub forward_port: Vec<String>,
+
     /// Allowlist mode: also report each denied host on stderr (they always go to the
     /// project's network-denied.log).
     #[arg(long)]
@@ -171,12 +177,19 @@ impl Cli {
                 .iter()
                 .map(|h| (h.clone(), "--allow-host".to_string()))
                 .collect(),
+            forward_ports: self
+                .forward_port
+                .iter()
+                .map(|p| (p.clone(), crate::policy::forward::FLAG.to_string()))
+                .collect(),
             source: if self.no_network {
                 "--no-network".to_string()
             } else if self.network.is_some() {
                 "--network".to_string()
-            } else {
+            } else if !self.allow_host.is_empty() {
                 "--allow-host".to_string()
+            } else {
+                crate::policy::forward::FLAG.to_string()
             },
         }
     }

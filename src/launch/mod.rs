@@ -69,8 +69,9 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             yes: cli.yes,
         },
     )?;
+    // Refuses a forward on the proxy's port, or too many, before anything is made.
+    crate::policy::forward::in_mode(&settings.network, &settings.forward_ports)?;
     if let crate::policy::network::NetworkMode::Allowlist(list) = &settings.network {
-        crate::policy::network::loopback_forwards(list)?;
         for e in crate::policy::network::portless_loopback(list) {
             eprintln!(
                 "claudebox: network: warning: --allow-host {e} names no port; loopback inside \

@@ -190,7 +190,7 @@ fn config_row(home: &Path) -> Row {
             "network",
             format!(
                 "{} ({}; config {})",
-                crate::policy::network::describe(&s.network),
+                crate::policy::forward::describe(&s.network, &s.forward_ports),
                 s.network_origin,
                 if s.config_read {
                     show(&config_file)

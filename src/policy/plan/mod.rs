@@ -24,7 +24,8 @@
 //! 8. the user's extra mounts (`ro`, `rw`, `hide` from the config file and the command
 //!    line), parents before children.
 //! 9. in allowlist mode, claudebox's one step inside (see `inside::confine`) also opens
-//!    the proxy's port and hands it to the proxy (see `inside::listen`).
+//!    the proxy's port and hands it to the proxy (see `inside::listen`); with forwarded
+//!    host ports (allowlist or none mode) also their listeners (see `policy::forward`).
 //!
 //! The `~/.claude` group comes after the project so that it still wins when the project
 //! is the home directory itself (only allowed with `--yes`).
@@ -261,11 +262,12 @@ pub struct Confine {
     pub listen: Option<Listen>,
 }
 
-/// The sockets the step inside opens for the proxy: the proxy port, then one per loopback
-/// forward of the allowlist. The descriptor to the proxy is a runtime input of the renderer.
+/// The sockets the step inside opens for the proxy: the proxy port (allowlist mode), then
+/// one per loopback forward (the allowlist's, the forwarded host ports). The descriptor to
+/// the proxy is a runtime input of the renderer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listen {
-    pub port: u16,
+    pub port: Option<u16>,
     pub forwards: Vec<crate::policy::network::LoopbackForward>,
 }
 
@@ -483,13 +485,29 @@ pub fn build(inp: &Inputs) -> Plan {
 
     let mut flags = NAMESPACE_FLAGS.to_vec();
     let mut proxy = None;
+    let forward_ports = inp.settings.forward_ports.clone();
     match &inp.settings.network {
-        NetworkMode::Open => {}
-        NetworkMode::None => flags.push("--unshare-net"),
-        NetworkMode::Allowlist(list) => {
+        NetworkMode::Open => {
+            // The sandbox shares the host's loopback: a forwarded port is there already.
+            for e in &forward_ports {
+                notes.push(format!(
+                    "forward-port {} ({}): nothing to do in open mode, the host's loopback is \
+                     shared",
+                    e.pattern, e.source
+                ));
+            }
+        }
+        NetworkMode::None if forward_ports.is_empty() => flags.push("--unshare-net"),
+        NetworkMode::None | NetworkMode::Allowlist(_) => {
             flags.push("--unshare-net");
+            let allowlist = match &inp.settings.network {
+                NetworkMode::Allowlist(list) => Some(list.clone()),
+                _ => None,
+            };
             proxy = Some(ProxySpec {
-                allowlist: list.clone(),
+                http_proxy: allowlist.is_some(),
+                allowlist: allowlist.unwrap_or_default(),
+                forward_ports,
                 denied_log: inp.state.denied_log(),
                 log_stderr: inp.log_denied,
                 instance_id: inp.instance_id.clone(),
@@ -537,7 +555,7 @@ pub fn build(inp: &Inputs) -> Plan {
                 .to_string(),
         );
     }
-    if proxy.is_some() {
+    if proxy.as_ref().is_some_and(|p| p.http_proxy) {
         for (k, v) in crate::policy::network::proxy_env() {
             env.push(set(k, OsStr::new(v)));
         }
@@ -564,9 +582,11 @@ pub fn build(inp: &Inputs) -> Plan {
     };
 
     let listen = proxy.as_ref().map(|spec| Listen {
-        port: crate::policy::network::PROXY_PORT,
-        // An allowlist with a forward on the proxy's port is refused at the edge.
-        forwards: crate::policy::network::loopback_forwards(&spec.allowlist).unwrap_or_default(),
+        port: spec
+            .http_proxy
+            .then_some(crate::policy::network::PROXY_PORT),
+        // A forward on the proxy's port, or too many, is refused at the edge.
+        forwards: spec.forwards().unwrap_or_default(),
     });
 
     let claude_dir = home.join(".claude");
@@ -838,6 +858,17 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
             s.extend_from_slice(hosts.join(", ").as_bytes());
             s.push(b'.');
         }
+    }
+    if !matches!(inp.settings.network, NetworkMode::Open) && !inp.settings.forward_ports.is_empty()
+    {
+        let ports: Vec<String> = (inp.settings.forward_ports.iter())
+            .map(|e| e.pattern.to_string())
+            .collect();
+        s.extend_from_slice(
+            b" The host's services on these loopback ports are reachable at the same address: ",
+        );
+        s.extend_from_slice(ports.join(", ").as_bytes());
+        s.push(b'.');
     }
     OsString::from_vec(s)
 }

@@ -12,6 +12,7 @@ mod conversations;
 mod e2e_claude;
 mod escape;
 mod faults;
+mod forward_ports;
 mod gc;
 mod hardening;
 mod identity;

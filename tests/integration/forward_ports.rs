@@ -29,7 +29,11 @@ pub struct HostPort {
 
 impl HostPort {
     pub fn start(name: &'static str) -> HostPort {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        HostPort::start_on("127.0.0.1:0", name)
+    }
+    /// The same on `addr` (`0.0.0.0:0`: every address of the host).
+    pub fn start_on(addr: &str, name: &'static str) -> HostPort {
+        let l = TcpListener::bind(addr).unwrap();
         let port = l.local_addr().unwrap().port();
         let hits = Arc::new(AtomicUsize::new(0));
         let got = Arc::new(Mutex::new(Vec::new()));

@@ -498,3 +498,67 @@ fn bad_forwards_are_one_line_refusals() {
         stdout(&o)
     );
 }
+
+/// The real Claude Code in `none` mode with a local LLM gateway: the lab's mock of the
+/// Messages API on the host's loopback, brought in with `--forward-port`. The answer
+/// reaches stdout; nothing else of the network exists. Control: without the forward the
+/// mock is never reached from inside.
+#[test]
+fn real_claude_code_works_in_none_mode_through_a_forwarded_gateway() {
+    use crate::common::lab::*;
+    let _heavy = crate::common::heavy();
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let p = w.dir("proj");
+        init_repo(&p);
+        let mock = MockApi::start(&serde_json::json!(["ANSWER-THROUGH-A-FORWARDED-PORT"]));
+        let port = mock.port().to_string();
+
+        let url = format!("{}/control-probe", mock.base_url());
+        let mut probe = w.cmd(&p);
+        probe.args([
+            "--network",
+            "none",
+            "--exec",
+            "curl",
+            "-sS",
+            "--max-time",
+            "5",
+            &url,
+        ]);
+        let o = output_within(&mut probe, Duration::from_secs(30)).unwrap();
+        assert!(!o.status.success(), "[{}] {}", c.label, stdout(&o));
+        assert!(
+            mock.requests()
+                .iter()
+                .all(|r| r["path"] != "/control-probe"),
+            "[{}] the mock was reached without --forward-port",
+            c.label
+        );
+
+        let o = run_claudebox(
+            &w,
+            &p,
+            &mock,
+            &[
+                "--network",
+                "none",
+                "--forward-port",
+                &port,
+                "-p",
+                "hello in none mode",
+            ],
+            &[],
+            Duration::from_secs(60),
+        );
+        let out = ok_run(&c, &o, &mock);
+        assert!(
+            out.contains("ANSWER-THROUGH-A-FORWARDED-PORT"),
+            "[{}] stdout: {out}",
+            c.label
+        );
+        let conv = mock.conversation(0);
+        assert_eq!(conv.len(), 1, "[{}] {conv:#?}", c.label);
+        assert!(messages_text(&conv[0]).contains("hello in none mode"));
+    }
+}

@@ -562,3 +562,49 @@ fn real_claude_code_works_in_none_mode_through_a_forwarded_gateway() {
         assert!(messages_text(&conv[0]).contains("hello in none mode"));
     }
 }
+
+/// The forwarder of none mode lives as long as the sandbox: it served the forward while
+/// the agent ran, and no process of that instance is left afterwards.
+#[test]
+fn the_forwarder_is_gone_after_the_sandbox_exits() {
+    let w = World::new();
+    let a = HostPort::start("A");
+    let script = format!(
+        "{}echo INSTANCE=$CLAUDEBOX_INSTANCE_ID\n",
+        probe("A", "127.0.0.1", a.port)
+    );
+    let out = run(
+        &w,
+        &args(&["--no-network", "--forward-port", &a.port.to_string()]),
+        &script,
+    );
+    assert!(out.contains("A OK HELLO A"), "{out}");
+    let id = out
+        .lines()
+        .find_map(|l| l.strip_prefix("INSTANCE="))
+        .unwrap()
+        .to_string();
+    let running = || {
+        fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
+                let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+                let stat = fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+                let zombie = stat
+                    .rsplit_once(')')
+                    .is_some_and(|(_, r)| r.trim_start().starts_with('Z'));
+                args.contains(&&b"--internal-proxy"[..]) && args.contains(&id.as_bytes()) && !zombie
+            })
+            .count()
+    };
+    let start = std::time::Instant::now();
+    while running() > 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "the forwarder outlived the sandbox"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+}

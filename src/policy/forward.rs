@@ -67,22 +67,22 @@ pub fn resolve(layers: &[NetworkChoice]) -> Result<Vec<Entry>> {
                 "in open mode the sandbox already shares the host's loopback; drop one of them"
             ));
         }
-        let mut layer: Vec<LoopbackForward> = Vec::new();
+        let mut layer: Vec<(LoopbackForward, &str)> = Vec::new();
         for (raw, source) in &l.forward_ports {
-            let pattern = parse(raw).map_err(|e| anyhow!("{source}: forwarded port {raw}: {e}"))?;
+            let named = network::named(source, "forward_ports", FLAG, raw);
+            let pattern = parse(raw).map_err(|e| anyhow!("{named}: {e}"))?;
             let entry = Entry {
                 pattern,
                 source: source.clone(),
             };
             for f in entry_forwards(&entry, ForwardKind::HostPort) {
-                if let Some(o) = layer.iter().find(|o| o.listen == f.listen) {
+                if let Some((_, earlier)) = layer.iter().find(|(o, _)| o.listen == f.listen) {
                     bail!(
-                        "{source}: forwarded port {raw}: {} is already forwarded there ({})",
-                        f.listen,
-                        o.target_shown()
+                        "{named}: {} is already forwarded by {earlier} (give each port once)",
+                        f.listen
                     );
                 }
-                layer.push(f);
+                layer.push((f, raw));
             }
             if out.iter().all(|e| e.pattern != entry.pattern) {
                 out.push(entry);
@@ -260,7 +260,12 @@ mod tests {
         let e = resolve(&[layer(None, &["0"], "--forward-port")]).unwrap_err();
         assert_eq!(
             e.to_string(),
-            "--forward-port: forwarded port 0: \"0\" is not a port number (1-65535)"
+            "--forward-port 0: \"0\" is not a port number (1-65535)"
+        );
+        let e = resolve(&[layer(None, &["x"], "config /c:3")]).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "config /c:3: forward_ports x: \"x\" is not a port number (1-65535)"
         );
         // Different addresses of one port are fine.
         assert!(resolve(&[layer(None, &["127.0.0.1:5432", "[::1]:5432"], "x")]).is_ok());

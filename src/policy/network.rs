@@ -506,17 +506,15 @@ pub fn add_forward(
     proxy_port: bool,
 ) -> Result<()> {
     if proxy_port && f.listen == SocketAddr::new(Ipv4Addr::LOCALHOST.into(), PROXY_PORT) {
-        let flag = match f.kind {
-            ForwardKind::AllowedHost => "--allow-host",
-            ForwardKind::HostPort => "--forward-port",
+        let (key, flag) = match f.kind {
+            ForwardKind::AllowedHost => ("allow_hosts", "--allow-host"),
+            ForwardKind::HostPort => ("forward_ports", "--forward-port"),
         };
         bail!(crate::policy::error::Fixable::new(
             format!(
-                "{}: {flag} {}: claudebox's proxy listens on 127.0.0.1:{PROXY_PORT} inside the \
-                 sandbox in allowlist mode, so the host's service on that port cannot be \
-                 reached there",
-                f.source,
-                f.target_shown()
+                "{}: claudebox's proxy listens on 127.0.0.1:{PROXY_PORT} inside the sandbox in \
+                 allowlist mode, so the host's service on that port cannot be reached there",
+                named(&f.source, key, flag, &f.target_shown())
             ),
             "move it to another port (in none mode there is no proxy and 3128 can be forwarded)"
         ));
@@ -525,6 +523,16 @@ pub fn add_forward(
         out.push(f);
     }
     Ok(())
+}
+
+/// How an entry is named in a message: `--forward-port 5432` from the command line
+/// (`source` is the flag), `config FILE:LINE: forward_ports 5432` from the config file.
+pub fn named(source: &str, key: &str, flag: &str, value: &str) -> String {
+    if source == flag {
+        format!("{flag} {value}")
+    } else {
+        format!("{source}: {key} {value}")
+    }
 }
 
 /// The loopback forwards of an allowlist: every exact loopback host with a port

@@ -422,7 +422,7 @@ fn bad_forwards_are_one_line_refusals() {
         ),
         (
             &["--network", "allowlist", "--forward-port", "3128"],
-            "claudebox's proxy listens on 127.0.0.1:3128",
+            "--forward-port localhost:3128: claudebox's proxy listens on 127.0.0.1:3128",
         ),
         (
             &[
@@ -432,7 +432,7 @@ fn bad_forwards_are_one_line_refusals() {
                 "--forward-port",
                 "localhost:5432",
             ],
-            "127.0.0.1:5432 is already forwarded there",
+            "--forward-port localhost:5432: 127.0.0.1:5432 is already forwarded by 5432",
         ),
         (
             &["--network", "open", "--forward-port", "5432"],
@@ -477,7 +477,7 @@ fn bad_forwards_are_one_line_refusals() {
     refused(
         &w,
         &cfg_launch("network = \"none\"\n\nforward_ports = [8080, 0]\n"),
-        &format!("config {c}:3: forwarded port 0: \"0\" is not a port number"),
+        &format!("config {c}:3: forward_ports 0: \"0\" is not a port number"),
     );
     refused(
         &w,

@@ -23,8 +23,8 @@ use crate::policy::network::{ModeName, NetworkChoice};
         (claude's version, from inside the sandbox); `claudebox -- --help` shows claude's help.",
     after_long_help = "Configuration: $XDG_CONFIG_HOME/claudebox/config.toml \
         (default ~/.config/claudebox/config.toml) can list the same things as --ro, --rw, \
-        --hide, --env, --network, --allow-host and --forward-port, default arguments for claude, and [[project]] sections \
-        for one project. The command line wins over the file. Nothing inside a project is \
+        --hide, --env, --network, --allow-host and --forward-port, default arguments for \
+        claude, and [[project]] sections for one project. The command line wins over the file. Nothing inside a project is \
         read as configuration.\n\n\
         Shell integration: `claudebox completions bash|zsh|fish` prints a completion \
         script; `claudebox manpage` prints this manual page (roff).",

@@ -68,8 +68,9 @@ fn fail(name: &'static str, detail: String, fix: String) -> Row {
     }
 }
 
-pub fn run() -> Result<ExitCode> {
-    let rows = checks()?;
+pub fn run(gpu: bool) -> Result<ExitCode> {
+    let mut rows = checks()?;
+    rows.extend(gpu_row(&host::home_dir()?, gpu));
     let mut out = String::new();
     for r in &rows {
         let status = match r.status {
@@ -167,24 +168,7 @@ fn config_row(home: &Path) -> Row {
             )
         }
     };
-    let resolved = host::current_dir().and_then(|cwd| {
-        let project = crate::host::project::discover(&cwd)?;
-        let state_home = StateHome::from_env(home);
-        let state = state_home.project(&project.id());
-        crate::config::settings::resolve(
-            file.as_ref(),
-            &crate::config::settings::CliRequest::default(),
-            &crate::config::settings::Context {
-                home,
-                cwd: &cwd,
-                project: &project,
-                state_dir: &state_home.dir,
-                conversations: &state.conversations(),
-                config_file: &config_file,
-                yes: false,
-            },
-        )
-    });
+    let resolved = settings_here(home, file.as_ref(), &config_file);
     match resolved {
         Ok(s) => ok(
             "network",
@@ -213,6 +197,63 @@ fn config_row(home: &Path) -> Row {
             ),
         },
     }
+}
+
+/// The settings a launch from the current directory would resolve from the config file.
+fn settings_here(
+    home: &Path,
+    file: Option<&crate::config::File>,
+    config_file: &Path,
+) -> Result<crate::policy::settings::Settings> {
+    let cwd = host::current_dir()?;
+    let project = crate::host::project::discover(&cwd)?;
+    let state_home = StateHome::from_env(home);
+    let state = state_home.project(&project.id());
+    crate::config::settings::resolve(
+        file,
+        &crate::config::settings::CliRequest::default(),
+        &crate::config::settings::Context {
+            home,
+            cwd: &cwd,
+            project: &project,
+            state_dir: &state_home.dir,
+            conversations: &state.conversations(),
+            config_file,
+            yes: false,
+        },
+    )
+}
+
+/// With the GPU opt-in in force (`--gpu`, or `gpu = true` for the current directory's
+/// project): which of the GPU device nodes this host has. No row without the opt-in.
+fn gpu_row(home: &Path, cli_gpu: bool) -> Option<Row> {
+    let origin = if cli_gpu {
+        crate::policy::settings::Origin::CommandLine
+    } else {
+        let config_file = crate::config::location(home);
+        let file = crate::config::load(&config_file).ok()?;
+        settings_here(home, file.as_ref(), &config_file).ok()?.gpu?
+    };
+    let host = crate::host::gpu::probe();
+    let devices: Vec<String> = host.devices().iter().map(|d| show(d)).collect();
+    Some(if devices.is_empty() {
+        warn(
+            "gpu",
+            format!(
+                "{} (opt-in: {origin}); a launch goes on without a GPU",
+                crate::policy::gpu::no_devices_line()
+            ),
+            "load the GPU's driver on the host (nvidia, amdgpu), or drop the opt-in".into(),
+        )
+    } else {
+        ok(
+            "gpu",
+            format!(
+                "device nodes found: {} (opt-in: {origin})",
+                devices.join(", ")
+            ),
+        )
+    })
 }
 
 fn bwrap_row(bwrap: &Path) -> Row {

@@ -6,6 +6,7 @@ pub mod confinement;
 pub mod error;
 pub mod escape;
 pub mod facts;
+pub mod gpu;
 pub mod ipc;
 pub mod layout;
 pub mod network;

@@ -13,6 +13,7 @@ mod e2e_claude;
 mod escape;
 mod faults;
 mod gc;
+mod gpu;
 mod hardening;
 mod identity;
 mod lab_findings;

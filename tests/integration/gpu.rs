@@ -217,8 +217,71 @@ fn gpu_nodes_work_inside_with_the_opt_in_and_sys_is_read_only_and_minimal() {
         assert_eq!(get(&seen, "nvidia"), "char", "{seen:?}");
         assert_eq!(get(&seen, "nvidia-write"), "refused", "{seen:?}");
     }
+    // The same launch by an ordinary user (the suite's `claudebox-test`): root's nodes
+    // show as nobody's in the user namespace and open by their mode, as a GPU's 0666
+    // nodes would.
+    if nodes.is_some() {
+        match look_as_ordinary_user() {
+            Some(seen) => {
+                assert_eq!(get(&seen, "nvidia"), "char", "{seen:?}");
+                assert_eq!(get(&seen, "nvidia-write"), "ok", "{seen:?}");
+                assert_eq!(get(&seen, "render"), "00000000", "{seen:?}");
+                assert_eq!(get(&seen, "sys-write"), "Read-only file system");
+            }
+            None => eprintln!(
+                "gpu: skipped the ordinary user's launch with the nodes: no user \
+                 claudebox-test, or it cannot run {BIN}"
+            ),
+        }
+    }
     drop(nodes);
     assert!(!Path::new(NVIDIA).exists() && !Path::new(RENDER).exists());
+}
+
+/// `--gpu --exec sh -c LOOK` run as the user `claudebox-test`, in a home and project of
+/// its own; `None` when there is no such user or it cannot run claudebox.
+fn look_as_ordinary_user() -> Option<Vec<(String, String)>> {
+    const USER: &str = "claudebox-test";
+    let runs = |args: &[&str]| {
+        Command::new("runuser")
+            .args(["-u", USER, "--"])
+            .args(args)
+            .output()
+            .ok()
+    };
+    if !runs(&["test", "-x", BIN]).is_some_and(|o| o.status.success()) {
+        return None;
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("claudebox-gpu-user-")
+        .tempdir()
+        .ok()?;
+    let root = fs::canonicalize(dir.path()).ok()?;
+    let (home, proj) = (root.join("home"), root.join("proj"));
+    fs::create_dir_all(&home).ok()?;
+    fs::create_dir_all(&proj).ok()?;
+    let chown = Command::new("chown")
+        .args(["-R", USER])
+        .arg(&root)
+        .status()
+        .ok()?;
+    assert!(chown.success());
+    let o = Command::new("runuser")
+        .args(["-u", USER, "--", "env", "-i"])
+        .arg(format!("HOME={}", home.display()))
+        .args(["PATH=/usr/local/bin:/usr/bin:/bin", BIN, "--gpu", "--exec"])
+        .args(["sh", "-c", LOOK])
+        .current_dir(&proj)
+        .output()
+        .ok()?;
+    assert!(o.status.success(), "{}", stderr(&o));
+    Some(
+        stdout(&o)
+            .lines()
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim().to_string()))
+            .collect(),
+    )
 }
 
 /// The `gpu` row of `--check`, if any: (status, detail).

@@ -220,6 +220,10 @@ pub const TABLE: &[Row] = &[
 /// The device nodes `--check` and the launch look for, as one line.
 pub const DEVICE_SUMMARY: &str = "/dev/nvidia*, /dev/dri, /dev/kfd";
 
+/// Said to Claude (its system prompt's sandbox note) when the opt-in found a GPU.
+pub const PROMPT_NOTE: &str = " The host's GPUs are available (their device nodes, and \
+    read-only the parts of /sys their drivers read): CUDA and ROCm work.";
+
 /// What a path of the table turned out to be on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Entry {
@@ -397,10 +401,10 @@ mod tests {
         assert_eq!(
             rows,
             vec![
-                r("dev-bind", "/dev/nvidiactl", "/dev/nvidiactl"),
-                r("dev-bind", "/dev/nvidia0", "/dev/nvidia0"),
-                r("dev-bind", "/dev/nvidia1", "/dev/nvidia1"),
-                r("dev-bind", "/dev/dri", "/dev/dri"),
+                r("dev-bind?", "/dev/nvidiactl", "/dev/nvidiactl"),
+                r("dev-bind?", "/dev/nvidia0", "/dev/nvidia0"),
+                r("dev-bind?", "/dev/nvidia1", "/dev/nvidia1"),
+                r("dev-bind?", "/dev/dri", "/dev/dri"),
                 r("ro?", "/sys/class/drm", "/sys/class/drm"),
                 r(
                     "ro?",
@@ -518,6 +522,8 @@ mod tests {
                 plan.mounts
             );
             assert!(!plan.notes.iter().any(|n| n.contains("gpu")));
+            let note = crate::policy::plan::sandbox_note(&with(None));
+            assert!(!note.to_string_lossy().contains("GPU"));
             let argv = render::shell_line(&render::argv(&plan));
             let argv = String::from_utf8(argv).unwrap();
             assert!(
@@ -543,8 +549,8 @@ mod tests {
             }
             let text = String::from_utf8(render::dry_run(&plan)).unwrap();
             for line in [
-                "dev-bind\t/dev/nvidia0\t/dev/nvidia0\t--gpu: one NVIDIA GPU",
-                "dev-bind\t/dev/dri\t/dev/dri\t--gpu: DRM devices",
+                "dev-bind?\t/dev/nvidia0\t/dev/nvidia0\t--gpu: one NVIDIA GPU",
+                "dev-bind?\t/dev/dri\t/dev/dri\t--gpu: DRM devices",
                 "ro?\t/sys/dev/char\t/sys/dev/char\t--gpu: device number",
             ] {
                 let row = text
@@ -560,6 +566,8 @@ mod tests {
                 "opt-in --gpu (config /h/.config/claudebox/config.toml:3): the agent gets the GPUs"
             ));
             assert!(text.contains("gpu: skipped: /dev/nvidiactl (not on this host)"));
+            let note = crate::policy::plan::sandbox_note(&with(Some(Origin::CommandLine)));
+            assert!(note.to_string_lossy().contains(PROMPT_NOTE));
             let line = String::from_utf8(render::shell_line(&render::argv(&plan))).unwrap();
             assert!(
                 line.contains(

@@ -92,7 +92,7 @@ impl fmt::Display for MountKind {
             MountKind::Dev => "dev",
             MountKind::Proc => "proc",
             MountKind::EmptyRo => "empty-ro",
-            MountKind::DevBind => "dev-bind",
+            MountKind::DevBind => "dev-bind?",
         })
     }
 }
@@ -843,6 +843,9 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
         if listed {
             s.push(b'.');
         }
+    }
+    if inp.settings.gpu.is_some() && !inp.gpu.devices().is_empty() {
+        s.extend_from_slice(gpu::PROMPT_NOTE.as_bytes());
     }
     match &inp.settings.network {
         NetworkMode::Open => {}

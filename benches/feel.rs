@@ -34,11 +34,9 @@
 mod common;
 
 use std::collections::HashMap;
-use std::ffi::OsString;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::os::unix::ffi::OsStringExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -49,6 +47,9 @@ use serde_json::{json, Value};
 
 use common::lab::{self, Claude, MockApi, API_KEY};
 use common::{init_repo, World};
+
+mod support;
+use support::{argv_from_dry_run, die, install, load, number};
 
 /// The Claude Code versions the CI caches, used when no variable or `--claude` names one.
 const CACHED_CLAUDES: [&str; 2] = [
@@ -119,17 +120,6 @@ impl Opts {
     }
 }
 
-fn number(s: &std::ffi::OsStr) -> usize {
-    s.to_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| die(&format!("not a number: {}", s.to_string_lossy())))
-}
-
-/// Stops the bench. A panic, not an exit, so that the fixtures are removed on the way out.
-fn die(msg: &str) -> ! {
-    panic!("feel bench: {msg}")
-}
-
 fn say(msg: &str) {
     eprintln!("feel bench: {msg}");
 }
@@ -166,40 +156,6 @@ fn p90(v: &[f64]) -> f64 {
 }
 fn secs_ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
-}
-
-fn load() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
-/// The machine, for the record: cpus, CPU model, memory, kernel, bwrap version.
-fn machine() -> String {
-    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, m)| m.trim().to_string())
-        .unwrap_or_else(|| "?".into());
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let mem_gib = fs::read_to_string("/proc/meminfo")
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("MemTotal:"))
-        .and_then(|l| l.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(0.0, |kb| kb / 1024.0 / 1024.0);
-    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let bwrap = Command::new("bwrap")
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    format!(
-        "{cpus} cpus ({model}), {mem_gib:.0} GiB, kernel {}, {bwrap}",
-        kernel.trim()
-    )
 }
 
 // ---------------------------------------------------------------------------------------
@@ -254,40 +210,12 @@ fn run_within(cmd: &mut Command, limit: Duration, what: &str) -> Vec<u8> {
     }
 }
 
-/// A copy of `bin` in `dir`, as `cargo install` makes one (see `--bench launch`: a file
-/// the linker has just written starts slower than any installed copy).
-fn install(bin: &Path, dir: &Path) -> PathBuf {
-    fs::create_dir_all(dir).unwrap();
-    let dst = dir.join("claudebox");
-    fs::copy(bin, &dst).unwrap_or_else(|e| die(&format!("cannot copy {}: {e}", bin.display())));
-    dst
-}
-
 // ---------------------------------------------------------------------------------------
 // 1. The launch's cost over bwrap alone
 
 struct LaunchCost {
     bwrap: Vec<f64>,
     claudebox: Vec<f64>,
-}
-
-/// The bwrap argv of `claudebox --dry-run --exec true`: its last line, split by `sh`.
-fn argv_from_dry_run(stdout: &[u8]) -> Vec<OsString> {
-    let line = stdout
-        .split(|b| *b == b'\n')
-        .rfind(|l| !l.is_empty())
-        .unwrap_or_else(|| die("--dry-run printed nothing"));
-    let mut script = b"printf '%s\\0' ".to_vec();
-    script.extend_from_slice(line);
-    let mut c = Command::new("sh");
-    c.arg("-c").arg(OsString::from_vec(script));
-    let out = run_within(&mut c, Duration::from_secs(10), "sh splitting --dry-run");
-    let mut words: Vec<OsString> = out
-        .split(|b| *b == 0)
-        .map(|w| OsString::from_vec(w.to_vec()))
-        .collect();
-    words.pop();
-    words
 }
 
 fn launch_cost(bin: &Path, runs: usize) -> LaunchCost {
@@ -932,7 +860,7 @@ fn main() {
         .expect("tempdir");
     let bin = install(Path::new(common::BIN), tmp.path());
     println!("claudebox feel benchmark");
-    println!("machine: {}", machine());
+    println!("machine: {}", support::machine(Path::new("bwrap")));
     println!("binary: {} (measured as a copy)", common::BIN);
     println!("load average at start: {}", load());
 

@@ -14,13 +14,16 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use claudebox::host::project;
+
+mod support;
+use support::{argv_from_dry_run, die, install, load, machine, number};
 
 struct Opts {
     bin: PathBuf,
@@ -62,17 +65,6 @@ impl Opts {
         o.list_runs = o.list_runs.max(1);
         o
     }
-}
-
-fn number(s: &std::ffi::OsStr) -> usize {
-    s.to_str()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| die(&format!("not a number: {}", s.to_string_lossy())))
-}
-
-/// Stops the bench. A panic, not an exit, so that the fixtures are removed on the way out.
-fn die(msg: &str) -> ! {
-    panic!("launch bench: {msg}")
 }
 
 /// The wall times of one case.
@@ -201,14 +193,6 @@ impl Fixture {
     }
 }
 
-/// A copy of `bin` in `dir`, as `cargo install` makes one.
-fn install(bin: &Path, dir: &Path) -> PathBuf {
-    fs::create_dir_all(dir).unwrap();
-    let dst = dir.join("claudebox");
-    fs::copy(bin, &dst).unwrap_or_else(|e| die(&format!("cannot copy {}: {e}", bin.display())));
-    dst
-}
-
 fn write_exe(path: &Path, text: &str) {
     fs::write(path, text).unwrap();
     fs::set_permissions(path, fs::Permissions::from_mode(0o755)).unwrap();
@@ -283,28 +267,6 @@ fn run_checked(mut c: Command, what: &str) -> Output {
     o
 }
 
-/// The bwrap argv claudebox prints for this launch: the last line of `--dry-run`, split
-/// into words by `sh` itself (the dry-run contract is that `sh` runs that line as the
-/// launch), printed NUL-separated. Done once, outside any timing.
-fn argv_from_dry_run(dry_run_stdout: &[u8]) -> Vec<OsString> {
-    let line = dry_run_stdout
-        .split(|b| *b == b'\n')
-        .rfind(|l| !l.is_empty())
-        .unwrap_or_else(|| die("--dry-run printed nothing"));
-    let mut script = b"printf '%s\\0' ".to_vec();
-    script.extend_from_slice(line);
-    let mut c = Command::new("sh");
-    c.arg("-c").arg(OsString::from_vec(script));
-    let out = run_checked(c, "sh splitting the --dry-run command line");
-    let mut words: Vec<OsString> = out
-        .stdout
-        .split(|b| *b == 0)
-        .map(|w| OsString::from_vec(w.to_vec()))
-        .collect();
-    words.pop(); // after the last NUL
-    words
-}
-
 /// One launch case: a name, a key to find it by, and how to make its command.
 struct Case<'a> {
     key: &'static str,
@@ -376,12 +338,6 @@ fn verdict(ok: bool) -> &'static str {
     }
 }
 
-fn load() -> String {
-    fs::read_to_string("/proc/loadavg")
-        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .unwrap_or_else(|_| "?".into())
-}
-
 /// Whether the binary's `--help` lists `flag` (an unknown flag would otherwise be taken
 /// as an argument for claude and start a sandbox).
 fn has_flag(bin: &Path, flag: &str) -> bool {
@@ -392,25 +348,6 @@ fn has_flag(bin: &Path, flag: &str) -> bool {
             .any(|w| w == flag),
         Err(_) => false,
     }
-}
-
-/// The machine, for the record: cpus, CPU model, kernel, bwrap version.
-fn machine(bwrap: &Path) -> String {
-    let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
-    let model = cpuinfo
-        .lines()
-        .find_map(|l| l.strip_prefix("model name"))
-        .and_then(|l| l.split_once(':'))
-        .map(|(_, m)| m.trim().to_string())
-        .unwrap_or_else(|| "?".into());
-    let cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
-    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    let version = Command::new(bwrap)
-        .arg("--version")
-        .output()
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
-        .unwrap_or_default();
-    format!("{cpus} cpus ({model}), kernel {}, {version}", kernel.trim())
 }
 
 fn main() {

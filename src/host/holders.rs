@@ -94,6 +94,25 @@ fn alive(pid: i32) -> bool {
     }
 }
 
+/// When the process `pid` started (`/proc/PID/stat` field 22, clock ticks after boot):
+/// with the pid, it names one process for good, across exec, never a later one that
+/// reuses the pid.
+pub fn start_ticks(pid: u32) -> Option<u64> {
+    let stat = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name start at field 3 (the state): 22 - 3 = 19.
+    stat.rsplit_once(')')?
+        .1
+        .split_whitespace()
+        .nth(19)?
+        .parse()
+        .ok()
+}
+
+/// Whether the process that had `pid` and started at `ticks` still lives (not a zombie).
+pub fn still_runs(pid: u32, ticks: u64) -> bool {
+    i32::try_from(pid).is_ok_and(alive) && start_ticks(pid) == Some(ticks)
+}
+
 /// The state letter of a `/proc/PID/stat` line (after the command name in parentheses).
 fn state_of(stat: &str) -> Option<char> {
     stat.rsplit_once(')')?.1.trim_start().chars().next()

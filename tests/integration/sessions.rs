@@ -244,6 +244,53 @@ fn the_same_name_twice_at_once_refuses_and_names_the_running_one() {
     assert_eq!(conversation(&out).0, "--resume");
 }
 
+/// The agent inherits the name's lock descriptor and closes it (every descriptor from 3
+/// up): the flock is free, yet a second launch of the name is refused, because the run
+/// note names the first sandbox's outer bwrap, which still runs. The control is the
+/// flock itself: the test takes it, so the attack did free it.
+#[test]
+fn a_session_that_closes_its_lock_still_counts_as_running() {
+    use nix::fcntl::{Flock, FlockArg};
+    let w = world();
+    let r = repo(&w);
+    let (started, release) = (r.join("started"), r.join("release"));
+    ok(&launch(&w, &r, "rev", ""));
+    let inner = r.join("inner.sh");
+    fs::write(&inner, signal_then_wait(&started, &release)).unwrap();
+    let script = format!(
+        "exec python3 -c 'import os; os.closerange(3, 1 << 16); \
+         os.execvp(\"sh\", [\"sh\", \"{}\"])'",
+        inner.display()
+    );
+    let mut first = spawn(&w, &r, &["--session", "rev"], &script);
+    wait_for(&started, &mut first);
+
+    let lock = fs::File::open(sessions_dir(&w).join("rev.lock")).unwrap();
+    let held = Flock::lock(lock, FlockArg::LockExclusiveNonblock)
+        .unwrap_or_else(|_| panic!("control: the agent did not free the flock"));
+    drop(held);
+
+    let second = launch(&w, &r, "rev", "");
+    let err = stderr(&second);
+    assert!(!second.status.success(), "a second `rev` started: {err}");
+    assert!(!stdout(&second).contains("FAKE-CLAUDE-START"), "it ran");
+    assert!(err.contains("session `rev` is already running"), "{err}");
+    assert!(err.contains(&format!("pid {}", first.id())), "{err}");
+    let list = ok(&w.cmd(&r).arg("--list").output().unwrap());
+    assert!(
+        list.lines()
+            .any(|l| l.contains("session\trev\t") && l.contains("\trunning\t")),
+        "{list}"
+    );
+    let forget = w.cmd(&r).args(["--forget", "rev"]).output().unwrap();
+    assert!(!forget.status.success(), "forgotten while it runs");
+
+    fs::write(&release, "").unwrap();
+    ok(&first.wait_with_output().unwrap());
+    let out = ok(&launch(&w, &r, "rev", ""));
+    assert_eq!(conversation(&out).0, "--resume");
+}
+
 #[test]
 fn twenty_names_launched_at_once_all_survive() {
     const N: usize = 20;

@@ -24,6 +24,35 @@ pub struct RunInfo {
     pub instance: String,
     pub started: String,
     pub cwd: String,
+    /// When `pid` started (see [`holders::start_ticks`]): the launching claudebox, which
+    /// becomes the sandbox's outer bwrap by exec and lives exactly as long as the sandbox.
+    /// Absent in notes written before it was recorded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_ticks: Option<u64>,
+}
+
+impl RunInfo {
+    /// Who runs the session from now on: this process, which is about to exec bwrap.
+    pub fn now(instance: &str, cwd: &std::path::Path) -> RunInfo {
+        let pid = std::process::id();
+        RunInfo {
+            pid,
+            instance: instance.to_string(),
+            started: super::record::now(),
+            cwd: cwd.to_string_lossy().into_owned(),
+            start_ticks: holders::start_ticks(pid),
+        }
+    }
+}
+
+/// Whether the sandbox the run note names still runs. The flock alone does not say so:
+/// the agent's processes inherit its descriptor (bwrap's pid 1 keeps only the in-use
+/// slot), so an agent can close it; the outer bwrap, which the note names, is out of its
+/// reach and ends with the sandbox.
+fn noted_sandbox_runs(state: &ProjectState, name: &str) -> bool {
+    read_run_info(state, name).is_some_and(|i| {
+        i.pid != std::process::id() && i.start_ticks.is_some_and(|t| holders::still_runs(i.pid, t))
+    })
 }
 
 /// The name's lock, or `None` when a running session (or `--forget`) holds it.
@@ -71,6 +100,9 @@ pub fn lock_name(state: &ProjectState, name: &str) -> Result<Option<Flock<File>>
         let held = lock.metadata()?;
         if let Ok(now) = fs::symlink_metadata(&path) {
             if now.ino() == held.ino() && now.dev() == held.dev() {
+                if noted_sandbox_runs(state, name) {
+                    return Ok(None);
+                }
                 return Ok(Some(lock));
             }
         }
@@ -100,6 +132,9 @@ fn lock_exclusive(mut f: File, path: &Path) -> Result<Option<Flock<File>>> {
 
 /// Whether a session holds its lock, probed with a shared lock released at once.
 pub fn is_running(state: &ProjectState, name: &str) -> bool {
+    if noted_sandbox_runs(state, name) {
+        return true;
+    }
     let Ok(f) = OpenOptions::new()
         .read(true)
         .custom_flags(nix::libc::O_NOFOLLOW)

@@ -7,7 +7,9 @@
 //! │                   written atomically, only by the holder of <name>.lock
 //! ├── <name>.lock     flock held exclusively by the sandbox running <name> (bwrap
 //! │                   inherits the descriptor through exec); `--list` probes it shared
-//! └── <name>.running  who took the lock last: pid, instance id, start time, cwd
+//! └── <name>.running  who took the lock last: pid, instance id, start time, cwd, and
+//!                     the pid's start ticks: while that process (the outer bwrap)
+//!                     lives the name runs, even if the agent closed its lock descriptor
 //! ```
 //!
 //! The decision (new conversation, resume, or fresh because the transcript is gone) is
@@ -294,12 +296,7 @@ fn claim_locked(
             );
         }
     }
-    let info = RunInfo {
-        pid: std::process::id(),
-        instance: instance_id.to_string(),
-        started: now(),
-        cwd: cwd.to_string_lossy().into_owned(),
-    };
+    let info = RunInfo::now(instance_id, cwd);
     write_run_info(state, name, &info)?;
     Ok(launch)
 }
@@ -469,12 +466,7 @@ pub fn guard_picked(
         );
     };
     fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
-    let info = RunInfo {
-        pid: std::process::id(),
-        instance: instance_id.to_string(),
-        started: now(),
-        cwd: cwd.to_string_lossy().into_owned(),
-    };
+    let info = RunInfo::now(instance_id, cwd);
     write_run_info(state, &name, &info)?;
     Ok(Some(lock))
 }

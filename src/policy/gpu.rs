@@ -126,6 +126,13 @@ pub const TABLE: &[Row] = &[
         "AMD's compute interface (ROCm's HSA runtime): ROCm cannot initialize without it",
     ),
     row(
+        "/dev/dxg",
+        Exact,
+        Device,
+        "WSL2: the paravirtualized GPU; CUDA on WSL goes through it (its libraries are in \
+         /usr/lib/wsl, already bound)",
+    ),
+    row(
         "/sys/module/nvidia",
         Exact,
         Sys,
@@ -218,7 +225,7 @@ pub const TABLE: &[Row] = &[
 ];
 
 /// The device nodes `--check` and the launch look for, as one line.
-pub const DEVICE_SUMMARY: &str = "/dev/nvidia*, /dev/dri, /dev/kfd";
+pub const DEVICE_SUMMARY: &str = "/dev/nvidia*, /dev/dri, /dev/kfd, /dev/dxg";
 
 /// Said to Claude (its system prompt's sandbox note) when the opt-in found a GPU.
 pub const PROMPT_NOTE: &str = " The host's GPUs are available (their device nodes, and \
@@ -446,8 +453,8 @@ mod tests {
         assert_eq!(mounts.len(), 1);
         assert!(
             notes.iter().any(|n| n
-                == "gpu: no GPU device nodes found: /dev/nvidia*, /dev/dri, /dev/kfd; the \
-                    sandbox starts without a GPU"),
+                == "gpu: no GPU device nodes found: /dev/nvidia*, /dev/dri, /dev/kfd, /dev/dxg; \
+                    the sandbox starts without a GPU"),
             "{notes:?}"
         );
         assert!(host.devices().is_empty());

@@ -86,6 +86,7 @@ fn host_has_gpu_nodes() -> bool {
             "/dev/nvidia-caps",
             "/dev/dri",
             "/dev/kfd",
+            "/dev/dxg",
         ]
         .iter()
         .any(|p| Path::new(p).exists())
@@ -159,7 +160,7 @@ fn gpu_nodes_work_inside_with_the_opt_in_and_sys_is_read_only_and_minimal() {
         assert!(
             stderr(&o).contains(
                 "claudebox: gpu: warning: no GPU device nodes found: /dev/nvidia*, /dev/dri, \
-                 /dev/kfd; the sandbox starts without a GPU"
+                 /dev/kfd, /dev/dxg; the sandbox starts without a GPU"
             ),
             "{}",
             stderr(&o)
@@ -322,7 +323,7 @@ fn check_says_which_gpu_nodes_exist_when_the_opt_in_is_set() {
             gpu_row(&out),
             Some((
                 "warn".into(),
-                "no GPU device nodes found: /dev/nvidia*, /dev/dri, /dev/kfd (opt-in: command \
+                "no GPU device nodes found: /dev/nvidia*, /dev/dri, /dev/kfd, /dev/dxg (opt-in: command \
                  line); a launch goes on without a GPU"
                     .into()
             )),

@@ -472,9 +472,9 @@ mod tests {
             .any(|n| n.contains("/dev/nvidiactl (a symlink)")));
     }
 
-    /// The ioctl type byte (bits 8..16 of the request) of NVIDIA's ('F'), DRM's ('d') and
-    /// AMD KFD's ('K') ioctls: the seccomp table matches whole request numbers, none of
-    /// which is theirs, so the filter leaves the GPU drivers' ioctls alone.
+    /// The ioctl type byte (bits 8..16 of the request) of NVIDIA's ('F'), DRM's ('d'), AMD
+    /// KFD's ('K') and WSL's dxgkrnl ('G') ioctls: the seccomp table matches whole request
+    /// numbers, none of which is theirs, so the filter leaves the GPU drivers' ioctls alone.
     #[test]
     fn the_seccomp_table_blocks_no_gpu_ioctl() {
         for rule in crate::policy::confinement::SECCOMP {
@@ -485,7 +485,7 @@ mod tests {
                 continue;
             };
             let ty = (arg.value >> 8) & 0xff;
-            for gpu in [b'F', b'd', b'K'] {
+            for gpu in [b'F', b'd', b'K', b'G'] {
                 assert_ne!(ty, gpu as u32, "{} {}", rule.syscall, arg.name);
             }
         }

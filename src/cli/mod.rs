@@ -102,7 +102,8 @@ pub struct Cli {
     pub gpu: bool,
 
     /// Check whether this machine can run claudebox (bwrap, user namespaces, a nested
-    /// sandbox, claude, credentials, state); exit non-zero when a check fails.
+    /// sandbox, claude, credentials, state; with --gpu, the GPU device nodes); exit
+    /// non-zero when a check fails.
     #[arg(long, conflicts_with_all = ["gc", "list", "exec", "dry_run", "args"])]
     pub check: bool,
 

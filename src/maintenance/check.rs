@@ -236,25 +236,59 @@ fn gpu_row(home: &Path, cli_gpu: bool) -> Option<Row> {
     };
     let host = crate::host::gpu::probe();
     let devices: Vec<String> = host.devices().iter().map(|d| show(d)).collect();
-    Some(if devices.is_empty() {
-        warn(
+    if devices.is_empty() {
+        return Some(warn(
             "gpu",
             format!(
                 "{} (opt-in: {origin}); a launch goes on without a GPU",
                 crate::policy::gpu::no_devices_line()
             ),
             "load the GPU's driver on the host (nvidia, amdgpu), or drop the opt-in".into(),
-        )
-    } else {
-        ok(
+        ));
+    }
+    let found = format!(
+        "device nodes found: {} (opt-in: {origin})",
+        devices.join(", ")
+    );
+    Some(match gpu_in_sandbox(&host, &origin) {
+        Ok(missing) if missing.is_empty() => ok("gpu", format!("{found}; a sandbox sees them")),
+        Ok(missing) => warn(
             "gpu",
-            format!(
-                "device nodes found: {} (opt-in: {origin})",
-                devices.join(", ")
-            ),
-        )
+            format!("{found}; a sandbox does not see {}", missing.join(", ")),
+            "report it with `claudebox --gpu --dry-run`'s output".into(),
+        ),
+        Err(e) => warn(
+            "gpu",
+            format!("{found}; a sandbox with them does not start: {e:#}"),
+            "report it with `claudebox --gpu --dry-run`'s output".into(),
+        ),
     })
 }
+
+/// The GPU device nodes that a sandbox planned with the opt-in (as a launch plans it) does
+/// not show as a device or a directory. Nothing is opened: opening a DRM card can make
+/// the opener its master.
+fn gpu_in_sandbox(
+    host: &crate::policy::gpu::GpuHost,
+    origin: &crate::policy::settings::Origin,
+) -> Result<Vec<String>> {
+    let mut probe = Probe::create(&host::find_bwrap()?, None)?;
+    probe.inputs.settings.gpu = Some(origin.clone());
+    probe.inputs.gpu = host.clone();
+    let mut argv: Vec<OsString> = ["sh", "-c", GPU_LOOK, "sh"].map(OsString::from).to_vec();
+    argv.extend(host.devices().iter().map(|d| d.as_os_str().to_os_string()));
+    let ran = probe.run(argv)?;
+    if !ran.success() {
+        anyhow::bail!("{}", ran.describe());
+    }
+    Ok(String::from_utf8_lossy(&ran.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Prints each argument that is neither a character device nor a directory.
+const GPU_LOOK: &str = r#"for d; do [ -c "$d" ] || [ -d "$d" ] || printf '%s\n' "$d"; done"#;
 
 fn bwrap_row(bwrap: &Path) -> Row {
     let mut cmd = std::process::Command::new(bwrap);

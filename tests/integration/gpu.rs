@@ -345,7 +345,10 @@ fn check_says_which_gpu_nodes_exist_when_the_opt_in_is_set() {
     assert!(detail.starts_with("device nodes found: "), "{detail}");
     assert!(detail.contains(NVIDIA) && detail.contains(DRI), "{detail}");
     assert!(
-        detail.ends_with(&format!("(opt-in: config {}:1)", cfg.display())),
+        detail.ends_with(&format!(
+            "(opt-in: config {}:1); a sandbox sees them",
+            cfg.display()
+        )),
         "{detail}"
     );
 }

@@ -23,9 +23,9 @@ use crate::policy::network::{ModeName, NetworkChoice};
         (claude's version, from inside the sandbox); `claudebox -- --help` shows claude's help.",
     after_long_help = "Configuration: $XDG_CONFIG_HOME/claudebox/config.toml \
         (default ~/.config/claudebox/config.toml) can list the same things as --ro, --rw, \
-        --hide, --env, --network, --allow-host and --forward-port, default arguments for \
-        claude, and [[project]] sections for one project. The command line wins over the file. Nothing inside a project is \
-        read as configuration.\n\n\
+        --hide, --env, --network, --allow-host, --forward-port and --gpu, default arguments \
+        for claude, and [[project]] sections for one project. The command line wins over the \
+        file. Nothing inside a project is read as configuration.\n\n\
         Shell integration: `claudebox completions bash|zsh|fish` prints a completion \
         script; `claudebox manpage` prints this manual page (roff).",
     args_override_self = true
@@ -94,8 +94,16 @@ pub struct Cli {
     #[arg(long)]
     pub writable_claude_setup: bool,
 
+    /// Give the agent this machine's GPUs (CUDA, ROCm): the NVIDIA, DRM and AMD KFD device
+    /// nodes that exist, and read-only the parts of /sys their drivers read; nothing else
+    /// of /dev or /sys. The agent can then use the GPU driver's whole interface. Also
+    /// `gpu = true` in the config file.
+    #[arg(long)]
+    pub gpu: bool,
+
     /// Check whether this machine can run claudebox (bwrap, user namespaces, a nested
-    /// sandbox, claude, credentials, state); exit non-zero when a check fails.
+    /// sandbox, claude, credentials, state; with --gpu, the GPU device nodes); exit
+    /// non-zero when a check fails.
     #[arg(long, conflicts_with_all = ["gc", "list", "exec", "dry_run", "args"])]
     pub check: bool,
 
@@ -161,6 +169,7 @@ impl Cli {
             ssh_agent: self.ssh_agent,
             writable_project_config: self.writable_project_config,
             writable_claude_setup: self.writable_claude_setup,
+            gpu: self.gpu,
         }
     }
 

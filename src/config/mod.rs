@@ -17,6 +17,7 @@
 //! [[project]]                               # applies only to this project
 //! root = "~/src/website"
 //! rw = ["~/.npm"]
+//! gpu = true                                # as --gpu: the GPUs' device nodes, /sys parts
 //! ```
 
 pub mod guard;
@@ -76,6 +77,8 @@ pub struct Section {
     pub writable_project_config: Option<Spanned<bool>>,
     /// Opt-out of the read-only Claude Code setup (as `--writable-claude-setup`).
     pub writable_claude_setup: Option<Spanned<bool>>,
+    /// Opt-in: the GPUs' device nodes and the /sys parts drivers read (as `--gpu`).
+    pub gpu: Option<Spanned<bool>>,
     /// Only at the top level: how long `--gc` waits before removing the state of a
     /// project whose root is missing (`"7d"`, `"12h"`, `"0"`).
     pub gc_margin: Option<Spanned<String>>,
@@ -274,7 +277,7 @@ mod tests {
         assert_eq!(
             err("ro = []\nrox = 1\n"),
             "/c/config.toml:2:1: unknown field `rox`, expected one of `ro`, `rw`, `hide`, \
-             `env`, `pass_env`, `network`, `allow_hosts`, `forward_ports`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `gc_margin`, `root`, `project`"
+             `env`, `pass_env`, `network`, `allow_hosts`, `forward_ports`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `gpu`, `gc_margin`, `root`, `project`"
         );
         assert_eq!(
             err("ro = 5\n"),

@@ -141,6 +141,7 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
                 (&mut s.ssh_agent, &sec.ssh_agent),
                 (&mut s.writable_project_config, &sec.writable_project_config),
                 (&mut s.writable_claude_setup, &sec.writable_claude_setup),
+                (&mut s.gpu, &sec.gpu),
             ] {
                 if let Some(v) = value {
                     *flag = v.get_ref().then(|| Where::Config(file, v.span()).origin());
@@ -199,6 +200,9 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
     }
     if cli.writable_claude_setup {
         s.writable_claude_setup = Some(Origin::CommandLine);
+    }
+    if cli.gpu {
+        s.gpu = Some(Origin::CommandLine);
     }
 
     s.mounts = resolve_mounts(requests, cx)?;

@@ -2,6 +2,7 @@
 //! where `claude` is installed, and which system paths exist. Read-only.
 
 pub mod exec;
+pub mod gpu;
 pub mod holders;
 pub mod mounts;
 pub mod project;

@@ -95,7 +95,19 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         None
     };
     let claude_home = HostClaude::probe(&home);
+    let gpu = match settings.gpu {
+        Some(_) => host::gpu::probe(),
+        None => Default::default(),
+    };
+    if settings.gpu.is_some() && gpu.devices().is_empty() {
+        // Nothing is less protected without a GPU: say so and go on.
+        eprintln!(
+            "claudebox: gpu: warning: {}; the sandbox starts without a GPU",
+            crate::policy::gpu::no_devices_line()
+        );
+    }
     let inputs = Inputs {
+        gpu,
         claude,
         command,
         host: HostFacts::probe(),

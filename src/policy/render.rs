@@ -117,6 +117,7 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
             MountKind::Symlink => "--symlink",
             MountKind::Dev => "--dev",
             MountKind::Proc => "--proc",
+            MountKind::DevBind => "--dev-bind-try",
             MountKind::EmptyRo => unreachable!("handled above"),
         };
         a.push(flag.into());

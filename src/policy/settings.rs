@@ -87,6 +87,8 @@ pub struct Settings {
     pub writable_project_config: Option<Origin>,
     /// Opt-out of the read-only Claude Code setup, and where that was asked for.
     pub writable_claude_setup: Option<Origin>,
+    /// Opt-in: the GPUs' device nodes and the /sys parts drivers read (see `gpu`).
+    pub gpu: Option<Origin>,
 }
 
 /// What claudebox's own command-line options ask for.
@@ -100,4 +102,5 @@ pub struct CliRequest {
     pub ssh_agent: bool,
     pub writable_project_config: bool,
     pub writable_claude_setup: bool,
+    pub gpu: bool,
 }

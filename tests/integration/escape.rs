@@ -5,6 +5,7 @@
 //! here means something.
 
 mod claude_home;
+mod gpu;
 mod host_ports;
 mod project_files;
 mod race;
@@ -314,6 +315,7 @@ fn attempts(a: &Arena) -> Vec<Attempt> {
     let mut v = claude_home::attempts(a);
     v.extend(project_files::attempts(a));
     v.extend(host_ports::attempts(a));
+    v.extend(gpu::attempts(a));
 
     // 1. Read the real home: keys, credentials, browser profiles, other projects, history.
     for rel in SECRETS {
@@ -800,6 +802,7 @@ fn controls_show_the_attempts_can_succeed() {
     assert!(contains_planted(&arena.proj.join(".git/hooks/post-commit")));
     project_files::controls(&arena);
     host_ports::controls(&arena);
+    gpu::controls(&arena);
     // The launch race and an inherited descriptor, with sources bound by name and
     // descriptors left open.
     race::controls();

@@ -14,6 +14,7 @@ mod escape;
 mod faults;
 mod forward_ports;
 mod gc;
+mod gpu;
 mod hardening;
 mod identity;
 mod lab_findings;

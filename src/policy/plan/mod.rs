@@ -6,7 +6,8 @@
 //!
 //! 1. the system, read-only (`/usr`, `/etc`, `/bin`, `/lib*`, `/opt`, `/nix/store`, ...),
 //!    with merged-usr symlinks recreated as symlinks;
-//! 2. `/dev`, a new `/proc`, a fresh `/tmp`;
+//! 2. `/dev`, a new `/proc`, a fresh `/tmp`; with `--gpu`, the GPUs' device nodes over
+//!    that `/dev` and the parts of `/sys` their drivers read (see `gpu`);
 //! 3. an empty writable tmpfs over `$HOME`;
 //! 4. the project's work tree read-write at its real path, then its git dirs that lie
 //!    outside it, then over them (parents first) the code-bearing paths made read-only
@@ -45,6 +46,7 @@ use std::path::{Path, PathBuf};
 
 use crate::policy::facts::Project;
 use crate::policy::facts::{ClaudeInstall, HostFacts, SystemEntry};
+use crate::policy::gpu::{self, GpuHost};
 use crate::policy::network::{NetworkMode, ProxySpec};
 use crate::policy::protected::{Guard, Protected};
 use crate::policy::settings::{ExtraKind, ExtraMount, Origin, Settings, UserEnv};
@@ -74,6 +76,9 @@ pub enum MountKind {
     Proc,
     /// An empty read-only directory (a tmpfs remounted read-only).
     EmptyRo,
+    /// A host device node (or a directory of them) with device access, skipped when
+    /// missing: `--gpu` only (see `gpu`), named, since bwrap has no `--dev-bind-fd`.
+    DevBind,
 }
 
 impl fmt::Display for MountKind {
@@ -88,6 +93,7 @@ impl fmt::Display for MountKind {
             MountKind::Dev => "dev",
             MountKind::Proc => "proc",
             MountKind::EmptyRo => "empty-ro",
+            MountKind::DevBind => "dev-bind?",
         })
     }
 }
@@ -187,6 +193,8 @@ pub struct Inputs {
     pub landlock_abi: u32,
     /// Allowlist mode: also report denied hosts on stderr.
     pub log_denied: bool,
+    /// With the GPU opt-in (`settings.gpu`): what of `gpu::TABLE` this host has.
+    pub gpu: GpuHost,
 }
 
 impl Inputs {
@@ -230,6 +238,7 @@ impl Inputs {
             own_exe,
             landlock_abi: 0,
             log_denied: false,
+            gpu: GpuHost::default(),
         }
     }
 }
@@ -396,6 +405,12 @@ pub fn build(inp: &Inputs) -> Plan {
         Path::new("/tmp"),
         "fresh /tmp",
     ));
+    let mut notes = Vec::new();
+    if let Some(origin) = &inp.settings.gpu {
+        let (mounts, gpu_notes) = gpu::plan(&inp.gpu, origin);
+        m.extend(mounts);
+        notes.extend(gpu_notes);
+    }
     m.push(Mount::new(
         MountKind::Tmpfs,
         None,
@@ -421,7 +436,6 @@ pub fn build(inp: &Inputs) -> Plan {
         ));
     }
 
-    let mut notes = Vec::new();
     protect(inp, &mut m, &mut notes);
 
     if let Some(c) = &inp.claude {
@@ -702,7 +716,11 @@ fn mount_checks(
         let read_only = match mount.kind {
             MountKind::Ro | MountKind::EmptyRo => true,
             MountKind::Rw | MountKind::File | MountKind::Tmpfs => false,
-            MountKind::RoTry | MountKind::Symlink | MountKind::Dev | MountKind::Proc => continue,
+            MountKind::RoTry
+            | MountKind::Symlink
+            | MountKind::Dev
+            | MountKind::Proc
+            | MountKind::DevBind => continue,
         };
         let t = &mount.target;
         let reachable = project_dirs.iter().any(|d| t.starts_with(d))
@@ -845,6 +863,9 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
         if listed {
             s.push(b'.');
         }
+    }
+    if inp.settings.gpu.is_some() && !inp.gpu.devices().is_empty() {
+        s.extend_from_slice(gpu::PROMPT_NOTE.as_bytes());
     }
     match &inp.settings.network {
         NetworkMode::Open => {}

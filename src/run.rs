@@ -59,7 +59,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
             println!("claudebox {}", env!("CARGO_PKG_VERSION"));
             Ok(ExitCode::SUCCESS)
         }
-        Mode::Check => check::run(),
+        Mode::Check => check::run(cli.gpu),
         Mode::AppArmorProfile => apparmor::print_profile(),
         Mode::Gc { dry_run, margin } => gc::run(dry_run, margin),
         Mode::List { json, margin } => list::run(json, margin),

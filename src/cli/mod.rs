@@ -23,9 +23,9 @@ use crate::policy::network::{ModeName, NetworkChoice};
         (claude's version, from inside the sandbox); `claudebox -- --help` shows claude's help.",
     after_long_help = "Configuration: $XDG_CONFIG_HOME/claudebox/config.toml \
         (default ~/.config/claudebox/config.toml) can list the same things as --ro, --rw, \
-        --hide, --env and --network, default arguments for claude, and [[project]] sections \
-        for one project. The command line wins over the file. Nothing inside a project is \
-        read as configuration.\n\n\
+        --hide, --env, --network, --allow-host, --forward-port and --gpu, default arguments \
+        for claude, and [[project]] sections for one project. The command line wins over the \
+        file. Nothing inside a project is read as configuration.\n\n\
         Shell integration: `claudebox completions bash|zsh|fish` prints a completion \
         script; `claudebox manpage` prints this manual page (roff).",
     args_override_self = true
@@ -94,8 +94,16 @@ pub struct Cli {
     #[arg(long)]
     pub writable_claude_setup: bool,
 
+    /// Give the agent this machine's GPUs (CUDA, ROCm): the NVIDIA, DRM and AMD KFD device
+    /// nodes that exist, and read-only the parts of /sys their drivers read; nothing else
+    /// of /dev or /sys. The agent can then use the GPU driver's whole interface. Also
+    /// `gpu = true` in the config file.
+    #[arg(long)]
+    pub gpu: bool,
+
     /// Check whether this machine can run claudebox (bwrap, user namespaces, a nested
-    /// sandbox, claude, credentials, state); exit non-zero when a check fails.
+    /// sandbox, claude, credentials, state; with --gpu, the GPU device nodes); exit
+    /// non-zero when a check fails.
     #[arg(long, conflicts_with_all = ["gc", "list", "exec", "dry_run", "args"])]
     pub check: bool,
 
@@ -135,6 +143,12 @@ pub struct Cli {
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_host: Vec<String>,
 
+    /// Bring the host's loopback port PORT into an allowlist or none sandbox, at the same
+    /// port inside (repeatable): a dev database, a local LLM gateway, an MCP server. PORT,
+    /// or 127.0.0.1:PORT / [::1]:PORT for one address; nothing else of the host's loopback.
+    #[arg(long = "forward-port", value_name = "PORT")]
+    pub forward_port: Vec<String>,
+
     /// Allowlist mode: also report each denied host on stderr (they always go to the
     /// project's network-denied.log).
     #[arg(long)]
@@ -162,6 +176,7 @@ impl Cli {
             ssh_agent: self.ssh_agent,
             writable_project_config: self.writable_project_config,
             writable_claude_setup: self.writable_claude_setup,
+            gpu: self.gpu,
         }
     }
 
@@ -178,12 +193,19 @@ impl Cli {
                 .iter()
                 .map(|h| (h.clone(), "--allow-host".to_string()))
                 .collect(),
+            forward_ports: self
+                .forward_port
+                .iter()
+                .map(|p| (p.clone(), crate::policy::forward::FLAG.to_string()))
+                .collect(),
             source: if self.no_network {
                 "--no-network".to_string()
             } else if self.network.is_some() {
                 "--network".to_string()
-            } else {
+            } else if !self.allow_host.is_empty() {
                 "--allow-host".to_string()
+            } else {
+                crate::policy::forward::FLAG.to_string()
             },
         }
     }

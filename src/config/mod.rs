@@ -7,7 +7,8 @@
 //! ro = ["~/.cargo/registry", "~/.rustup"]   # bound read-only at the same path
 //! rw = ["~/.cache/sccache"]                 # bound read-write at the same path
 //! hide = ["/srv/data/private"]              # an empty directory (or file) over it
-//! network = "open"                          # "open" (default) or "none"
+//! network = "open"                          # "open" (default), "allowlist" or "none"
+//! forward_ports = [5432]                    # host loopback ports, in allowlist/none mode
 //! claude_args = ["--model", "opus"]         # before the arguments given to claudebox
 //! pass_env = ["GITHUB_TOKEN"]               # the host's value, passed explicitly
 //! env = { RUST_BACKTRACE = "1" }            # set inside the sandbox
@@ -16,6 +17,7 @@
 //! [[project]]                               # applies only to this project
 //! root = "~/src/website"
 //! rw = ["~/.npm"]
+//! gpu = true                                # as --gpu: the GPUs' device nodes, /sys parts
 //! ```
 
 pub mod guard;
@@ -64,6 +66,10 @@ pub struct Section {
     /// without naming a mode means allowlist.
     #[serde(default)]
     pub allow_hosts: Vec<Spanned<String>>,
+    /// Host loopback ports brought into an allowlist or none sandbox (as
+    /// `--forward-port`): `5432` or `"127.0.0.1:5432"`.
+    #[serde(default, deserialize_with = "port_list")]
+    pub forward_ports: Vec<Spanned<String>>,
     pub claude_args: Option<Spanned<Vec<String>>>,
     /// Opt-in: forward the host's ssh agent (as `--ssh-agent`).
     pub ssh_agent: Option<Spanned<bool>>,
@@ -71,6 +77,8 @@ pub struct Section {
     pub writable_project_config: Option<Spanned<bool>>,
     /// Opt-out of the read-only Claude Code setup (as `--writable-claude-setup`).
     pub writable_claude_setup: Option<Spanned<bool>>,
+    /// Opt-in: the GPUs' device nodes and the /sys parts drivers read (as `--gpu`).
+    pub gpu: Option<Spanned<bool>>,
     /// Only at the top level: how long `--gc` waits before removing the state of a
     /// project whose root is missing (`"7d"`, `"12h"`, `"0"`).
     pub gc_margin: Option<Spanned<String>>,
@@ -202,6 +210,39 @@ impl<'de> Deserialize<'de> for Network {
     }
 }
 
+/// `forward_ports`: each a port number or a `"HOST:PORT"` string, kept as written.
+fn port_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Spanned<String>>, D::Error> {
+    struct PortSpec(String);
+    impl<'de> Deserialize<'de> for PortSpec {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<PortSpec, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = PortSpec;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str(r#"a port (5432) or "HOST:PORT" ("127.0.0.1:5432")"#)
+                }
+                fn visit_i64<E: de::Error>(self, n: i64) -> Result<PortSpec, E> {
+                    Ok(PortSpec(n.to_string()))
+                }
+                fn visit_u64<E: de::Error>(self, n: u64) -> Result<PortSpec, E> {
+                    Ok(PortSpec(n.to_string()))
+                }
+                fn visit_str<E: de::Error>(self, s: &str) -> Result<PortSpec, E> {
+                    Ok(PortSpec(s.to_string()))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+    let v: Vec<Spanned<PortSpec>> = Deserialize::deserialize(d)?;
+    Ok(v.into_iter()
+        .map(|p| {
+            let span = p.span();
+            Spanned::new(span, p.into_inner().0)
+        })
+        .collect())
+}
+
 /// Facts about the launch that resolving needs.
 pub struct Context<'a> {
     pub home: &'a Path,
@@ -236,7 +277,7 @@ mod tests {
         assert_eq!(
             err("ro = []\nrox = 1\n"),
             "/c/config.toml:2:1: unknown field `rox`, expected one of `ro`, `rw`, `hide`, \
-             `env`, `pass_env`, `network`, `allow_hosts`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `gc_margin`, `root`, `project`"
+             `env`, `pass_env`, `network`, `allow_hosts`, `forward_ports`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `gpu`, `gc_margin`, `root`, `project`"
         );
         assert_eq!(
             err("ro = 5\n"),

@@ -114,31 +114,34 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
                     });
                 }
             }
-            if sec.network.is_some() || !sec.allow_hosts.is_empty() {
+            if sec.network.is_some() || !sec.allow_hosts.is_empty() || !sec.forward_ports.is_empty()
+            {
                 let first = sec
                     .network
                     .as_ref()
                     .map(|n| n.span())
                     .or_else(|| sec.allow_hosts.first().map(|h| h.span()))
+                    .or_else(|| sec.forward_ports.first().map(|h| h.span()))
                     .unwrap_or_default();
+                let spelled = |h: &toml::Spanned<String>| {
+                    let at = Where::Config(file, h.span()).origin();
+                    (h.get_ref().clone(), at.to_string())
+                };
                 network.push(NetworkChoice {
                     mode: sec.network.as_ref().map(|n| *n.get_ref()),
-                    allow_hosts: sec
-                        .allow_hosts
-                        .iter()
-                        .map(|h| {
-                            let at = Where::Config(file, h.span()).origin();
-                            (h.get_ref().clone(), at.to_string())
-                        })
-                        .collect(),
+                    allow_hosts: sec.allow_hosts.iter().map(spelled).collect(),
+                    forward_ports: sec.forward_ports.iter().map(spelled).collect(),
                     source: file.at(&first),
                 });
-                s.network_origin = Where::Config(file, first).origin();
+                if sec.network.is_some() || !sec.allow_hosts.is_empty() {
+                    s.network_origin = Where::Config(file, first).origin();
+                }
             }
             for (flag, value) in [
                 (&mut s.ssh_agent, &sec.ssh_agent),
                 (&mut s.writable_project_config, &sec.writable_project_config),
                 (&mut s.writable_claude_setup, &sec.writable_claude_setup),
+                (&mut s.gpu, &sec.gpu),
             ] {
                 if let Some(v) = value {
                     *flag = v.get_ref().then(|| Where::Config(file, v.span()).origin());
@@ -184,10 +187,11 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
         }
     }
     if cli.network.mode.is_some() || !cli.network.allow_hosts.is_empty() {
-        network.push(cli.network.clone());
         s.network_origin = Origin::CommandLine;
     }
+    network.push(cli.network.clone());
     s.network = network::resolve(&network)?;
+    s.forward_ports = crate::policy::forward::resolve(&network)?;
     if cli.ssh_agent {
         s.ssh_agent = Some(Origin::CommandLine);
     }
@@ -196,6 +200,9 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
     }
     if cli.writable_claude_setup {
         s.writable_claude_setup = Some(Origin::CommandLine);
+    }
+    if cli.gpu {
+        s.gpu = Some(Origin::CommandLine);
     }
 
     s.mounts = resolve_mounts(requests, cx)?;

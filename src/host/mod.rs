@@ -3,6 +3,7 @@
 
 pub mod apparmor;
 pub mod exec;
+pub mod gpu;
 pub mod holders;
 pub mod mounts;
 pub mod project;

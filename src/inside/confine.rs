@@ -1,5 +1,5 @@
 //! The sandbox's one step inside: `claudebox --sandbox-init [--scope-abstract-unix]
-//! [--default-signals] [--expect-ro|--expect-rw PATH]... [--proxy-fd FD --proxy-port PORT
+//! [--default-signals] [--expect-ro|--expect-rw PATH]... [--proxy-fd FD [--proxy-port PORT]
 //! [--forward ADDR|--forward-optional ADDR]...] -- CMD [ARGS...]` (parsed by [`Args`],
 //! rendered only by `policy::render`) applies what bwrap cannot express, then execs CMD in
 //! its place:
@@ -26,7 +26,8 @@
 //!   disposition and only the agent, given the default back here, sees the signal. This
 //!   step is essential: a non-interactive shell cannot trap a signal ignored on entry.
 //!
-//! - in allowlist mode, last, the proxy's listeners (see `inside::listen`).
+//! - in allowlist mode or with forwarded host ports, last, the proxy's listeners (see
+//!   `inside::listen`).
 //!
 //! It runs as a step of the printed command line, so `--dry-run` shows it and pasting that
 //! line applies it too. Any failure ends the launch: nothing runs unconfined.
@@ -62,7 +63,8 @@ pub const TERMINAL_SIGNALS: [Signal; 2] = [Signal::SIGINT, Signal::SIGQUIT];
     name = "claudebox --sandbox-init",
     no_binary_name = true,
     disable_help_flag = true,
-    disable_version_flag = true
+    disable_version_flag = true,
+    group(clap::ArgGroup::new("listeners").multiple(true).args(["proxy_port", "forward", "forward_optional"]))
 )]
 pub struct Args {
     /// Landlock: no connect() to abstract unix sockets made outside the sandbox.
@@ -77,8 +79,8 @@ pub struct Args {
     /// A read-write mount that must be at exactly this path.
     #[arg(long = "expect-rw", value_name = "PATH")]
     pub expect_rw: Vec<PathBuf>,
-    /// Allowlist mode: the descriptor to the proxy on the host.
-    #[arg(long = "proxy-fd", value_name = "FD", requires = "proxy_port")]
+    /// The descriptor to the proxy on the host (allowlist mode, or forwarded ports).
+    #[arg(long = "proxy-fd", value_name = "FD", requires = "listeners")]
     pub proxy_fd: Option<i32>,
     /// Allowlist mode: the proxy's port on the sandbox's loopback.
     #[arg(long = "proxy-port", value_name = "PORT", requires = "proxy_fd")]
@@ -130,12 +132,12 @@ fn run(args: Args) -> Result<std::convert::Infallible> {
                 .with_context(|| format!("cannot restore the default action of {sig}"))?;
         }
     }
-    if let (Some(fd), Some(port)) = (args.proxy_fd, args.proxy_port) {
+    if let Some(fd) = args.proxy_fd {
         let forwards: Vec<(std::net::SocketAddr, bool)> =
             (args.forward.iter().map(|a| (*a, false)))
                 .chain(args.forward_optional.iter().map(|a| (*a, true)))
                 .collect();
-        crate::inside::listen::hand_to_proxy(fd, port, &forwards)?;
+        crate::inside::listen::hand_to_proxy(fd, args.proxy_port, &forwards)?;
     }
     let err = crate::host::exec::replace_with(cmd);
     Err(err).with_context(|| format!("cannot run {}", crate::policy::render::shown(&cmd[0])))
@@ -354,7 +356,23 @@ mod tests {
             assert_eq!(parsed.forward, ["127.0.0.1:8080".parse().unwrap()]);
             assert_eq!(parsed.forward_optional, ["[::1]:8080".parse().unwrap()]);
         }
-        // Open mode: no listeners.
+        // None mode with a forwarded port: its listeners and no proxy port.
+        inp.settings.network = NetworkMode::None;
+        inp.settings.forward_ports = vec![crate::policy::network::Entry {
+            pattern: crate::policy::forward::parse("[::1]:5432").unwrap(),
+            source: "test".into(),
+        }];
+        let argv = render::argv(&crate::policy::plan::build(&inp));
+        let at = argv.iter().position(|a| a == INIT_FLAG).unwrap();
+        let parsed = <Args as clap::Parser>::try_parse_from(&argv[at + 1..]).unwrap();
+        assert_eq!(
+            parsed.proxy_fd,
+            Some(crate::policy::network::SANDBOX_NET_FD)
+        );
+        assert_eq!(parsed.proxy_port, None);
+        assert_eq!(parsed.forward, ["[::1]:5432".parse().unwrap()]);
+        assert!(parsed.forward_optional.is_empty());
+        // Open mode: no listeners (a forwarded port is the host's there anyway).
         inp.settings.network = NetworkMode::Open;
         let argv = render::argv(&crate::policy::plan::build(&inp));
         let at = argv.iter().position(|a| a == INIT_FLAG).unwrap();
@@ -384,6 +402,11 @@ mod tests {
         allowlist.push(HostPattern::parse("localhost:8080").unwrap(), "test");
         let spec = ProxySpec {
             allowlist,
+            forward_ports: vec![crate::policy::network::Entry {
+                pattern: crate::policy::forward::parse("5432").unwrap(),
+                source: "test".into(),
+            }],
+            http_proxy: false,
             denied_log: PathBuf::from(OsString::from_vec(b"/s/a b\xff/denied.log".to_vec())),
             log_stderr: true,
             instance_id: "i-1".into(),
@@ -396,6 +419,8 @@ mod tests {
             ("i-1", 9, &spec.denied_log, true)
         );
         assert_eq!(p.allow, ["*.example.com", "localhost:8080"]);
+        assert_eq!(p.forward_port, ["localhost:5432"]);
+        assert!(p.forwards_only);
     }
 
     #[test]

@@ -69,8 +69,9 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             yes: cli.yes,
         },
     )?;
+    // Refuses a forward on the proxy's port, or too many, before anything is made.
+    crate::policy::forward::in_mode(&settings.network, &settings.forward_ports)?;
     if let crate::policy::network::NetworkMode::Allowlist(list) = &settings.network {
-        crate::policy::network::loopback_forwards(list)?;
         for e in crate::policy::network::portless_loopback(list) {
             eprintln!(
                 "claudebox: network: warning: --allow-host {e} names no port; loopback inside \
@@ -94,7 +95,19 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         None
     };
     let claude_home = HostClaude::probe(&home);
+    let gpu = match settings.gpu {
+        Some(_) => host::gpu::probe(),
+        None => Default::default(),
+    };
+    if settings.gpu.is_some() && gpu.devices().is_empty() {
+        // Nothing is less protected without a GPU: say so and go on.
+        eprintln!(
+            "claudebox: gpu: warning: {}; the sandbox starts without a GPU",
+            crate::policy::gpu::no_devices_line()
+        );
+    }
     let inputs = Inputs {
+        gpu,
         claude,
         command,
         host: HostFacts::probe(),

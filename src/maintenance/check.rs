@@ -68,8 +68,9 @@ fn fail(name: &'static str, detail: String, fix: String) -> Row {
     }
 }
 
-pub fn run() -> Result<ExitCode> {
-    let rows = checks()?;
+pub fn run(gpu: bool) -> Result<ExitCode> {
+    let mut rows = checks()?;
+    rows.extend(gpu_row(&host::home_dir()?, gpu));
     let mut out = String::new();
     for r in &rows {
         let status = match r.status {
@@ -170,30 +171,13 @@ fn config_row(home: &Path) -> Row {
             )
         }
     };
-    let resolved = host::current_dir().and_then(|cwd| {
-        let project = crate::host::project::discover(&cwd)?;
-        let state_home = StateHome::from_env(home);
-        let state = state_home.project(&project.id());
-        crate::config::settings::resolve(
-            file.as_ref(),
-            &crate::config::settings::CliRequest::default(),
-            &crate::config::settings::Context {
-                home,
-                cwd: &cwd,
-                project: &project,
-                state_dir: &state_home.dir,
-                conversations: &state.conversations(),
-                config_file: &config_file,
-                yes: false,
-            },
-        )
-    });
+    let resolved = settings_here(home, file.as_ref(), &config_file);
     match resolved {
         Ok(s) => ok(
             "network",
             format!(
                 "{} ({}; config {})",
-                crate::policy::network::describe(&s.network),
+                crate::policy::forward::describe(&s.network, &s.forward_ports),
                 s.network_origin,
                 if s.config_read {
                     show(&config_file)
@@ -217,6 +201,97 @@ fn config_row(home: &Path) -> Row {
         },
     }
 }
+
+/// The settings a launch from the current directory would resolve from the config file.
+fn settings_here(
+    home: &Path,
+    file: Option<&crate::config::File>,
+    config_file: &Path,
+) -> Result<crate::policy::settings::Settings> {
+    let cwd = host::current_dir()?;
+    let project = crate::host::project::discover(&cwd)?;
+    let state_home = StateHome::from_env(home);
+    let state = state_home.project(&project.id());
+    crate::config::settings::resolve(
+        file,
+        &crate::config::settings::CliRequest::default(),
+        &crate::config::settings::Context {
+            home,
+            cwd: &cwd,
+            project: &project,
+            state_dir: &state_home.dir,
+            conversations: &state.conversations(),
+            config_file,
+            yes: false,
+        },
+    )
+}
+
+/// With the GPU opt-in in force (`--gpu`, or `gpu = true` for the current directory's
+/// project): which of the GPU device nodes this host has. No row without the opt-in.
+fn gpu_row(home: &Path, cli_gpu: bool) -> Option<Row> {
+    let origin = if cli_gpu {
+        crate::policy::settings::Origin::CommandLine
+    } else {
+        let config_file = crate::config::location(home);
+        let file = crate::config::load(&config_file).ok()?;
+        settings_here(home, file.as_ref(), &config_file).ok()?.gpu?
+    };
+    let host = crate::host::gpu::probe();
+    let devices: Vec<String> = host.devices().iter().map(|d| show(d)).collect();
+    if devices.is_empty() {
+        return Some(warn(
+            "gpu",
+            format!(
+                "{} (opt-in: {origin}); a launch goes on without a GPU",
+                crate::policy::gpu::no_devices_line()
+            ),
+            "load the GPU's driver on the host (nvidia, amdgpu), or drop the opt-in".into(),
+        ));
+    }
+    let found = format!(
+        "device nodes found: {} (opt-in: {origin})",
+        devices.join(", ")
+    );
+    Some(match gpu_in_sandbox(&host, &origin) {
+        Ok(missing) if missing.is_empty() => ok("gpu", format!("{found}; a sandbox sees them")),
+        Ok(missing) => warn(
+            "gpu",
+            format!("{found}; a sandbox does not see {}", missing.join(", ")),
+            "report it with `claudebox --gpu --dry-run`'s output".into(),
+        ),
+        Err(e) => warn(
+            "gpu",
+            format!("{found}; a sandbox with them does not start: {e:#}"),
+            "report it with `claudebox --gpu --dry-run`'s output".into(),
+        ),
+    })
+}
+
+/// The GPU device nodes that a sandbox planned with the opt-in (as a launch plans it) does
+/// not show as a device or a directory. Nothing is opened: opening a DRM card can make
+/// the opener its master.
+fn gpu_in_sandbox(
+    host: &crate::policy::gpu::GpuHost,
+    origin: &crate::policy::settings::Origin,
+) -> Result<Vec<String>> {
+    let mut probe = Probe::create(&host::find_bwrap()?, None)?;
+    probe.inputs.settings.gpu = Some(origin.clone());
+    probe.inputs.gpu = host.clone();
+    let mut argv: Vec<OsString> = ["sh", "-c", GPU_LOOK, "sh"].map(OsString::from).to_vec();
+    argv.extend(host.devices().iter().map(|d| d.as_os_str().to_os_string()));
+    let ran = probe.run(argv)?;
+    if !ran.success() {
+        anyhow::bail!("{}", ran.describe());
+    }
+    Ok(String::from_utf8_lossy(&ran.stdout)
+        .lines()
+        .map(str::to_string)
+        .collect())
+}
+
+/// Prints each argument that is neither a character device nor a directory.
+const GPU_LOOK: &str = r#"for d; do [ -c "$d" ] || [ -d "$d" ] || printf '%s\n' "$d"; done"#;
 
 fn bwrap_row(bwrap: &Path) -> Row {
     let mut cmd = std::process::Command::new(bwrap);

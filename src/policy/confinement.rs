@@ -13,8 +13,9 @@ pub const SCOPE_FLAG: &str = "--scope-abstract-unix";
 pub const EXPECT_RO: &str = "--expect-ro";
 pub const EXPECT_RW: &str = "--expect-rw";
 pub const SIGNALS_FLAG: &str = "--default-signals";
-/// Allowlist mode: `--proxy-fd FD --proxy-port PORT [--forward ADDR]
-/// [--forward-optional ADDR]...`: open these listeners and send them to the proxy over FD.
+/// Allowlist mode, or forwarded host ports: `--proxy-fd FD [--proxy-port PORT] [--forward
+/// ADDR] [--forward-optional ADDR]...`: open these listeners and send them to the proxy
+/// over FD (no `--proxy-port` in none mode: only the forwards).
 pub const PROXY_FD_FLAG: &str = "--proxy-fd";
 pub const PROXY_PORT_FLAG: &str = "--proxy-port";
 pub const FORWARD_FLAG: &str = "--forward";

@@ -7,6 +7,8 @@ pub mod confinement;
 pub mod error;
 pub mod escape;
 pub mod facts;
+pub mod forward;
+pub mod gpu;
 pub mod ipc;
 pub mod layout;
 pub mod network;

@@ -63,6 +63,9 @@ pub struct NetworkChoice {
     pub mode: Option<ModeName>,
     /// (pattern as written, where it came from)
     pub allow_hosts: Vec<(String, String)>,
+    /// Forwarded host ports (`--forward-port`, `forward_ports`; see `policy::forward`):
+    /// (as written, where it came from). They name no mode.
+    pub forward_ports: Vec<(String, String)>,
     /// Where this layer came from, for error messages ("--network", "config file X").
     pub source: String,
 }
@@ -139,11 +142,27 @@ pub fn describe(mode: &NetworkMode) -> String {
 /// What the launcher hands the proxy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProxySpec {
+    /// Allowlist mode: the hosts the HTTP proxy lets through; empty in none mode.
     pub allowlist: Allowlist,
+    /// The forwarded host ports (`--forward-port`, `forward_ports`).
+    pub forward_ports: Vec<Entry>,
+    /// Allowlist mode: the HTTP proxy on 127.0.0.1:3128 inside. Off in none mode, where the
+    /// process serves only the forwarded ports.
+    pub http_proxy: bool,
     pub denied_log: PathBuf,
     pub log_stderr: bool,
     /// The sandbox's instance id; in the proxy's command line so it can be found.
     pub instance_id: String,
+}
+
+impl ProxySpec {
+    /// Every loopback forward: the allowlist's, then the forwarded host ports.
+    pub fn forwards(&self) -> Result<Vec<LoopbackForward>> {
+        crate::policy::forward::all(
+            self.http_proxy.then_some(&self.allowlist),
+            &self.forward_ports,
+        )
+    }
 }
 
 /// The hosts the proxy lets through.
@@ -315,7 +334,7 @@ pub fn show_host(host: &str) -> String {
     }
 }
 
-fn parse_port(p: &str) -> Result<u16> {
+pub(crate) fn parse_port(p: &str) -> Result<u16> {
     match p.parse::<u16>() {
         Ok(n) if n > 0 && p.bytes().all(|b| b.is_ascii_digit()) => Ok(n),
         _ => bail!("{p:?} is not a port number (1-65535)"),
@@ -369,22 +388,151 @@ pub fn is_local_address(ip: IpAddr) -> bool {
     }
 }
 
-/// An allowed loopback `host:port`. Inside, loopback is the sandbox's own (and clients
-/// honour `NO_PROXY` for it), so the sandbox's first step listens on `listen` there and
-/// hands the socket to the proxy, which tunnels each connection to the host's
-/// `host:port`, decided by the allowlist like any other request.
+/// At most this many loopback forwards (listening sockets handed to the proxy in one
+/// message, besides the proxy's own port).
+pub const MAX_FORWARDS: usize = 32;
+
+/// A host loopback `host:port` reached at the same address inside. Inside, loopback is the
+/// sandbox's own (and clients honour `NO_PROXY` for it), so the sandbox's first step
+/// listens on `listen` there and hands the socket to the proxy on the host, which tunnels
+/// each connection, blind, to [`LoopbackForward::targets`]: fixed at launch, chosen by
+/// nothing the agent sends. Two kinds share this one path: an allowed loopback
+/// `host:port` of the allowlist (`--allow-host 127.0.0.1:5432`) and a forwarded host port
+/// (`--forward-port 5432`, also in `none` mode; see `policy::forward`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LoopbackForward {
     pub listen: SocketAddr,
-    /// The host as the allowlist names it (`localhost`, `127.0.0.1`, `::1`).
+    /// The host as written (`localhost`, `127.0.0.1`, `::1`).
     pub host: String,
     pub port: u16,
     /// `localhost`'s IPv6 half: skipped when the sandbox has no IPv6 loopback.
     pub optional: bool,
+    /// Why the hole is there.
+    pub kind: ForwardKind,
+    /// Where it was asked for: "--allow-host", "--forward-port", a config file line.
+    pub source: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForwardKind {
+    /// An allowed loopback `host:port` of the allowlist.
+    AllowedHost,
+    /// A forwarded host port (`--forward-port`, `forward_ports`).
+    HostPort,
+}
+
+impl ForwardKind {
+    pub fn why(self) -> &'static str {
+        match self {
+            ForwardKind::AllowedHost => {
+                "an allowed loopback host:port (clients skip the proxy for loopback, so the \
+                 sandbox listens on it and the proxy tunnels to the host's)"
+            }
+            ForwardKind::HostPort => {
+                "a forwarded host port: whatever listens there on the host, the agent can \
+                 talk to; no other host port or address"
+            }
+        }
+    }
+}
+
+impl LoopbackForward {
+    /// The host addresses the proxy connects to, in order: fixed at launch (`localhost` is
+    /// 127.0.0.1, then ::1; nothing is resolved).
+    pub fn targets(&self) -> Vec<SocketAddr> {
+        if self.host == "localhost" {
+            vec![
+                SocketAddr::new(Ipv4Addr::LOCALHOST.into(), self.port),
+                SocketAddr::new(Ipv6Addr::LOCALHOST.into(), self.port),
+            ]
+        } else {
+            loopback_ip(&self.host)
+                .map(|ip| SocketAddr::new(ip, self.port))
+                .into_iter()
+                .collect()
+        }
+    }
+
+    /// `localhost:5432` or `[::1]:5432`, as the host side is named.
+    pub fn target_shown(&self) -> String {
+        format!("{}:{}", show_host(&self.host), self.port)
+    }
 }
 
 fn loopback_ip(host: &str) -> Option<IpAddr> {
     host.parse::<IpAddr>().ok().filter(IpAddr::is_loopback)
+}
+
+/// Whether `pattern` names one loopback host exactly, with a port.
+pub fn is_loopback_host_port(pattern: &HostPattern) -> bool {
+    matches!((&pattern.host, pattern.port),
+        (HostMatch::Exact(h), Some(_)) if h == "localhost" || loopback_ip(h).is_some())
+}
+
+/// The forwards of one exact loopback `host:port` entry (`localhost` as both 127.0.0.1 and
+/// ::1); none for any other entry.
+pub fn entry_forwards(e: &Entry, kind: ForwardKind) -> Vec<LoopbackForward> {
+    let (HostMatch::Exact(host), Some(port)) = (&e.pattern.host, e.pattern.port) else {
+        return Vec::new();
+    };
+    let listens: Vec<(IpAddr, bool)> = if host == "localhost" {
+        vec![
+            (Ipv4Addr::LOCALHOST.into(), false),
+            (Ipv6Addr::LOCALHOST.into(), true),
+        ]
+    } else if let Some(ip) = loopback_ip(host) {
+        vec![(ip, false)]
+    } else {
+        return Vec::new();
+    };
+    listens
+        .into_iter()
+        .map(|(ip, optional)| LoopbackForward {
+            listen: SocketAddr::new(ip, port),
+            host: host.clone(),
+            port,
+            optional,
+            kind,
+            source: e.source.clone(),
+        })
+        .collect()
+}
+
+/// Adds `f` unless its address is taken (the first one wins an address). Refuses one on
+/// the proxy's own port when the proxy listens (`proxy_port`).
+pub fn add_forward(
+    out: &mut Vec<LoopbackForward>,
+    f: LoopbackForward,
+    proxy_port: bool,
+) -> Result<()> {
+    if proxy_port && f.listen == SocketAddr::new(Ipv4Addr::LOCALHOST.into(), PROXY_PORT) {
+        let (key, flag) = match f.kind {
+            ForwardKind::AllowedHost => ("allow_hosts", "--allow-host"),
+            ForwardKind::HostPort => ("forward_ports", "--forward-port"),
+        };
+        bail!(crate::policy::error::Fixable::new(
+            format!(
+                "{}: claudebox's proxy listens on 127.0.0.1:{PROXY_PORT} inside the sandbox in \
+                 allowlist mode, so the host's service on that port cannot be reached there",
+                named(&f.source, key, flag, &f.target_shown())
+            ),
+            "move it to another port (in none mode there is no proxy and 3128 can be forwarded)"
+        ));
+    }
+    if out.iter().all(|o| o.listen != f.listen) {
+        out.push(f);
+    }
+    Ok(())
+}
+
+/// How an entry is named in a message: `--forward-port 5432` from the command line
+/// (`source` is the flag), `config FILE:LINE: forward_ports 5432` from the config file.
+pub fn named(source: &str, key: &str, flag: &str, value: &str) -> String {
+    if source == flag {
+        format!("{flag} {value}")
+    } else {
+        format!("{source}: {key} {value}")
+    }
 }
 
 /// The loopback forwards of an allowlist: every exact loopback host with a port
@@ -393,40 +541,8 @@ fn loopback_ip(host: &str) -> Option<IpAddr> {
 pub fn loopback_forwards(list: &Allowlist) -> Result<Vec<LoopbackForward>> {
     let mut out: Vec<LoopbackForward> = Vec::new();
     for e in &list.entries {
-        let (HostMatch::Exact(host), Some(port)) = (&e.pattern.host, e.pattern.port) else {
-            continue;
-        };
-        let listens: Vec<(IpAddr, bool)> = if host == "localhost" {
-            vec![
-                (Ipv4Addr::LOCALHOST.into(), false),
-                (Ipv6Addr::LOCALHOST.into(), true),
-            ]
-        } else if let Some(ip) = loopback_ip(host) {
-            vec![(ip, false)]
-        } else {
-            continue;
-        };
-        for (ip, optional) in listens {
-            let listen = SocketAddr::new(ip, port);
-            if listen == SocketAddr::new(Ipv4Addr::LOCALHOST.into(), PROXY_PORT) {
-                bail!(crate::policy::error::Fixable::new(
-                    format!(
-                        "--allow-host {}: claudebox's proxy listens on 127.0.0.1:{PROXY_PORT} \
-                         inside the sandbox, so the host's service on that port cannot be \
-                         reached there",
-                        e.pattern
-                    ),
-                    "move it to another port"
-                ));
-            }
-            if out.iter().all(|f| f.listen != listen) {
-                out.push(LoopbackForward {
-                    listen,
-                    host: host.clone(),
-                    port,
-                    optional,
-                });
-            }
+        for f in entry_forwards(e, ForwardKind::AllowedHost) {
+            add_forward(&mut out, f, true)?;
         }
     }
     Ok(out)
@@ -648,6 +764,7 @@ mod tests {
                 .map(|h| (h.to_string(), source.to_string()))
                 .collect(),
             source: source.to_string(),
+            ..NetworkChoice::default()
         }
     }
 

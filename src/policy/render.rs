@@ -117,6 +117,7 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
             MountKind::Symlink => "--symlink",
             MountKind::Dev => "--dev",
             MountKind::Proc => "--proc",
+            MountKind::DevBind => "--dev-bind-try",
             MountKind::EmptyRo => unreachable!("handled above"),
         };
         a.push(flag.into());
@@ -169,8 +170,10 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
         if let Some(l) = &c.listen {
             a.push(confine::PROXY_FD_FLAG.into());
             a.push(rt.proxy_fd.to_string().into());
-            a.push(confine::PROXY_PORT_FLAG.into());
-            a.push(l.port.to_string().into());
+            if let Some(port) = l.port {
+                a.push(confine::PROXY_PORT_FLAG.into());
+                a.push(port.to_string().into());
+            }
             for f in &l.forwards {
                 a.push(
                     if f.optional {
@@ -204,8 +207,15 @@ pub fn proxy_argv(spec: &ProxySpec, fd: i32) -> Vec<OsString> {
     if spec.log_stderr {
         a.push("--log-denied".into());
     }
+    if !spec.http_proxy {
+        a.push("--forwards-only".into());
+    }
     for e in &spec.allowlist.entries {
         a.push("--allow".into());
+        a.push(e.pattern.to_string().into());
+    }
+    for e in &spec.forward_ports {
+        a.push("--forward-port".into());
         a.push(e.pattern.to_string().into());
     }
     a
@@ -308,7 +318,7 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
         line("set", e.name.as_bytes(), Some(e.value.as_bytes()), &from);
     }
     if let Some(c) = &plan.confine {
-        out.extend_from_slice(b"# inside, before the command (claudebox --sandbox-init, one step: mount checks, Landlock, seccomp, signals, and in allowlist mode the proxy's listeners)\n");
+        out.extend_from_slice(b"# inside, before the command (claudebox --sandbox-init, one step: mount checks, Landlock, seccomp, signals, and in allowlist mode or with forwarded ports the proxy's listeners)\n");
         for l in crate::policy::confinement::seccomp_lines() {
             out.extend_from_slice(l.as_bytes());
             out.push(b'\n');
@@ -331,31 +341,48 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
             out.push(b'\n');
         }
     }
-    out.extend_from_slice(format!("# network: {}\n", network::describe(&plan.network)).as_bytes());
+    let ports = plan
+        .proxy
+        .as_ref()
+        .map_or(&[][..], |p| &p.forward_ports[..]);
+    let described = crate::policy::forward::describe(&plan.network, ports);
+    out.extend_from_slice(format!("# network: {}\n", shown(&described)).as_bytes());
     if let Some(proxy) = &plan.proxy {
         for e in &proxy.allowlist.entries {
-            out.extend_from_slice(format!("allow\t{}\t{}\n", e.pattern, e.source).as_bytes());
+            let source = shown(&e.source);
+            out.extend_from_slice(format!("allow\t{}\t{source}\n", e.pattern).as_bytes());
         }
-        if let Ok(forwards) = network::loopback_forwards(&proxy.allowlist) {
+        if let Ok(forwards) = proxy.forwards() {
+            if !forwards.is_empty() {
+                out.extend_from_slice(
+                    b"# holes: forward\tinside\tthe host's (tried in order)\twhy\tfrom\n",
+                );
+            }
             for f in forwards {
+                let targets: Vec<String> = f.targets().iter().map(|a| a.to_string()).collect();
                 out.extend_from_slice(
                     format!(
-                        "forward\t{} inside -> the host's {}:{} through the proxy{}\n",
+                        "forward\t{} inside{}\t{}\t{}\t{}\n",
                         f.listen,
-                        network::show_host(&f.host),
-                        f.port,
                         if f.optional {
                             " (if the sandbox has IPv6)"
                         } else {
                             ""
-                        }
+                        },
+                        targets.join(" then "),
+                        f.kind.why(),
+                        shown(&f.source),
                     )
                     .as_bytes(),
                 );
             }
         }
-        out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first step hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
-        out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));
+        if proxy.http_proxy {
+            out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first step hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
+            out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));
+        } else {
+            out.extend_from_slice(b"# forwarder: claudebox's proxy process, started on the host for the life of the sandbox with no HTTP proxy (nothing on 3128 inside): the sandbox's first step hands it the listeners above over descriptor 3, and it connects each connection to the host address beside it, nothing else (run alone, the command below fails closed)");
+        }
         out.push(b'\n');
     }
     out.extend_from_slice(

@@ -77,6 +77,9 @@ pub struct Settings {
     pub network: NetworkMode,
     /// Where the last layer that named a mode or hosts came from.
     pub network_origin: Origin,
+    /// Forwarded host ports (`--forward-port`, `forward_ports`), every layer's, each with
+    /// where it came from (see `policy::forward`).
+    pub forward_ports: Vec<crate::policy::network::Entry>,
     pub claude_args: Vec<ClaudeArgs>,
     /// Opt-in: forward the host's ssh agent, and where that was asked for.
     pub ssh_agent: Option<Origin>,
@@ -84,6 +87,8 @@ pub struct Settings {
     pub writable_project_config: Option<Origin>,
     /// Opt-out of the read-only Claude Code setup, and where that was asked for.
     pub writable_claude_setup: Option<Origin>,
+    /// Opt-in: the GPUs' device nodes and the /sys parts drivers read (see `gpu`).
+    pub gpu: Option<Origin>,
 }
 
 /// What claudebox's own command-line options ask for.
@@ -97,4 +102,5 @@ pub struct CliRequest {
     pub ssh_agent: bool,
     pub writable_project_config: bool,
     pub writable_claude_setup: bool,
+    pub gpu: bool,
 }

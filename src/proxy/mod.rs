@@ -1,4 +1,5 @@
-//! The host-side HTTP proxy of allowlist mode. It serves a listening socket that lives in
+//! The host-side HTTP proxy of allowlist mode, and the loopback forwards (allowlist and
+//! none mode: see `serve_forward`). It serves a listening socket that lives in
 //! the sandbox's network namespace (handed over by `netbridge`), and admits two kinds of
 //! request, each decided once, by the host and port it names, before any byte reaches the
 //! destination:
@@ -130,11 +131,13 @@ fn shared_slots() -> Arc<Slots> {
 }
 
 /// A loopback forward (see `network::LoopbackForward`): each connection accepted on
-/// `listener`, a socket on the sandbox's own loopback, is decided by the allowlist as
-/// `host:port` and tunnelled, blind, to that address on the host. Runs on its own
-/// thread, under the proxy's one bound on connections (sized from its descriptors).
-pub fn serve_forward(listener: TcpListener, host: String, port: u16, cfg: Arc<Config>) {
+/// `listener`, a socket on the sandbox's own loopback, is tunnelled, blind, to the
+/// forward's host addresses, fixed at launch (the first that accepts); nothing the
+/// connection carries is read to choose them. Runs on its own thread, under the proxy's
+/// one bound on connections (sized from its descriptors).
+pub fn serve_forward(listener: TcpListener, forward: network::LoopbackForward) {
     let slots = shared_slots();
+    let targets = Arc::new(forward.targets());
     let _ = thread::Builder::new()
         .stack_size(STACK_SIZE)
         .spawn(move || loop {
@@ -148,12 +151,16 @@ pub fn serve_forward(listener: TcpListener, host: String, port: u16, cfg: Arc<Co
                     continue;
                 }
             };
-            let (cfg, host) = (cfg.clone(), host.clone());
+            let targets = targets.clone();
             let _ = thread::Builder::new()
                 .stack_size(STACK_SIZE)
                 .spawn(move || {
                     let _slot = slot;
-                    if let Ok(upstream) = decide_and_connect(&cfg, "TCP", &host, port) {
+                    let upstream = targets
+                        .iter()
+                        .find_map(|a| TcpStream::connect_timeout(a, CONNECT_TIMEOUT).ok());
+                    // Refused on the host: the client sees its connection closed.
+                    if let Some(upstream) = upstream {
                         pump(conn, upstream);
                     }
                 });

@@ -1,4 +1,5 @@
-//! The plumbing of allowlist mode, without any file on disk.
+//! The plumbing of allowlist mode (and of forwarded host ports, also in none mode), without
+//! any file on disk.
 //!
 //! 1. Before it execs bwrap, claudebox makes a socket pair, starts the proxy (itself, with
 //!    the hidden `--internal-proxy`) holding one end, and leaves the other end on
@@ -32,7 +33,7 @@ use crate::policy::network::{self, Allowlist, HostPattern, ProxySpec, PROXY_PORT
 use crate::proxy;
 
 /// At most this many loopback forwards (descriptors in one message).
-pub const MAX_FORWARDS: usize = 32;
+pub use crate::policy::network::MAX_FORWARDS;
 
 /// Starts the proxy and leaves the sandbox's end of the bridge on [`SANDBOX_NET_FD`],
 /// inheritable; returns that descriptor (a runtime input of the renderer). Call right
@@ -118,6 +119,12 @@ pub struct ProxyArgs {
     pub log_denied: bool,
     #[arg(long = "allow", value_name = "PATTERN")]
     pub allow: Vec<String>,
+    /// None mode: no HTTP proxy, only the forwarded ports.
+    #[arg(long = "forwards-only")]
+    pub forwards_only: bool,
+    /// A forwarded host port (`localhost:5432`, `127.0.0.1:5432`, `[::1]:5432`).
+    #[arg(long = "forward-port", value_name = "HOST:PORT")]
+    pub forward_port: Vec<String>,
 }
 
 /// Runs the proxy role: `args` are those after `--internal-proxy`.
@@ -139,6 +146,14 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     for p in &args.allow {
         allowlist.push(HostPattern::parse(p)?, "launcher");
     }
+    let mut forward_ports = Vec::new();
+    for p in &args.forward_port {
+        forward_ports.push(network::Entry {
+            pattern: crate::policy::forward::parse(p)?,
+            source: "launcher".into(),
+        });
+    }
+    let http_proxy = !args.forwards_only;
     let log_stderr = args.log_denied;
     let fd = args.fd;
     // Shown by ps/top instead of "exe" (it was started through /proc/self/exe).
@@ -155,18 +170,29 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     };
     let served = receive_listeners(&ctl).and_then(|listeners| {
         drop(ctl);
-        let forwards = network::loopback_forwards(&allowlist)?;
-        let shared = std::sync::Arc::new(config());
+        // The same list the plan made: the addresses and their fixed host targets.
+        let forwards =
+            crate::policy::forward::all(http_proxy.then_some(&allowlist), &forward_ports)?;
         let proxy_addr = SocketAddr::from((Ipv4Addr::LOCALHOST, PROXY_PORT));
         let mut main = None;
+        let mut serving = Vec::new();
         for l in listeners {
             let addr = l.local_addr().context("a socket from the sandbox")?;
-            if addr == proxy_addr && main.is_none() {
+            if http_proxy && addr == proxy_addr && main.is_none() {
                 main = Some(l);
             } else if let Some(f) = forwards.iter().find(|f| f.listen == addr) {
-                proxy::serve_forward(l, f.host.clone(), f.port, shared.clone());
+                serving.push((l, f.clone()));
             } else {
                 bail!("the sandbox sent a socket on {addr}, which is no allowed forward");
+            }
+        }
+        for (l, f) in serving {
+            proxy::serve_forward(l, f);
+        }
+        if !http_proxy {
+            // None mode: the forwards' threads are the whole work, for the sandbox's life.
+            loop {
+                std::thread::park();
             }
         }
         let main = main.context("the sandbox sent no proxy port")?;

@@ -5,6 +5,8 @@
 //! here means something.
 
 mod claude_home;
+mod gpu;
+mod host_ports;
 mod project_files;
 mod race;
 
@@ -312,6 +314,8 @@ fn contains_planted(p: &Path) -> bool {
 fn attempts(a: &Arena) -> Vec<Attempt> {
     let mut v = claude_home::attempts(a);
     v.extend(project_files::attempts(a));
+    v.extend(host_ports::attempts(a));
+    v.extend(gpu::attempts(a));
 
     // 1. Read the real home: keys, credentials, browser profiles, other projects, history.
     for rel in SECRETS {
@@ -797,6 +801,8 @@ fn controls_show_the_attempts_can_succeed() {
     assert!(stdout(&o).contains("CONFIG-OK"), "{}", stderr(&o));
     assert!(contains_planted(&arena.proj.join(".git/hooks/post-commit")));
     project_files::controls(&arena);
+    host_ports::controls(&arena);
+    gpu::controls(&arena);
     // The launch race and an inherited descriptor, with sources bound by name and
     // descriptors left open.
     race::controls();

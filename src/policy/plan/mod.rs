@@ -6,7 +6,8 @@
 //!
 //! 1. the system, read-only (`/usr`, `/etc`, `/bin`, `/lib*`, `/opt`, `/nix/store`, ...),
 //!    with merged-usr symlinks recreated as symlinks;
-//! 2. `/dev`, a new `/proc`, a fresh `/tmp`;
+//! 2. `/dev`, a new `/proc`, a fresh `/tmp`; with `--gpu`, the GPUs' device nodes over
+//!    that `/dev` and the parts of `/sys` their drivers read (see `gpu`);
 //! 3. an empty writable tmpfs over `$HOME`;
 //! 4. the project's work tree read-write at its real path, then its git dirs that lie
 //!    outside it, then over them (parents first) the code-bearing paths made read-only
@@ -24,7 +25,8 @@
 //! 8. the user's extra mounts (`ro`, `rw`, `hide` from the config file and the command
 //!    line), parents before children.
 //! 9. in allowlist mode, claudebox's one step inside (see `inside::confine`) also opens
-//!    the proxy's port and hands it to the proxy (see `inside::listen`).
+//!    the proxy's port and hands it to the proxy (see `inside::listen`); with forwarded
+//!    host ports (allowlist or none mode) also their listeners (see `policy::forward`).
 //!
 //! The `~/.claude` group comes after the project so that it still wins when the project
 //! is the home directory itself (only allowed with `--yes`).
@@ -44,6 +46,7 @@ use std::path::{Path, PathBuf};
 
 use crate::policy::facts::Project;
 use crate::policy::facts::{ClaudeInstall, HostFacts, SystemEntry};
+use crate::policy::gpu::{self, GpuHost};
 use crate::policy::network::{NetworkMode, ProxySpec};
 use crate::policy::protected::{Guard, Protected};
 use crate::policy::settings::{ExtraKind, ExtraMount, Origin, Settings, UserEnv};
@@ -73,6 +76,9 @@ pub enum MountKind {
     Proc,
     /// An empty read-only directory (a tmpfs remounted read-only).
     EmptyRo,
+    /// A host device node (or a directory of them) with device access, skipped when
+    /// missing: `--gpu` only (see `gpu`), named, since bwrap has no `--dev-bind-fd`.
+    DevBind,
 }
 
 impl fmt::Display for MountKind {
@@ -87,6 +93,7 @@ impl fmt::Display for MountKind {
             MountKind::Dev => "dev",
             MountKind::Proc => "proc",
             MountKind::EmptyRo => "empty-ro",
+            MountKind::DevBind => "dev-bind?",
         })
     }
 }
@@ -186,6 +193,8 @@ pub struct Inputs {
     pub landlock_abi: u32,
     /// Allowlist mode: also report denied hosts on stderr.
     pub log_denied: bool,
+    /// With the GPU opt-in (`settings.gpu`): what of `gpu::TABLE` this host has.
+    pub gpu: GpuHost,
 }
 
 impl Inputs {
@@ -229,6 +238,7 @@ impl Inputs {
             own_exe,
             landlock_abi: 0,
             log_denied: false,
+            gpu: GpuHost::default(),
         }
     }
 }
@@ -261,11 +271,12 @@ pub struct Confine {
     pub listen: Option<Listen>,
 }
 
-/// The sockets the step inside opens for the proxy: the proxy port, then one per loopback
-/// forward of the allowlist. The descriptor to the proxy is a runtime input of the renderer.
+/// The sockets the step inside opens for the proxy: the proxy port (allowlist mode), then
+/// one per loopback forward (the allowlist's, the forwarded host ports). The descriptor to
+/// the proxy is a runtime input of the renderer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Listen {
-    pub port: u16,
+    pub port: Option<u16>,
     pub forwards: Vec<crate::policy::network::LoopbackForward>,
 }
 
@@ -394,6 +405,12 @@ pub fn build(inp: &Inputs) -> Plan {
         Path::new("/tmp"),
         "fresh /tmp",
     ));
+    let mut notes = Vec::new();
+    if let Some(origin) = &inp.settings.gpu {
+        let (mounts, gpu_notes) = gpu::plan(&inp.gpu, origin);
+        m.extend(mounts);
+        notes.extend(gpu_notes);
+    }
     m.push(Mount::new(
         MountKind::Tmpfs,
         None,
@@ -419,7 +436,6 @@ pub fn build(inp: &Inputs) -> Plan {
         ));
     }
 
-    let mut notes = Vec::new();
     protect(inp, &mut m, &mut notes);
 
     if let Some(c) = &inp.claude {
@@ -483,13 +499,29 @@ pub fn build(inp: &Inputs) -> Plan {
 
     let mut flags = NAMESPACE_FLAGS.to_vec();
     let mut proxy = None;
+    let forward_ports = inp.settings.forward_ports.clone();
     match &inp.settings.network {
-        NetworkMode::Open => {}
-        NetworkMode::None => flags.push("--unshare-net"),
-        NetworkMode::Allowlist(list) => {
+        NetworkMode::Open => {
+            // The sandbox shares the host's loopback: a forwarded port is there already.
+            for e in &forward_ports {
+                notes.push(format!(
+                    "forward-port {} ({}): nothing to do in open mode, the host's loopback is \
+                     shared",
+                    e.pattern, e.source
+                ));
+            }
+        }
+        NetworkMode::None if forward_ports.is_empty() => flags.push("--unshare-net"),
+        NetworkMode::None | NetworkMode::Allowlist(_) => {
             flags.push("--unshare-net");
+            let allowlist = match &inp.settings.network {
+                NetworkMode::Allowlist(list) => Some(list.clone()),
+                _ => None,
+            };
             proxy = Some(ProxySpec {
-                allowlist: list.clone(),
+                http_proxy: allowlist.is_some(),
+                allowlist: allowlist.unwrap_or_default(),
+                forward_ports,
                 denied_log: inp.state.denied_log(),
                 log_stderr: inp.log_denied,
                 instance_id: inp.instance_id.clone(),
@@ -537,7 +569,7 @@ pub fn build(inp: &Inputs) -> Plan {
                 .to_string(),
         );
     }
-    if proxy.is_some() {
+    if proxy.as_ref().is_some_and(|p| p.http_proxy) {
         for (k, v) in crate::policy::network::proxy_env() {
             env.push(set(k, OsStr::new(v)));
         }
@@ -564,9 +596,11 @@ pub fn build(inp: &Inputs) -> Plan {
     };
 
     let listen = proxy.as_ref().map(|spec| Listen {
-        port: crate::policy::network::PROXY_PORT,
-        // An allowlist with a forward on the proxy's port is refused at the edge.
-        forwards: crate::policy::network::loopback_forwards(&spec.allowlist).unwrap_or_default(),
+        port: spec
+            .http_proxy
+            .then_some(crate::policy::network::PROXY_PORT),
+        // A forward on the proxy's port, or too many, is refused at the edge.
+        forwards: spec.forwards().unwrap_or_default(),
     });
 
     let claude_dir = home.join(".claude");
@@ -682,7 +716,11 @@ fn mount_checks(
         let read_only = match mount.kind {
             MountKind::Ro | MountKind::EmptyRo => true,
             MountKind::Rw | MountKind::File | MountKind::Tmpfs => false,
-            MountKind::RoTry | MountKind::Symlink | MountKind::Dev | MountKind::Proc => continue,
+            MountKind::RoTry
+            | MountKind::Symlink
+            | MountKind::Dev
+            | MountKind::Proc
+            | MountKind::DevBind => continue,
         };
         let t = &mount.target;
         let reachable = project_dirs.iter().any(|d| t.starts_with(d))
@@ -826,6 +864,9 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
             s.push(b'.');
         }
     }
+    if inp.settings.gpu.is_some() && !inp.gpu.devices().is_empty() {
+        s.extend_from_slice(gpu::PROMPT_NOTE.as_bytes());
+    }
     match &inp.settings.network {
         NetworkMode::Open => {}
         NetworkMode::None => s.extend_from_slice(b" There is no network: only loopback."),
@@ -838,6 +879,17 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
             s.extend_from_slice(hosts.join(", ").as_bytes());
             s.push(b'.');
         }
+    }
+    if !matches!(inp.settings.network, NetworkMode::Open) && !inp.settings.forward_ports.is_empty()
+    {
+        let ports: Vec<String> = (inp.settings.forward_ports.iter())
+            .map(|e| e.pattern.to_string())
+            .collect();
+        s.extend_from_slice(
+            b" The host's services on these loopback ports are reachable at the same address: ",
+        );
+        s.extend_from_slice(ports.join(", ").as_bytes());
+        s.push(b'.');
     }
     OsString::from_vec(s)
 }

@@ -28,7 +28,9 @@ die() { log "error: $*"; exit 1; }
 command -v qemu-system-x86_64 >/dev/null || die "qemu-system-x86_64 not found (apt install qemu-system-x86)"
 [[ "$(dpkg --print-architecture)" == amd64 ]] || die "amd64 only"
 
-parser="$(bash "$ROOT/scripts/install-apparmor-parser.sh")"
+# A fetch that fails (an archive out of reach) exits 75, which the test reports as a skip:
+# the machine could not get the kernel, which says nothing about claudebox.
+parser="$(bash "$ROOT/scripts/install-apparmor-parser.sh")" || { log "cannot fetch AppArmor 4's parser"; exit 75; }
 aa_dir="$(dirname "$parser")"
 cache="$(dirname "$aa_dir")"
 # UBUNTU_SUITE picks the kernel: noble-updates (24.04, the default) or e.g. resolute-updates.
@@ -47,6 +49,9 @@ apt_in() { # DIR SOURCES-LINE: a private apt state in DIR for one source
        -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false")
     apt-get "${o[@]}" -q update </dev/null >&2
 }
+set +e
+(
+set -e
 if [[ ! -f "$vm_cache/ok" ]]; then
     tmp="$(mktemp -d "$cache/.apparmor-vm-XXXXXX")"
     mkdir -p "$tmp/debs" "$tmp/x"
@@ -66,6 +71,15 @@ if [[ ! -f "$vm_cache/ok" ]]; then
     rm -rf "$tmp"
     touch "$vm_cache/ok"
 fi
+)
+fetched=$?
+set -e
+[[ $fetched -eq 0 ]] || {
+    rm -rf "$cache"/.apparmor-vm-*
+    rmdir "$vm_cache" 2>/dev/null
+    log "cannot fetch the packages for the VM (exit $fetched)"
+    exit 75
+}
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT

@@ -514,27 +514,7 @@ fn real_claude_code_works_in_none_mode_through_a_forwarded_gateway() {
         let mock = MockApi::start(&serde_json::json!(["ANSWER-THROUGH-A-FORWARDED-PORT"]));
         let port = mock.port().to_string();
 
-        let url = format!("{}/control-probe", mock.base_url());
-        let mut probe = w.cmd(&p);
-        probe.args([
-            "--network",
-            "none",
-            "--exec",
-            "curl",
-            "-sS",
-            "--max-time",
-            "5",
-            &url,
-        ]);
-        let o = output_within(&mut probe, Duration::from_secs(30)).unwrap();
-        assert!(!o.status.success(), "[{}] {}", c.label, stdout(&o));
-        assert!(
-            mock.requests()
-                .iter()
-                .all(|r| r["path"] != "/control-probe"),
-            "[{}] the mock was reached without --forward-port",
-            c.label
-        );
+        assert_mock_unreachable(&w, &p, &mock, "none", c.label);
 
         let o = run_claudebox(
             &w,

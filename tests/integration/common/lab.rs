@@ -350,3 +350,38 @@ pub fn ok_run(c: &Claude, o: &Output, mock: &MockApi) -> String {
     );
     super::stdout(o)
 }
+
+/// The control of the network tests: from a sandbox of `w` in `p` with `--network MODE`
+/// (and nothing else opened), a request to the mock never reaches it.
+pub fn assert_mock_unreachable(
+    w: &crate::common::World,
+    p: &Path,
+    mock: &MockApi,
+    mode: &str,
+    label: &str,
+) {
+    let url = format!("{}/control-probe", mock.base_url());
+    let mut probe = w.cmd(p);
+    probe.args([
+        "--network",
+        mode,
+        "--exec",
+        "curl",
+        "-sS",
+        "--max-time",
+        "5",
+        &url,
+    ]);
+    let o = output_within(&mut probe, Duration::from_secs(30)).unwrap();
+    assert!(
+        !o.status.success(),
+        "[{label}] {}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+    assert!(
+        mock.requests()
+            .iter()
+            .all(|r| r["path"] != "/control-probe"),
+        "[{label}] the mock was reached from a `--network {mode}` sandbox"
+    );
+}

@@ -15,6 +15,27 @@ Python 3 standard library only. Listens on 127.0.0.1 only (never another address
                   {"kind": "end", "request_id": ID, "complete": BOOL} (false when the
                   client went away mid-answer)
   --final-text T  what to answer once the script is used up (default below)
+  --oauth DIR     also play Claude Code's OAuth server (token refresh, profile, roles)
+                  behind an HTTPS proxy on the same port: makes DIR/cert.pem (a
+                  self-signed certificate for the OAuth hosts below, with the openssl
+                  command), then answers CONNECT to those hosts with TLS under that
+                  certificate and serves the same routes inside; CONNECT to any other
+                  host gets 403, so nothing leaves the machine. Point claude at it with
+                  HTTPS_PROXY=http://127.0.0.1:PORT NO_PROXY=127.0.0.1,localhost
+                  NODE_EXTRA_CA_CERTS=DIR/cert.pem (claude's token URL is fixed at
+                  https://platform.claude.com/v1/oauth/token; CLAUDE_CODE_CUSTOM_OAUTH_URL
+                  only takes three approved https origins).
+  --refresh-token T  with --oauth, the login's refresh token (the seeded one); others
+                  the mock did not issue are refused
+
+OAuth (with --oauth), modelled on Anthropic's: refresh tokens are single-use. POST
+/v1/oauth/token {"grant_type": "refresh_token", "refresh_token": R} answers a new pair
+(access sk-ant-oat01-mock-aNNNN, refresh sk-ant-ort01-mock-rNNNN, expires_in 28800) when
+R is live, and spends R; a spent or unknown R gets 400 {"error": "invalid_grant"}. Each
+is logged as kind "oauth_refresh" with "old" (R's last 4), "new" (the new refresh
+token's last 4, null when refused). GET /api/oauth/profile and
+/api/oauth/claude_cli/roles answer a Max account. A POST /v1/messages carrying
+`Authorization: Bearer T` gets 401 unless the mock issued T.
 
 It also prints `mock-api listening on http://127.0.0.1:PORT` on stdout. Point claude
 at it with ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=anything.
@@ -46,6 +67,9 @@ through; anything else -> a short text). POST /v1/messages/count_tokens answers
 import argparse
 import json
 import os
+import socketserver
+import ssl
+import subprocess
 import sys
 import threading
 import time
@@ -53,6 +77,55 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 DEFAULT_FINAL_TEXT = "MOCK: the script is over."
 MODEL = "claude-mock-1"
+
+# The hosts Claude Code's OAuth code calls (TOKEN_URL, BASE_API_URL's profile and roles,
+# the authorize pages), the only ones the --oauth proxy terminates.
+OAUTH_HOSTS = ("platform.claude.com", "api.anthropic.com", "claude.ai",
+               "console.anthropic.com", "claude.com")
+
+
+class OAuth:
+    """The token server's state: which refresh tokens are live, which access tokens
+    were issued. Single-use refresh tokens, as Anthropic rotates them."""
+
+    def __init__(self, seed):
+        self.live = {seed} if seed else set()
+        self.spent = set()
+        self.access = set()
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def refresh(self, old):
+        """(access, refresh) for a live `old` (which is spent), or None."""
+        with self.lock:
+            if old not in self.live:
+                return None
+            self.live.discard(old)
+            self.spent.add(old)
+            self.n += 1
+            access = "sk-ant-oat01-mock-a%04d" % self.n
+            new = "sk-ant-ort01-mock-r%04d" % self.n
+            self.live.add(new)
+            self.access.add(access)
+            return access, new
+
+    def issued(self, access):
+        with self.lock:
+            return access in self.access
+
+
+def make_cert(d):
+    """A self-signed certificate for OAUTH_HOSTS in d (cert.pem, key.pem)."""
+    os.makedirs(d, exist_ok=True)
+    cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    san = ",".join("DNS:" + h for h in OAUTH_HOSTS)
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+                    "-subj", "/CN=claudebox lab mock OAuth", "-keyout", key, "-out", cert,
+                    "-addext", "subjectAltName=" + san,
+                    "-addext", "basicConstraints=critical,CA:TRUE",
+                    "-addext", "extendedKeyUsage=serverAuth"],
+                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    return cert, key
 
 
 class Script:
@@ -159,6 +232,7 @@ class Handler(BaseHTTPRequestHandler):
             "time": time.time(),
             "method": self.command,
             "path": self.path,
+            "host": getattr(self, "tunnel_host", None),
             "headers": {k.lower(): redact(k, v) for k, v in self.headers.items()},
             "body": body,
             "kind": kind,
@@ -190,8 +264,69 @@ class Handler(BaseHTTPRequestHandler):
         self.reply(200 if path in ("/", "/api/hello") else 404, b"", "text/plain")
 
     def do_GET(self):
+        path = self.path.split("?")[0]
+        if self.server.oauth and path == "/api/oauth/profile":
+            self.record(None, "oauth_profile")
+            self.reply(200, {
+                "account": {"uuid": "00000000-0000-4000-8000-00000000a001",
+                            "email_address": "lab@example.invalid", "full_name": "Lab",
+                            "display_name": "Lab", "has_claude_max": True,
+                            "has_claude_pro": False, "created_at": "2025-01-01T00:00:00Z"},
+                "organization": {"uuid": "00000000-0000-4000-8000-00000000b001",
+                                 "name": "Lab", "organization_type": "claude_max",
+                                 "billing_type": "stripe_subscription",
+                                 "rate_limit_tier": "default_claude_max_20x",
+                                 "has_extra_usage_enabled": False,
+                                 "subscription_created_at": "2025-01-01T00:00:00Z"}})
+            return
+        if self.server.oauth and path == "/api/oauth/claude_cli/roles":
+            self.record(None, "oauth_roles")
+            self.reply(200, {"organization_role": "admin", "workspace_role": None,
+                             "organization_name": "Lab"})
+            return
         self.record(None, "other")
         self.not_found()
+
+    def do_CONNECT(self):
+        host, _, port = self.path.rpartition(":")
+        self.record(None, "connect")
+        if not self.server.tls or host not in OAUTH_HOSTS or port != "443":
+            self.reply(403, b"mock: CONNECT only to the OAuth hosts\n", "text/plain")
+            self.close_connection = True
+            return
+        self.send_response(200, "Connection Established")
+        self.end_headers()
+        self.wfile.flush()
+        try:
+            tls = self.server.tls.wrap_socket(self.connection, server_side=True)
+        except (ssl.SSLError, OSError):
+            self.close_connection = True
+            return
+        # The rest of this connection is HTTP inside the tunnel, served by the same routes.
+        self.connection = self.request = tls
+        self.rfile = tls.makefile("rb", self.rbufsize)
+        self.wfile = socketserver._SocketWriter(tls)
+        self.tunnel_host = host
+        self.close_connection = False
+
+    def token(self, body):
+        body = body if isinstance(body, dict) else {}
+        old = body.get("refresh_token") or ""
+        got = self.server.oauth.refresh(old) if body.get("grant_type") == "refresh_token" \
+            else None
+        self.write_log({"kind": "oauth_refresh", "time": time.time(), "old": old[-4:],
+                        "new": got[1][-4:] if got else None})
+        if not got:
+            self.reply(400, {"error": "invalid_grant",
+                             "error_description": "mock: refresh token not found or spent"})
+            return
+        self.reply(200, {"token_type": "Bearer", "access_token": got[0], "refresh_token": got[1],
+                         "expires_in": 28800, "scope": body.get("scope")
+                         or "user:inference user:profile",
+                         "account": {"uuid": "00000000-0000-4000-8000-00000000a001",
+                                     "email_address": "lab@example.invalid"},
+                         "organization": {"uuid": "00000000-0000-4000-8000-00000000b001",
+                                          "name": "Lab"}})
 
     def do_other(self):
         self.record(self.read_body(), "other")
@@ -214,6 +349,20 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.read_body()
         path = self.path.split("?")[0]
+        if self.server.oauth and path == "/v1/oauth/token":
+            self.record({k: (redact("authorization", v) if "token" in k else v)
+                         for k, v in body.items()} if isinstance(body, dict) else body,
+                        "oauth_token")
+            self.token(body)
+            return
+        auth = self.headers.get("Authorization") or ""
+        if self.server.oauth and auth.startswith("Bearer ") \
+                and not self.server.oauth.issued(auth[7:]):
+            self.record(body, "unauthorized")
+            self.reply(401, {"type": "error", "error": {
+                "type": "authentication_error",
+                "message": "mock: OAuth token has expired or was not issued by the mock"}})
+            return
         if path == "/v1/messages/count_tokens":
             self.record(body, "count_tokens")
             self.reply(200, {"input_tokens": 100})
@@ -305,6 +454,8 @@ def main():
     ap.add_argument("--script")
     ap.add_argument("--log")
     ap.add_argument("--final-text", default=DEFAULT_FINAL_TEXT)
+    ap.add_argument("--oauth")
+    ap.add_argument("--refresh-token")
     a = ap.parse_args()
 
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
@@ -313,6 +464,11 @@ def main():
     srv.log_path = a.log
     srv.log_lock = threading.Lock()
     srv.count = 0
+    srv.oauth = srv.tls = None
+    if a.oauth:
+        srv.oauth = OAuth(a.refresh_token)
+        srv.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        srv.tls.load_cert_chain(*make_cert(a.oauth))
     port = srv.server_address[1]
     if a.port_file:
         tmp = a.port_file + ".tmp"

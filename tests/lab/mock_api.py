@@ -41,7 +41,8 @@ It also prints `mock-api listening on http://127.0.0.1:PORT` on stdout. Point cl
 at it with ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=anything.
 
 Script format: a JSON list of turns, or an object {"turns": [...], "final_text": "...",
-"chunk_delay_ms": N}. Each request of the conversation itself (a POST /v1/messages that
+"chunk_delay_ms": N, "token_delay_ms": N}
+(the last: how long the --oauth token endpoint waits before answering). Each request of the conversation itself (a POST /v1/messages that
 offers tools) takes the next turn; when none is left it gets the final text. A turn is
 
   "some text"                                      an answer in text
@@ -138,7 +139,7 @@ class Script:
 
     @staticmethod
     def load(path, final_text):
-        turns, delay = [], 0
+        turns, delay, token_delay = [], 0, 0
         if path:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
@@ -146,9 +147,12 @@ class Script:
                 turns = data.get("turns", [])
                 final_text = data.get("final_text", final_text)
                 delay = int(data.get("chunk_delay_ms", 0))
+                token_delay = int(data.get("token_delay_ms", 0))
             else:
                 turns = data
-        return Script(turns, final_text, delay)
+        script = Script(turns, final_text, delay)
+        script.token_delay_ms = token_delay
+        return script
 
     def take(self):
         """The next turn (and its index), or the final text (index None)."""
@@ -312,6 +316,7 @@ class Handler(BaseHTTPRequestHandler):
     def token(self, body):
         body = body if isinstance(body, dict) else {}
         old = body.get("refresh_token") or ""
+        time.sleep(self.server.script.token_delay_ms / 1000.0)
         got = self.server.oauth.refresh(old) if body.get("grant_type") == "refresh_token" \
             else None
         self.write_log({"kind": "oauth_refresh", "time": time.time(), "old": old[-4:],

@@ -77,6 +77,21 @@ impl MockApi {
     /// Starts the mock playing `script` (see `tests/lab/mock_api.py` for the format:
     /// a list of turns, or `{"turns": [...], "final_text": ..., "chunk_delay_ms": ...}`).
     pub fn start(script: &Value) -> MockApi {
+        MockApi::start_with(script, &[])
+    }
+
+    /// Starts the mock also playing Claude Code's OAuth server (`--oauth`, see
+    /// `tests/lab/mock_api.py`): `refresh_token` is the login's live refresh token.
+    /// Point claude at it with `oauth_env`.
+    pub fn start_oauth(script: &Value, refresh_token: &str) -> MockApi {
+        MockApi::start_with(
+            script,
+            &["--refresh-token", refresh_token, "--oauth", "@tls"],
+        )
+    }
+
+    /// `start` with more arguments for the mock; `@tls` stands for `<its dir>/tls`.
+    fn start_with(script: &Value, extra: &[&str]) -> MockApi {
         let dir = tempfile::Builder::new()
             .prefix("claudebox-mock-api-")
             .tempdir()
@@ -94,6 +109,10 @@ impl MockApi {
             .arg(&script_path)
             .arg("--log")
             .arg(&log)
+            .args(extra.iter().map(|a| match *a {
+                "@tls" => dir.path().join("tls").into_os_string(),
+                a => a.into(),
+            }))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(err);
@@ -150,13 +169,50 @@ impl MockApi {
             .env("ANTHROPIC_API_KEY", API_KEY)
     }
 
+    /// With `start_oauth`: the mock's self-signed certificate for the OAuth hosts.
+    pub fn ca_cert(&self) -> PathBuf {
+        self.dir.path().join("tls/cert.pem")
+    }
+
+    /// With `start_oauth`: what points claude at the mock with no API key, so that it
+    /// uses its OAuth login: the Messages API at `base_url()`, and the OAuth hosts through
+    /// the mock as an HTTPS proxy trusting `ca` (a copy of `ca_cert()` claude can read).
+    pub fn oauth_env(&self, ca: &Path) -> Vec<(String, String)> {
+        let proxy = self.base_url();
+        vec![
+            ("ANTHROPIC_BASE_URL".into(), proxy.clone()),
+            ("HTTPS_PROXY".into(), proxy),
+            ("NO_PROXY".into(), "127.0.0.1,localhost".into()),
+            (
+                "NODE_EXTRA_CA_CERTS".into(),
+                ca.to_string_lossy().into_owned(),
+            ),
+            ("DISABLE_AUTOUPDATER".into(), "1".into()),
+        ]
+    }
+
+    /// With `start_oauth`: every token refresh, oldest first, as (the last 4 characters
+    /// of the refresh token spent, those of the new one or `None` when refused).
+    pub fn refreshes(&self) -> Vec<(String, Option<String>)> {
+        self.log()
+            .iter()
+            .filter(|r| r["kind"] == "oauth_refresh")
+            .map(|r| {
+                (
+                    r["old"].as_str().unwrap_or_default().to_string(),
+                    r["new"].as_str().map(str::to_string),
+                )
+            })
+            .collect()
+    }
+
     /// Every request so far, oldest first: `{id, time, method, path, headers, body,
     /// kind[, turn]}` where kind is `conversation` (took a script turn), `title`,
     /// `classifier`, `side`, `count_tokens`, `head` or `other`.
     pub fn requests(&self) -> Vec<Value> {
         self.log()
             .into_iter()
-            .filter(|r| r["kind"] != "end")
+            .filter(|r| r["kind"] != "end" && r["kind"] != "oauth_refresh")
             .collect()
     }
 

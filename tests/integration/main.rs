@@ -23,5 +23,6 @@ mod launch;
 mod list;
 mod network;
 mod no_git;
+mod plugins;
 mod sessions;
 mod signals;

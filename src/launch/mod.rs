@@ -242,7 +242,7 @@ fn exec_registered(
         &inp.state,
         inp.writable_claude_setup,
     );
-    claude_home::prepare_mount_points(&inp.home, &inp.state, &overlays)?;
+    claude_home::prepare_mount_points(&inp.home, &inp.claude_home, &inp.state, &overlays)?;
     claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
     if inp.protect_project_metadata {
         if let Some(p) = inp

@@ -171,6 +171,33 @@ pub const TABLE: &[Entry] = &[
     row(".credentials.json", File, Login, "OAuth tokens of the login, refreshed by any claude"),
 ];
 
+/// An entry inside a Setup directory that claude writes for the setup to work: this
+/// project's own directory (`ProjectState::dir/state`) is mounted over it, read-write,
+/// when the setup is read-only. Only entries the host never runs from what a sandbox
+/// wrote: the host sees its own real entry, never the project's.
+pub struct Within {
+    /// The Setup directory it is in (a row of [`TABLE`]).
+    pub parent: &'static str,
+    pub name: &'static str,
+    /// Its source, a directory in the project's state.
+    pub state: &'static str,
+    pub why: &'static str,
+}
+
+/// Every entry inside a Setup directory that is this project's (measured with strace and
+/// `--debug-file`, claude 2.1.197 and 2.1.330, a plugin with a hook and an MCP server).
+#[rustfmt::skip]
+pub const WITHIN: &[Within] = &[
+    Within {
+        parent: "plugins",
+        name: "data",
+        state: crate::policy::layout::PLUGIN_DATA_DIR,
+        why: "plugins' persistent data (CLAUDE_PLUGIN_DATA): claude makes data/<plugin> before \
+              it runs a plugin's hook or MCP server and fails them if it cannot; plugins may \
+              install code there, so this project's, never run on the host",
+    },
+];
+
 /// Where `claude migrate-installer` puts claude: read-only whatever the options.
 const INSTALLATION: &str = "local";
 
@@ -195,6 +222,10 @@ pub struct HostClaude {
     /// The login's credentials file, when there is one: in
     /// `$CLAUDE_SECURESTORAGE_CONFIG_DIR` when the host sets it, else in `dir`.
     pub credentials: Option<PathBuf>,
+    /// Where a row of [`WITHIN`] is mounted on the host's side (`dir/parent/name`), for
+    /// each row whose parent is a directory and whose entry is a directory or absent (then
+    /// the launch makes it, empty: the mount point).
+    pub within: Vec<PathBuf>,
 }
 
 /// One mount of the `~/.claude` group, for the plan to turn into its own type.
@@ -284,6 +315,18 @@ pub fn overlays(
         }
     }
     if !writable_setup {
+        for w in WITHIN {
+            let point = host.dir.join(w.parent).join(w.name);
+            if host.within.contains(&point) {
+                v.push(Overlay::Bind {
+                    source: st.dir.join(w.state),
+                    target: inside.join(w.parent).join(w.name),
+                    writable: true,
+                    file: false,
+                    why: format!("this project's: {}", w.why),
+                });
+            }
+        }
         for e in TABLE
             .iter()
             .filter(|e| e.class == Setup && !on_host(e.name) && placeholder(e.name))

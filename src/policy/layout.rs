@@ -9,6 +9,8 @@ pub const HISTORY_FILE: &str = "history.jsonl";
 pub const CLAUDE_CONFIG_DIR: &str = "claude-config";
 pub const CLAUDE_JSON_BASE: &str = "claude-json-host.json";
 pub const LOGIN_DIR: &str = "login";
+/// The project's own `~/.claude/plugins/data` (see `claude_home::WITHIN`).
+pub const PLUGIN_DATA_DIR: &str = "claude-plugin-data";
 pub const LOCK_FILE: &str = "lock";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";

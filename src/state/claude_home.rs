@@ -28,7 +28,7 @@ use anyhow::{Context, Result};
 use crate::state::{self, ProjectState};
 
 pub use crate::policy::claude_home::{
-    class_of, entry, overlays, Class, Entry, HostClaude, Kind, Overlay, TABLE,
+    class_of, entry, overlays, Class, Entry, HostClaude, Kind, Overlay, TABLE, WITHIN,
 };
 
 impl HostClaude {
@@ -63,25 +63,54 @@ impl HostClaude {
             .filter(|d| d.is_absolute())
             .unwrap_or_else(|| dir.clone());
         let credentials = Some(secure.join(".credentials.json")).filter(|c| c.is_file());
+        // A WITHIN row's mount point: its parent a directory (through a symlink, as bwrap
+        // binds it), the entry a real directory or absent; anything else gets no mount.
+        let within = WITHIN
+            .iter()
+            .filter(|w| entries.iter().any(|(n, d)| *d && n == w.parent))
+            .map(|w| dir.join(w.parent).join(w.name))
+            .filter(|p| match fs::symlink_metadata(p) {
+                Ok(m) => m.file_type().is_dir(),
+                Err(e) => e.kind() == ErrorKind::NotFound,
+            })
+            .collect();
         HostClaude {
             dir,
             json,
             entries,
             credentials,
+            within,
         }
     }
 }
 
 /// Makes the mount points of the group exist as what they must be (never a symlink an
 /// earlier sandbox left to redirect a mount), so bwrap does not create them and no mount
-/// lands elsewhere. Only inside claudebox's state: the project's directory (seen at
-/// `~/.claude`) and the login directory.
-pub fn prepare_mount_points(home: &Path, st: &ProjectState, overlays: &[Overlay]) -> Result<()> {
+/// lands elsewhere. Inside claudebox's state: the project's directory (seen at
+/// `~/.claude`) and the login directory; in the host's setup only the mount point of a
+/// [`WITHIN`] row (`~/.claude/plugins/data`, an empty directory, as claude itself makes it
+/// at the first plugin hook), and never through a symlink.
+pub fn prepare_mount_points(
+    home: &Path,
+    host: &HostClaude,
+    st: &ProjectState,
+    overlays: &[Overlay],
+) -> Result<()> {
     let dir = st.claude_config();
     let login = st.login_dir();
     state::mkdir_private(&dir)?;
     state::mkdir_private(&login)?;
     let inside = home.join(".claude");
+    for w in WITHIN {
+        let target = inside.join(w.parent).join(w.name);
+        let mounted = overlays
+            .iter()
+            .any(|o| matches!(o, Overlay::Bind { target: t, .. } if *t == target));
+        if mounted {
+            state::mkdir_private(&st.dir.join(w.state))?;
+            state::mkdir_private(&host.dir.join(w.parent).join(w.name))?;
+        }
+    }
     for o in overlays {
         let (target, file) = match o {
             Overlay::Bind { target, file, .. } => (target, *file),

@@ -24,5 +24,6 @@ mod list;
 mod network;
 mod no_git;
 mod oauth_refresh;
+mod plugins;
 mod sessions;
 mod signals;

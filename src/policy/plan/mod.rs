@@ -217,6 +217,7 @@ impl Inputs {
                 json: home.join(".claude.json"),
                 entries: Vec::new(),
                 credentials: None,
+                within: Vec::new(),
             },
             project,
             home,

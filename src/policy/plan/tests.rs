@@ -47,6 +47,7 @@ mod claude_home_group {
                     json: "/h/.claude.json".into(),
                     entries: vec![("local".into(), true), ("settings.json".into(), false)],
                     credentials: None,
+                    within: Vec::new(),
                 },
                 writable_claude_setup: writable,
                 ..test_inputs()

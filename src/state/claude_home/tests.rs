@@ -32,6 +32,7 @@ fn host(entries: &[(&str, bool)]) -> HostClaude {
             .map(|(n, d)| (OsString::from(n), *d))
             .collect(),
         credentials: Some("/h/.claude/.credentials.json".into()),
+        within: Vec::new(),
     }
 }
 
@@ -250,4 +251,28 @@ fn a_lock_left_by_a_killed_launch_is_taken_over_at_once_a_live_one_is_not() {
         &owner,
         &fs::metadata(&lock).unwrap()
     ));
+}
+
+#[test]
+fn plugin_data_is_the_projects_over_the_read_only_plugins_unless_the_setup_is_writable() {
+    let mut h = host(&[("plugins", true)]);
+    h.within = vec!["/h/.claude/plugins/data".into()];
+    let v = overlays(Path::new("/h"), &h, &st(), false);
+    let plugins = v
+        .iter()
+        .position(|o| matches!(o, Overlay::Bind { target, writable: false, .. } if target == Path::new("/h/.claude/plugins")))
+        .expect("plugins read-only");
+    let data = v
+        .iter()
+        .position(|o| matches!(o, Overlay::Bind { target, source, writable: true, file: false, .. }
+            if target == Path::new("/h/.claude/plugins/data")
+                && source == Path::new("/h/.claudebox/projects/0123456789abcdef/claude-plugin-data")))
+        .expect("plugins/data: the project's, read-write");
+    assert!(plugins < data, "mounted before the plugins dir it lies in");
+    // With the opt-out the real one is seen; without a mount point on the host, none.
+    let v = overlays(Path::new("/h"), &h, &st(), true);
+    assert!(find(&v, "/h/.claude/plugins/data").is_empty());
+    h.within.clear();
+    let v = overlays(Path::new("/h"), &h, &st(), false);
+    assert!(find(&v, "/h/.claude/plugins/data").is_empty());
 }

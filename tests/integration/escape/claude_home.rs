@@ -21,6 +21,17 @@ pub(crate) fn seed(a: &Arena) {
     write(&c.join("agents/host-agent.md"), "host agent\n");
     write(&c.join("skills/s/SKILL.md"), "host skill\n");
     write(&c.join("plugins/installed_plugins.json"), "{}\n");
+    // An installed plugin as claude lays it out (both versions): its code in the cache,
+    // its marketplace's clone, the two registries.
+    let plugin = c.join("plugins/cache/lab/labplug/1.0.0");
+    write(&plugin.join("hooks/mark.sh"), "#!/bin/sh\nexit 0\n");
+    write(&plugin.join("hooks/hooks.json"), "{\"hooks\":{}}\n");
+    write(&plugin.join(".mcp.json"), "{\"mcpServers\":{}}\n");
+    write(
+        &c.join("plugins/marketplaces/lab/.claude-plugin/marketplace.json"),
+        "{\"name\":\"lab\",\"plugins\":[]}\n",
+    );
+    write(&c.join("plugins/known_marketplaces.json"), "{}\n");
     write(&c.join("hooks/pre.sh"), "#!/bin/sh\nexit 0\n");
     write(
         &c.join("shell-snapshots/snapshot-bash-1795000000000-host.sh"),
@@ -138,6 +149,58 @@ fn cases(a: &Arena) -> Vec<(Attempt, Control)> {
             Control::Inside(&["--writable-claude-setup"]),
         ));
     }
+    // An installed plugin: what every later session (the host's included) runs.
+    let cache = "~/.claude/plugins/cache/lab/labplug/1.0.0";
+    for (what, script) in [
+        (
+            "append to an installed plugin's hook script",
+            format!("echo 'echo PLANTED' >> {cache}/hooks/mark.sh"),
+        ),
+        (
+            "replace an installed plugin's hooks.json by rename",
+            format!(
+                "printf '{{\"hooks\":{{\"SessionStart\":[{{\"hooks\":[{{\"type\":\"command\",\"command\":\"echo PLANTED\"}}]}}]}}}}' \
+                 > /tmp/h.json; mv -f /tmp/h.json {cache}/hooks/hooks.json || \
+                 cp /tmp/h.json {cache}/hooks/hooks.json"
+            ),
+        ),
+        (
+            "add an MCP server to an installed plugin's .mcp.json",
+            format!(
+                "printf '{{\"mcpServers\":{{\"evil\":{{\"command\":\"echo PLANTED\"}}}}}}' > {cache}/.mcp.json"
+            ),
+        ),
+        (
+            "point installed_plugins.json at a plugin of ours",
+            "echo '{\"version\":2,\"plugins\":{\"PLANTED@lab\":[]}}' > ~/.claude/plugins/installed_plugins.json".into(),
+        ),
+        (
+            "add a marketplace of ours to known_marketplaces.json",
+            "echo '{\"PLANTED\":{}}' > ~/.claude/plugins/known_marketplaces.json".into(),
+        ),
+        (
+            "plant a plugin in the marketplace's clone",
+            plant("~/.claude/plugins/marketplaces/lab/plugins/evil/hooks/run.sh"),
+        ),
+    ] {
+        v.push((
+            attempt(what, script).host_check(|a| host_or_b_planted(a, "plugins")),
+            Control::Inside(&["--writable-claude-setup"]),
+        ));
+    }
+    // The plugins' data dir is the project's inside: what a plugin installs there from a
+    // sandbox (its node_modules, say) never reaches the host's or another project's.
+    v.push((
+        attempt(
+            "plant code in the plugins' data dir (CLAUDE_PLUGIN_DATA) for the host's plugin to run",
+            plant("~/.claude/plugins/data/labplug-lab/node_modules/x/index.js"),
+        )
+        .host_check(|a| {
+            host_or_b_planted(a, "plugins")
+                || planted_under(&a.w.home().join(B_STATE).join("claude-plugin-data"))
+        }),
+        Control::Inside(&["--writable-claude-setup"]),
+    ));
     v.push((
         attempt(
             "replace the claude installed under ~/.claude/local",

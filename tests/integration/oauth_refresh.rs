@@ -7,9 +7,12 @@
 //! fails with EBUSY on a bind-mounted file; claude then copies the temporary file over it
 //! in place. These tests prove that a refresh inside reaches the host's file (so neither
 //! the host's claude nor a later sandbox is logged out), and that two sandboxes refreshing
-//! at once take the shared lock and spend the refresh token once. The control: the
+//! at once take the shared lock and spend the refresh token once. Controls: the
 //! credentials as they were before the sandbox's refresh (what the host would hold had
-//! the rotation been lost) are refused by the mock, and that claude is logged out.
+//! the rotation been lost) are refused by the mock, and that claude is logged out; the
+//! host's claude (lock in the real `~/.claude`) and a sandbox at once spend the token
+//! twice. The README's opt-in (the host's `CLAUDE_SECURESTORAGE_CONFIG_DIR` in
+//! claudebox's login directory) makes that one refresh. About 15 s per version.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;

@@ -1,10 +1,12 @@
 //! claudebox's binary: picks its role once and calls into the library. The roles: the one
 //! step inside the sandbox (`--sandbox-init`), the allowlist's proxy on the host
-//! (`--internal-proxy`), and otherwise the launcher and maintenance command line. The
+//! (`--internal-proxy`), the credentials sync on the host (`--internal-credentials-sync`),
+//! and otherwise the launcher and maintenance command line. The
 //! two hidden roles have their own clap parsers and are no part of the user's `--help`.
 
 use std::process::ExitCode;
 
+use claudebox::policy::credsync::INTERNAL_CREDENTIALS_SYNC;
 use claudebox::{host, inside::confine, policy::network::INTERNAL_PROXY, proxy::netbridge, run};
 
 fn main() -> ExitCode {
@@ -12,6 +14,7 @@ fn main() -> ExitCode {
     match args.get(1) {
         Some(a) if a == confine::INIT_FLAG => confine::main(&args[2..]),
         Some(a) if a == INTERNAL_PROXY => netbridge::main(&args[2..]),
+        Some(a) if a == INTERNAL_CREDENTIALS_SYNC => claudebox::state::credsync::main(&args[2..]),
         _ => run::main(args),
     }
 }

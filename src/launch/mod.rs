@@ -294,6 +294,7 @@ fn exec_registered(
             signals_ignored_on_entry,
         },
     );
+    start_credentials_sync(inp, plan, &table);
     // Only claudebox's own descriptors cross into bwrap, none inherited from the shell.
     let mut keep = opened.fds();
     keep.push(in_use.fd());
@@ -307,6 +308,24 @@ fn exec_registered(
     let err = crate::host::exec::replace_with(&argv);
     drop((in_use, session, opened));
     Err(err).with_context(|| format!("cannot run {}", argv[0].shown()))
+}
+
+/// The login's credentials bound as a single file: a host-side process keeps that inode
+/// and the host's file in step for the sandbox's life (`state::credsync`). Not starting
+/// it leaves the sandbox as it was before it existed: a warning, not a refusal.
+fn start_credentials_sync(inp: &Inputs, plan: &plan::Plan, table: &[render::Bind]) {
+    use crate::policy::credsync;
+    if std::env::var_os(credsync::DISABLE_ENV).is_some_and(|v| !v.is_empty()) {
+        return;
+    }
+    let (Some(i), Some(host)) = (credsync::bound_index(plan), &inp.claude_home.credentials) else {
+        return;
+    };
+    if let Some(render::Bind::Fd(fd)) = table.get(i) {
+        if let Err(e) = state::credsync::start(*fd, host, &inp.instance_id) {
+            eprintln!("claudebox: {e:#} (the sandbox will not see a refresh by the host)");
+        }
+    }
 }
 
 /// The directories a sandbox of this project can write (canonical): a bind source there,

@@ -4,6 +4,7 @@
 pub mod apparmor;
 pub mod claude_home;
 pub mod confinement;
+pub mod credsync;
 pub mod error;
 pub mod escape;
 pub mod facts;

@@ -385,6 +385,13 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
         }
         out.push(b'\n');
     }
+    if let Some(i) = crate::policy::credsync::bound_index(plan) {
+        out.extend_from_slice(b"# credentials sync: started on the host by claudebox for the life of the sandbox (claudebox --internal-credentials-sync), holding the bound ");
+        if let Some(src) = &plan.mounts[i].source {
+            out.extend_from_slice(&escape_bytes(src.as_os_str().as_bytes()));
+        }
+        out.extend_from_slice(b": copies a refresh by the host (which replaces that file by rename) into the bound file, and a refresh inside into the host's file (in place, under claude's refresh lock, JSON objects up to 64 KiB only)\n");
+    }
     out.extend_from_slice(
         b"# the launch opens each bind source once, checks it, and has bwrap mount that \
           descriptor (--bind-fd/--ro-bind-fd), so a path swapped meanwhile is never \

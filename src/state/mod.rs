@@ -29,6 +29,7 @@
 //! launch path only, after the plan has been built.
 
 pub mod claude_home;
+pub mod credsync;
 pub mod inuse;
 pub mod inventory;
 pub mod sessions;

@@ -346,3 +346,158 @@ fn two_sandboxes_refreshing_at_once_spend_the_token_once() {
         );
     }
 }
+
+/// A sandbox started now that waits (for `go` in the project) before its claude asks,
+/// run on a thread: `started` returns once the sandbox is up (its `ready` file).
+fn waiting_sandbox<'s>(
+    s: &'s std::thread::Scope<'s, '_>,
+    w: &World,
+    p: &Path,
+    mock: &MockApi,
+    ca: &Path,
+    sync: bool,
+) -> std::thread::ScopedJoinHandle<'s, Output> {
+    let _ = fs::remove_file(p.join("go"));
+    let _ = fs::remove_file(p.join("ready"));
+    let mut cmd = w.cmd(p);
+    cmd.envs(mock.oauth_env(ca)).args([
+        "--exec",
+        "sh",
+        "-c",
+        "touch ready; i=0; while [ ! -e go ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); \
+         done; exec claude -p hello",
+    ]);
+    if !sync {
+        cmd.env("CLAUDEBOX_NO_CREDENTIALS_SYNC", "1");
+    }
+    let h = s.spawn(move || run(&mut cmd));
+    let t = std::time::Instant::now();
+    while !p.join("ready").exists() {
+        assert!(t.elapsed() < LIMIT, "the sandbox did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    h
+}
+
+/// Lets the sandbox's claude go on, once the sync had time to copy (it reacts to inotify
+/// at once; the pause only keeps a loaded machine from making this test flaky).
+fn go(p: &Path) {
+    std::thread::sleep(Duration::from_millis(500));
+    fs::write(p.join("go"), b"").unwrap();
+}
+
+#[test]
+fn a_refresh_by_the_host_reaches_a_running_sandbox() {
+    let _g = common::heavy();
+    for c in lab::claude_versions() {
+        for sync in [true, false] {
+            let (w, p, mock, ca) = setup(&c, 0);
+            let inode = fs::metadata(creds_path(&w)).unwrap().ino();
+            let o = std::thread::scope(|s| {
+                let sandbox = waiting_sandbox(s, &w, &p, &mock, &ca, sync);
+                // The host's claude refreshes: its file becomes a new inode.
+                let o = run(&mut ask(&w, &p, &mock, &ca, false));
+                answered(&c, "the host's claude", &o, &mock);
+                assert_ne!(
+                    fs::metadata(creds_path(&w)).unwrap().ino(),
+                    inode,
+                    "[{}] the host's claude replaced its file by rename",
+                    c.label
+                );
+                go(&p);
+                sandbox.join().unwrap()
+            });
+            let refreshes = mock.refreshes();
+            eprintln!(
+                "[{}] sync {sync}: the sandbox started before the host's refresh: {:?}, \
+                 refreshes {refreshes:?}, stderr {:?}",
+                c.label,
+                o.status.code(),
+                common::stderr(&o).trim()
+            );
+            if sync {
+                answered(&c, "the sandbox after the host's refresh", &o, &mock);
+                assert_eq!(
+                    refreshes,
+                    vec![(tail4(SEED_REFRESH).to_string(), Some("0001".to_string()))],
+                    "[{}] the sandbox used the host's new pair, no refresh of its own",
+                    c.label
+                );
+                assert!(last_bearer(&mock).contains("'0001'"), "[{}]", c.label);
+            } else {
+                // Control: the sandbox keeps the old file with the spent refresh token.
+                assert!(
+                    !o.status.success() && !common::stdout(&o).contains(FINAL),
+                    "[{}] control: the sandbox answered without the sync",
+                    c.label
+                );
+                assert_eq!(
+                    refreshes.last(),
+                    Some(&(tail4(SEED_REFRESH).to_string(), None)),
+                    "[{}] control: the sandbox spent the dead token",
+                    c.label
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_refresh_in_a_sandbox_reaches_the_hosts_replaced_file() {
+    let _g = common::heavy();
+    for c in lab::claude_versions() {
+        for sync in [true, false] {
+            let (w, p, mock, ca) = setup(&c, 0);
+            let o = std::thread::scope(|s| {
+                let sandbox = waiting_sandbox(s, &w, &p, &mock, &ca, sync);
+                // The host's file is replaced by rename (same content, say a host claude
+                // rewrote it): the sandbox now holds a file the host no longer reads.
+                let tmp = w.home().join(".claude/.credentials.json.tmp.test");
+                fs::copy(creds_path(&w), &tmp).unwrap();
+                fs::rename(&tmp, creds_path(&w)).unwrap();
+                go(&p);
+                sandbox.join().unwrap()
+            });
+            answered(&c, "the sandbox, refreshing", &o, &mock);
+            assert_eq!(mock.refreshes().len(), 1, "[{}]", c.label);
+            std::thread::sleep(Duration::from_millis(500));
+            let host = host_creds(&w);
+            let o = run(&mut ask(&w, &p, &mock, &ca, false));
+            eprintln!(
+                "[{}] sync {sync}: the host after a sandbox's refresh into its old file: \
+                 refresh token ..{}, host claude {:?}, refreshes {:?}",
+                c.label,
+                tail4(
+                    host["claudeAiOauth"]["refreshToken"]
+                        .as_str()
+                        .unwrap_or("none")
+                ),
+                o.status.code(),
+                mock.refreshes()
+            );
+            if sync {
+                assert_eq!(
+                    host["claudeAiOauth"]["refreshToken"], "sk-ant-ort01-mock-r0001",
+                    "[{}] the sandbox's rotated pair is in the host's file: {host}",
+                    c.label
+                );
+                answered(&c, "the host's claude", &o, &mock);
+                assert_eq!(mock.refreshes().len(), 1, "[{}]", c.label);
+                assert!(last_bearer(&mock).contains("'0001'"), "[{}]", c.label);
+            } else {
+                // Control: the host kept the spent token and is logged out.
+                assert!(
+                    !o.status.success() && !common::stdout(&o).contains(FINAL),
+                    "[{}] control: the host answered without the sync",
+                    c.label
+                );
+                assert_eq!(
+                    mock.refreshes().last(),
+                    Some(&(tail4(SEED_REFRESH).to_string(), None)),
+                    "[{}] control",
+                    c.label
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,360 @@
+//! The credentials sync process (the hidden `--internal-credentials-sync` role): for the
+//! life of one sandbox, keeps the login's `.credentials.json` bound into it (the inode
+//! bwrap mounted, held here by descriptor) in step with the host's file, which the host's
+//! claude replaces by rename at each refresh. The policy (which way, when not) is
+//! `policy::credsync::decide`; this is the edge.
+//!
+//! Started by the launch like the network proxy: forked and exec'd from claudebox right
+//! before it execs bwrap, in its own session, with the death signal armed (it dies with
+//! bwrap), holding only the bound file (descriptor 3). Idle, it blocks in one inotify
+//! read: on the host's directory (`.credentials.json` created, renamed onto, written) and
+//! on the bound inode (written, by a refresh inside).
+//!
+//! What it writes, and how strictly:
+//! - into the bound file: the host's content, in place (write at 0, then truncate), so a
+//!   running claude in the sandbox sees the rotated pair at its next request;
+//! - into the host's file: the bound file's content, in place, under claude's own refresh
+//!   lock (`mkdir <dir>/.oauth_refresh.lock`), only into the inode it just read there:
+//!   opened with `O_NOFOLLOW|O_NONBLOCK`, a regular file, the same device and inode. In
+//!   place rather than temp + rename so that sandboxes started since the host's last
+//!   rename (which hold that very inode) see it at once. Nothing is ever created, no
+//!   other path is written, and content larger than 64 KiB or not a JSON object is
+//!   never copied either way.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{ExitCode, Stdio};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use nix::libc;
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+
+use crate::policy::credsync::{decide, valid, Action, Side, INTERNAL_CREDENTIALS_SYNC, MAX_SIZE};
+
+/// The descriptor the sync process finds the bound file on.
+const BOUND_FD: RawFd = 3;
+
+/// Starts the sync process for the bound file `source` (an `O_PATH` descriptor of the
+/// inode bwrap will mount) and the host's file `host`. Call after the sources are opened
+/// and before bwrap is exec'd; the child is not waited for (it becomes bwrap's).
+pub fn start(source: RawFd, host: &Path, instance: &str) -> Result<()> {
+    // The very inode bwrap mounts: reopened through the descriptor, not by name.
+    let bound = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{source}"))
+        .context("cannot open the bound credentials file")?;
+    if !bound.metadata()?.is_file() {
+        bail!("the credentials file is not a regular file");
+    }
+    let mut cmd = std::process::Command::new("/proc/self/exe");
+    use std::os::unix::process::CommandExt;
+    cmd.arg0("claudebox")
+        .arg(INTERNAL_CREDENTIALS_SYNC)
+        .arg("--instance")
+        .arg(instance)
+        .arg("--host")
+        .arg(host);
+    cmd.stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let fd = bound.as_raw_fd();
+    let parent = nix::unistd::getpid();
+    // SAFETY: only async-signal-safe system calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if fd != BOUND_FD && libc::dup2(fd, BOUND_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::fcntl(BOUND_FD, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Nothing else crosses: no lock of the launch, no descriptor of the shell.
+            // (close_range is Linux 5.9; before it, close-on-exec still holds for ours.)
+            libc::syscall(libc::SYS_close_range, BOUND_FD + 1, u32::MAX, 0);
+            nix::unistd::setsid()?;
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
+            if nix::unistd::getppid() != parent {
+                return Err(std::io::Error::other("claudebox exited"));
+            }
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .context("cannot start the credentials sync process")?;
+    Ok(())
+}
+
+/// Runs the sync role: `args` are those after `--internal-credentials-sync`.
+pub fn main(args: &[OsString]) -> ExitCode {
+    let host = match args {
+        [i, _, h, path] if i == "--instance" && h == "--host" => PathBuf::from(path),
+        _ => {
+            eprintln!("claudebox: internal credentials sync: bad arguments");
+            return ExitCode::from(2);
+        }
+    };
+    let _ = nix::sys::prctl::set_name(c"claudebox-creds");
+    exit_with_parent();
+    // SAFETY: the launcher placed the bound file on this descriptor for us alone.
+    let bound = File::from(unsafe { OwnedFd::from_raw_fd(BOUND_FD) });
+    match run(&bound, &host) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("claudebox: credentials sync: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(bound: &File, host: &Path) -> Result<()> {
+    let (Some(dir), Some(name)) = (host.parent(), host.file_name()) else {
+        bail!("no directory in {}", host.display());
+    };
+    let ino = Inotify::init(InitFlags::IN_CLOEXEC)?;
+    ino.add_watch(
+        dir,
+        AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_ONLYDIR,
+    )
+    .context("cannot watch the host's credentials directory")?;
+    let bound_watch = ino
+        .add_watch(
+            format!("/proc/self/fd/{}", bound.as_raw_fd()).as_str(),
+            AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MODIFY,
+        )
+        .context("cannot watch the bound credentials file")?;
+    let mut last = read_bound(bound).map(|s| s.content).unwrap_or_default();
+    // The host may have renamed between the launch's open and now.
+    sync_once(bound, host, dir, &mut last);
+    loop {
+        let events = match ino.read_events() {
+            Ok(e) => e,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+        };
+        let relevant = events.iter().any(|e| {
+            e.wd == bound_watch
+                || e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)
+                || e.name.as_deref() == Some(name)
+        });
+        if relevant {
+            sync_once(bound, host, dir, &mut last);
+        }
+    }
+}
+
+/// One round: read both sides, decide, copy. Errors leave both files as they were.
+fn sync_once(bound: &File, host: &Path, dir: &Path, last: &mut Vec<u8>) {
+    let Some(b) = read_bound(bound) else { return };
+    let h = read_host(host);
+    match decide(h.as_ref(), &b, last) {
+        Action::Nothing => {
+            if h.as_ref().is_some_and(|h| h.content == b.content) {
+                *last = b.content;
+            }
+        }
+        Action::ToBound => {
+            let h = h.expect("decide copies only from a host file");
+            if write_in_place(bound, &h.content).is_ok() {
+                *last = h.content;
+            }
+        }
+        Action::ToHost => {
+            let lock = RefreshLock::take(dir);
+            // Under the lock, the host's file again: a refresh may just have renamed it.
+            let h = read_host(host);
+            if decide(h.as_ref(), &b, last) != Action::ToHost {
+                drop(lock);
+                return sync_once(bound, host, dir, last);
+            }
+            let h = h.expect("decide copies only to a host file");
+            if write_host(host, h.inode, &b.content).is_ok() {
+                *last = b.content;
+            }
+            drop(lock);
+        }
+    }
+}
+
+/// Reads at most [`MAX_SIZE`] + 1 bytes from the start of `f`; `None` past the cap.
+fn read_capped(f: &File) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; MAX_SIZE as usize + 1];
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read_at(&mut buf[n..], n as u64) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return None,
+        }
+    }
+    if n as u64 > MAX_SIZE {
+        return None;
+    }
+    buf.truncate(n);
+    Some(buf)
+}
+
+fn side_of(f: &File) -> Option<Side> {
+    let m = f.metadata().ok()?;
+    if !m.is_file() || m.len() > MAX_SIZE {
+        return None;
+    }
+    Some(Side {
+        inode: (m.dev(), m.ino()),
+        content: read_capped(f)?,
+    })
+}
+
+fn read_bound(bound: &File) -> Option<Side> {
+    side_of(bound)
+}
+
+/// The host's file, never through a symlink, never a fifo or device.
+fn read_host(host: &Path) -> Option<Side> {
+    let f = open_nofollow(host, false).ok()?;
+    side_of(&f)
+}
+
+fn open_nofollow(p: &Path, write: bool) -> std::io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(!write)
+        .write(write)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY)
+        .open(p)
+}
+
+/// Replaces `f`'s content in place: one write at 0, then the length cut to it.
+fn write_in_place(f: &File, content: &[u8]) -> std::io::Result<()> {
+    if !valid(content) {
+        return Err(std::io::Error::other("not a JSON object"));
+    }
+    f.write_all_at(content, 0)?;
+    f.set_len(content.len() as u64)?;
+    f.sync_data()
+}
+
+/// Writes `content` into the host's file, only if it still is the regular file `inode`.
+fn write_host(host: &Path, inode: (u64, u64), content: &[u8]) -> std::io::Result<()> {
+    let f = open_nofollow(host, true)?;
+    let m = f.metadata()?;
+    if !m.is_file() || (m.dev(), m.ino()) != inode {
+        return Err(std::io::Error::other("the host's file changed"));
+    }
+    write_in_place(&f, content)
+}
+
+/// Claude's refresh lock on the host (`mkdir <dir>/.oauth_refresh.lock`), waited for up
+/// to 5 s; after that (a crashed claude's lock) the copy goes ahead without it.
+struct RefreshLock(Option<PathBuf>);
+
+impl RefreshLock {
+    fn take(dir: &Path) -> RefreshLock {
+        let path = dir.join(".oauth_refresh.lock");
+        for _ in 0..50 {
+            match std::fs::create_dir(&path) {
+                Ok(()) => return RefreshLock(Some(path)),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    std::thread::sleep(Duration::from_millis(100))
+                }
+                Err(_) => break,
+            }
+        }
+        RefreshLock(None)
+    }
+}
+
+impl Drop for RefreshLock {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_dir(p);
+        }
+    }
+}
+
+/// Ends the process when its parent (bwrap) exits, besides the death signal: a thread
+/// waiting on a pidfd. Skipped where pidfds are missing (< 5.3).
+fn exit_with_parent() {
+    let parent = nix::unistd::getppid();
+    // SAFETY: a plain system call with integer arguments.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, parent.as_raw(), 0) };
+    if raw < 0 {
+        return;
+    }
+    // SAFETY: pidfd_open just returned this descriptor.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
+    if nix::unistd::getppid() != parent {
+        std::process::exit(0);
+    }
+    let _ = std::thread::Builder::new()
+        .stack_size(64 * 1024)
+        .spawn(move || loop {
+            let mut p = libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            if unsafe { libc::poll(&mut p, 1, -1) } > 0 {
+                std::process::exit(0);
+            }
+        });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_host_file_is_written_only_if_it_is_the_regular_file_read() {
+        let d = tempfile::tempdir().unwrap();
+        let host = d.path().join(".credentials.json");
+        std::fs::write(&host, b"{\"a\":1}").unwrap();
+        let s = read_host(&host).unwrap();
+        write_host(&host, s.inode, b"{\"b\":2}").unwrap();
+        assert_eq!(std::fs::read(&host).unwrap(), b"{\"b\":2}");
+        // Not JSON: refused, the file unchanged.
+        assert!(write_host(&host, s.inode, b"nope").is_err());
+        assert_eq!(std::fs::read(&host).unwrap(), b"{\"b\":2}");
+        // Renamed over since: refused.
+        let tmp = d.path().join("t");
+        std::fs::write(&tmp, b"{}").unwrap();
+        std::fs::rename(&tmp, &host).unwrap();
+        assert!(write_host(&host, s.inode, b"{\"c\":3}").is_err());
+        // A symlink at the path: neither read nor written through.
+        let target = d.path().join("elsewhere");
+        std::fs::write(&target, b"{\"x\":0}").unwrap();
+        std::fs::remove_file(&host).unwrap();
+        std::os::unix::fs::symlink(&target, &host).unwrap();
+        assert!(read_host(&host).is_none());
+        let t = read_host(&target).unwrap();
+        assert!(write_host(&host, t.inode, b"{\"c\":3}").is_err());
+        assert_eq!(std::fs::read(&target).unwrap(), b"{\"x\":0}");
+        // A fifo: never opened for reading (it would block).
+        std::fs::remove_file(&host).unwrap();
+        nix::unistd::mkfifo(&host, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert!(read_host(&host).is_none());
+    }
+
+    #[test]
+    fn a_shorter_content_leaves_no_tail() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, b"{\"long\":\"xxxxxxxxxxxxxxxx\"}").unwrap();
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&p)
+            .unwrap();
+        write_in_place(&f, b"{}").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
+    }
+}

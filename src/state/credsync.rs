@@ -60,7 +60,8 @@ pub fn start(source: RawFd, host: &Path, instance: &str) -> Result<()> {
         .arg(instance)
         .arg("--host")
         .arg(host);
-    cmd.stdin(Stdio::null())
+    cmd.current_dir("/")
+        .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let fd = bound.as_raw_fd();

@@ -5,6 +5,7 @@
 //! here means something.
 
 mod claude_home;
+mod credentials;
 mod gpu;
 mod host_ports;
 mod project_files;
@@ -717,7 +718,8 @@ fn escape_suite() {
         }
     }
     // Attempts that take more than one launch (tests/integration/escape/race.rs).
-    let more = race::attempts();
+    let mut more = race::attempts();
+    more.extend(credentials::attempts());
     for (name, escaped) in &more {
         if *escaped {
             eprintln!("ESCAPE: {name}");
@@ -806,6 +808,7 @@ fn controls_show_the_attempts_can_succeed() {
     // The launch race and an inherited descriptor, with sources bound by name and
     // descriptors left open.
     race::controls();
+    credentials::controls();
 }
 
 /// A symlink planted at a protected path (say by an earlier session with the protection

@@ -75,9 +75,16 @@ pub fn start(source: RawFd, host: &Path, instance: &str) -> Result<()> {
             if libc::fcntl(BOUND_FD, libc::F_SETFD, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            // Nothing else crosses: no lock of the launch, no descriptor of the shell.
-            // (close_range is Linux 5.9; before it, close-on-exec still holds for ours.)
-            libc::syscall(libc::SYS_close_range, BOUND_FD + 1, u32::MAX, 0);
+            // Nothing else crosses: no lock of the launch, no descriptor of the shell
+            // (CLOSE_RANGE_CLOEXEC, Linux 5.11, keeps std's own exec-error pipe working;
+            // before it, the launch's descriptors are close-on-exec already).
+            const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
+            libc::syscall(
+                libc::SYS_close_range,
+                BOUND_FD + 1,
+                u32::MAX,
+                CLOSE_RANGE_CLOEXEC,
+            );
             nix::unistd::setsid()?;
             nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
             if nix::unistd::getppid() != parent {
@@ -157,31 +164,33 @@ fn sync_once(bound: &File, host: &Path, dir: &Path, last: &mut Vec<u8>) {
     let Some(b) = read_bound(bound) else { return };
     let h = read_host(host);
     match decide(h.as_ref(), &b, last) {
-        Action::Nothing => {
-            if h.as_ref().is_some_and(|h| h.content == b.content) {
-                *last = b.content;
-            }
-        }
-        Action::ToBound => {
-            let h = h.expect("decide copies only from a host file");
-            if write_in_place(bound, &h.content).is_ok() {
-                *last = h.content;
-            }
-        }
+        act @ (Action::Nothing | Action::ToBound) => apply(act, bound, host, h, b, last),
         Action::ToHost => {
             let lock = RefreshLock::take(dir);
-            // Under the lock, the host's file again: a refresh may just have renamed it.
-            let h = read_host(host);
-            if decide(h.as_ref(), &b, last) != Action::ToHost {
-                drop(lock);
-                return sync_once(bound, host, dir, last);
-            }
-            let h = h.expect("decide copies only to a host file");
-            if write_host(host, h.inode, &b.content).is_ok() {
-                *last = b.content;
-            }
+            // Under the lock, both again: a refresh on the host may just have renamed its
+            // file; whatever is decided now is done before the lock goes.
+            let (Some(b), h) = (read_bound(bound), read_host(host)) else {
+                return;
+            };
+            let act = decide(h.as_ref(), &b, last);
+            apply(act, bound, host, h, b, last);
             drop(lock);
         }
+    }
+}
+
+/// Does what [`decide`] said for `h` and `b` (read just before).
+fn apply(act: Action, bound: &File, host: &Path, h: Option<Side>, b: Side, last: &mut Vec<u8>) {
+    let copied = match (act, h) {
+        (Action::ToBound, Some(h)) => write_in_place(bound, &h.content).ok().map(|()| h.content),
+        (Action::ToHost, Some(h)) => write_host(host, h.inode, &b.content)
+            .ok()
+            .map(|()| b.content),
+        (Action::Nothing, Some(h)) if h.content == b.content => Some(b.content),
+        _ => None,
+    };
+    if let Some(c) = copied {
+        *last = c;
     }
 }
 

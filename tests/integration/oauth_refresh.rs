@@ -12,7 +12,11 @@
 //! the rotation been lost) are refused by the mock, and that claude is logged out; the
 //! host's claude (lock in the real `~/.claude`) and a sandbox at once spend the token
 //! twice. The README's opt-in (the host's `CLAUDE_SECURESTORAGE_CONFIG_DIR` in
-//! claudebox's login directory) makes that one refresh. About 15 s per version.
+//! claudebox's login directory) makes that one refresh. The credentials sync (a host
+//! process per sandbox, `state::credsync`): a sandbox started before the host's claude
+//! refreshed (by rename: a new inode) uses the host's new pair, and a sandbox refreshing
+//! after the host's file was replaced puts its pair in the host's file; each with its
+//! control (`CLAUDEBOX_NO_CREDENTIALS_SYNC=1`: logged out). About 30 s per version.
 
 use std::fs;
 use std::os::unix::fs::MetadataExt;
@@ -500,4 +504,21 @@ fn a_refresh_in_a_sandbox_reaches_the_hosts_replaced_file() {
             }
         }
     }
+}
+
+#[test]
+fn dry_run_shows_the_sync_only_with_a_credentials_file() {
+    let w = World::new();
+    let p = w.dir("proj");
+    assert!(
+        !common::dry_run(&w, &p).contains("# credentials sync"),
+        "no credentials file (an API key user): no sync process"
+    );
+    fs::create_dir_all(w.home().join(".claude")).unwrap();
+    write_creds(&w, &credentials(SEED_ACCESS, SEED_REFRESH));
+    let out = common::dry_run(&w, &p);
+    assert!(
+        out.contains("# credentials sync: started on the host"),
+        "{out}"
+    );
 }

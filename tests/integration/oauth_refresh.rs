@@ -130,8 +130,9 @@ fn last_bearer(mock: &MockApi) -> String {
         .to_string()
 }
 
+/// The last 4 characters (all of a shorter string: a refused refresh leaves it empty).
 fn tail4(s: &str) -> &str {
-    &s[s.len() - 4..]
+    &s[s.len().saturating_sub(4)..]
 }
 
 #[test]
@@ -311,12 +312,15 @@ fn two_sandboxes_refreshing_at_once_spend_the_token_once() {
         // directory (CLAUDE_SECURESTORAGE_CONFIG_DIR), so it shares the sandboxes' lock.
         let login = w.state().join("login");
         fs::create_dir_all(&login).unwrap();
-        let mut expired = host_creds(&w);
-        expired["claudeAiOauth"]["expiresAt"] = json!(1000);
-        let last = expired["claudeAiOauth"]["refreshToken"]
-            .as_str()
-            .unwrap()
-            .to_string();
+        // The pair the control's winning refresh issued (the mock names its tokens by a
+        // counter): the file itself may end cleared, when the refused claude clears it
+        // after the winner wrote.
+        let won = now
+            .iter()
+            .find_map(|r| r.1.clone())
+            .expect("one refresh of the control was answered");
+        let last = format!("sk-ant-ort01-mock-r{won}");
+        let expired = credentials(&format!("sk-ant-oat01-mock-a{won}"), &last);
         fs::write(login.join(".credentials.json"), expired.to_string()).unwrap();
         fs::remove_file(creds_path(&w)).unwrap();
         let before = mock.refreshes().len();

@@ -173,7 +173,31 @@ pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<
     {
         return Ok(());
     }
-    write_atomic(&copy, &bytes, 0o600)
+    rewrite_in_place(&copy, &bytes)
+}
+
+/// Writes `bytes` over the regular file at `path` in place (same inode), or creates it
+/// atomically when there is none. For a file bound into running sandboxes: a rename
+/// would leave each of them on the old inode, and what they write there afterwards
+/// (claude saving an "always allow" rule) would never reach the next sandbox. Readers
+/// may see a mix for an instant, as with claude's own in-place write inside (its rename
+/// onto a bound file fails with EBUSY).
+fn rewrite_in_place(path: &Path, bytes: &[u8]) -> Result<()> {
+    use std::os::unix::fs::FileExt;
+    let f = match OpenOptions::new()
+        .write(true)
+        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
+        // None yet, or not a regular file (a symlink, say): replaced by rename, which
+        // never follows it.
+        _ => return write_atomic(path, bytes, 0o600),
+    };
+    f.write_all_at(bytes, 0)
+        .and_then(|()| f.set_len(bytes.len() as u64))
+        .and_then(|()| f.sync_all())
+        .with_context(|| format!("cannot write {}", path.shown()))
 }
 
 /// Creates a 0700 directory, or accepts an existing directory (never a symlink to one).

@@ -122,3 +122,80 @@ fn always_allow_lands_in_the_state_copy_and_holds_in_the_next_sandbox() {
         );
     }
 }
+
+/// A sandbox that saves a rule after a later launch rebuilt the project's copy (the host's
+/// file changed meanwhile) keeps it: the rebuild rewrites the copy in place, so the
+/// running sandbox and the next one share one inode. With the copy replaced by rename
+/// (the code before), the rule went to the old inode and the next sandbox lacked it
+/// (measured by reverting `rewrite_in_place` to `write_atomic`: "from-A" missing).
+#[test]
+fn a_rule_saved_after_a_later_launch_rebuilt_the_copy_reaches_the_next_sandbox() {
+    let w = World::new();
+    let p = w.dir("proj");
+    init_repo(&p);
+    let host_file = p.join(".claude/settings.local.json");
+    fs::create_dir_all(host_file.parent().unwrap()).unwrap();
+    let host = |rules: &[&str]| {
+        fs::write(
+            &host_file,
+            serde_json::to_string_pretty(&json!({"permissions": {"allow": rules}})).unwrap(),
+        )
+        .unwrap()
+    };
+    host(&["Bash(echo host1)"]);
+    // Signals through the project, the one place both sides see.
+    let (started, go, saved) = (p.join("started"), p.join("go"), p.join("saved"));
+    // Sandbox A: waits, then saves a rule the way claude does inside (in place).
+    let save = "import json; f = open('.claude/settings.local.json', 'r+'); \
+                d = json.load(f); d['permissions']['allow'].append('Bash(echo from-A)'); \
+                f.seek(0); f.write(json.dumps(d)); f.truncate(); f.close()";
+    let script = format!(
+        "touch '{}'; n=0; while [ ! -e '{}' ] && [ $n -lt 600 ]; do sleep 0.05; n=$((n+1)); \
+         done; python3 -c \"{save}\" && touch '{}'",
+        started.display(),
+        go.display(),
+        saved.display()
+    );
+    let mut a = w
+        .cmd(&p)
+        .args(["--exec", "sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !started.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sandbox A did not start"
+        );
+        if a.try_wait().unwrap().is_some() {
+            panic!(
+                "sandbox A ended early: {}",
+                stderr(&a.wait_with_output().unwrap())
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The host's file changes, and another launch rebuilds the copy.
+    host(&["Bash(echo host1)", "Bash(echo host2)"]);
+    ok(&w.cmd(&p).args(["--exec", "true"]).output().unwrap());
+    fs::write(&go, "").unwrap();
+    let out = a.wait_with_output().unwrap();
+    ok(&out);
+    assert!(saved.exists(), "sandbox A could not save its rule");
+
+    let seen = ok(&w
+        .cmd(&p)
+        .args(["--exec", "cat", ".claude/settings.local.json"])
+        .output()
+        .unwrap());
+    for rule in ["Bash(echo host1)", "Bash(echo host2)", "Bash(echo from-A)"] {
+        assert!(
+            seen.contains(rule),
+            "{rule} missing in the next sandbox:\n{seen}"
+        );
+    }
+    // The host's own file never gets the rule.
+    assert!(!fs::read_to_string(&host_file).unwrap().contains("from-A"));
+}

@@ -62,13 +62,7 @@ pub fn start_proxy(spec: &ProxySpec) -> Result<RawFd> {
     unsafe {
         cmd.pre_exec(move || {
             clear_cloexec(fd)?;
-            nix::unistd::setsid()?;
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-            // The parent may have died before the death signal was armed.
-            if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::other("claudebox exited"));
-            }
-            Ok(())
+            crate::host::companion::detach_bound_to(parent)
         });
     }
     // The child is not waited for: after the exec it is bwrap's child, and dies with it.
@@ -158,7 +152,7 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     let fd = args.fd;
     // Shown by ps/top instead of "exe" (it was started through /proc/self/exe).
     let _ = nix::sys::prctl::set_name(c"claudebox-proxy");
-    exit_with_parent();
+    crate::host::companion::exit_with_parent();
     // SAFETY: the launcher passed this descriptor to us and nothing else owns it.
     let ctl = unsafe { OwnedFd::from_raw_fd(fd) };
     let denied_log = args.denied_log;
@@ -227,37 +221,6 @@ fn note_error(log: &std::path::Path, msg: &str) {
     {
         let _ = writeln!(f, "error: claudebox's network proxy stopped: {msg}");
     }
-}
-
-/// A second guard besides `PR_SET_PDEATHSIG`: a thread that waits on a pidfd of the parent
-/// (bwrap) and ends the process when it exits. Skipped where pidfds are missing (< 5.3).
-fn exit_with_parent() {
-    use nix::libc;
-    let parent = nix::unistd::getppid();
-    // SAFETY: a plain system call with integer arguments.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, parent.as_raw(), 0) };
-    if raw < 0 {
-        return;
-    }
-    // SAFETY: pidfd_open just returned this descriptor.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
-    if nix::unistd::getppid() != parent {
-        std::process::exit(0);
-    }
-    let _ = std::thread::Builder::new()
-        .stack_size(64 * 1024)
-        .spawn(move || loop {
-            let mut p = libc::pollfd {
-                fd: pidfd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let r = unsafe { libc::poll(&mut p, 1, -1) };
-            if r > 0 {
-                std::process::exit(0);
-            }
-        });
 }
 
 /// Waits for the sandbox to send its listening sockets (the proxy port, then one per

@@ -85,12 +85,7 @@ pub fn start(source: RawFd, host: &Path, instance: &str) -> Result<()> {
                 u32::MAX,
                 CLOSE_RANGE_CLOEXEC,
             );
-            nix::unistd::setsid()?;
-            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)?;
-            if nix::unistd::getppid() != parent {
-                return Err(std::io::Error::other("claudebox exited"));
-            }
-            Ok(())
+            crate::host::companion::detach_bound_to(parent)
         });
     }
     cmd.spawn()
@@ -108,7 +103,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         }
     };
     let _ = nix::sys::prctl::set_name(c"claudebox-creds");
-    exit_with_parent();
+    crate::host::companion::exit_with_parent();
     // SAFETY: the launcher placed the bound file on this descriptor for us alone.
     let bound = File::from(unsafe { OwnedFd::from_raw_fd(BOUND_FD) });
     match run(&bound, &host) {
@@ -288,35 +283,6 @@ impl Drop for RefreshLock {
             let _ = std::fs::remove_dir(p);
         }
     }
-}
-
-/// Ends the process when its parent (bwrap) exits, besides the death signal: a thread
-/// waiting on a pidfd. Skipped where pidfds are missing (< 5.3).
-fn exit_with_parent() {
-    let parent = nix::unistd::getppid();
-    // SAFETY: a plain system call with integer arguments.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, parent.as_raw(), 0) };
-    if raw < 0 {
-        return;
-    }
-    // SAFETY: pidfd_open just returned this descriptor.
-    let pidfd = unsafe { OwnedFd::from_raw_fd(raw as RawFd) };
-    if nix::unistd::getppid() != parent {
-        std::process::exit(0);
-    }
-    let _ = std::thread::Builder::new()
-        .stack_size(64 * 1024)
-        .spawn(move || loop {
-            let mut p = libc::pollfd {
-                fd: pidfd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            if unsafe { libc::poll(&mut p, 1, -1) } > 0 {
-                std::process::exit(0);
-            }
-        });
 }
 
 #[cfg(test)]

@@ -109,13 +109,11 @@ fn run(cmd: &mut Command) -> Output {
 
 #[track_caller]
 fn answered(c: &Claude, what: &str, o: &Output, mock: &MockApi) {
+    let out = lab::ok_run(c, o, mock);
     assert!(
-        o.status.success() && common::stdout(o).contains(FINAL),
-        "[{}] {what}: {:?}\nstdout:\n{}\nstderr:\n{}\nmock stderr:\n{}",
+        out.contains(FINAL),
+        "[{}] {what}: no final answer\nstdout:\n{out}\nmock stderr:\n{}",
         c.label,
-        o.status,
-        common::stdout(o),
-        common::stderr(o),
         mock.stderr()
     );
 }

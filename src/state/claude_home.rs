@@ -20,12 +20,11 @@
 use std::ffi::OsString;
 use std::fs;
 use std::io::ErrorKind;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
-use crate::state::{self, ProjectState};
+use crate::state::{self, beneath, ProjectState};
 
 pub use crate::policy::claude_home::{
     class_of, entry, overlays, Class, Entry, HostClaude, Kind, Overlay, TABLE, WITHIN,
@@ -111,6 +110,11 @@ pub fn prepare_mount_points(
             state::mkdir_private(&host.dir.join(w.parent).join(w.name))?;
         }
     }
+    // Both roots are written by sandboxes: every call below is beneath their descriptors.
+    let roots = [
+        (dir.as_path(), open_root(&dir)?),
+        (login.as_path(), open_root(&login)?),
+    ];
     for o in overlays {
         let (target, file) = match o {
             Overlay::Bind { target, file, .. } => (target, *file),
@@ -122,29 +126,25 @@ pub fn prepare_mount_points(
             target.clone()
         };
         // Only the entries directly in one of the two roots are mount points.
-        if point.parent() != Some(dir.as_path()) && point.parent() != Some(login.as_path()) {
+        let Some((_, root)) = roots.iter().find(|(r, _)| point.parent() == Some(*r)) else {
+            continue;
+        };
+        let Some(name) = point.file_name().map(Path::new) else {
+            continue;
+        };
+        let want = if file {
+            beneath::FileType::RegularFile
+        } else {
+            beneath::FileType::Directory
+        };
+        let kind = root.kind(name);
+        if kind == Some(want) {
             continue;
         }
-        let meta = fs::symlink_metadata(&point);
-        let right = meta.as_ref().is_ok_and(|m| {
-            if file {
-                m.file_type().is_file()
-            } else {
-                m.file_type().is_dir()
-            }
-        });
-        if right {
-            continue;
-        }
-        if let Ok(m) = &meta {
+        if kind.is_some() {
             // Wrong type or a symlink: left by an agent (the directory is writable
             // inside). Remove it; it never was the user's.
-            let removed = if m.is_dir() {
-                fs::remove_dir_all(&point)
-            } else {
-                fs::remove_file(&point)
-            };
-            match removed {
+            match root.remove_all(name) {
                 Err(e) if e.kind() != ErrorKind::NotFound => {
                     return Err(e).with_context(|| format!("cannot replace {}", point.display()))
                 }
@@ -152,32 +152,47 @@ pub fn prepare_mount_points(
             }
         }
         let made = if file {
-            fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(&point)
-                .map(drop)
+            root.create_new(name, 0o600).map(drop)
         } else {
-            fs::DirBuilder::new().mode(0o700).create(&point)
+            root.mkdir(name, 0o700)
         };
         match made {
             Ok(()) => {}
             // A sibling launch of the project made it at the same moment: fine if it is
             // what it must be.
-            Err(e)
-                if e.kind() == ErrorKind::AlreadyExists
-                    && fs::symlink_metadata(&point).is_ok_and(|m| {
-                        if file {
-                            m.file_type().is_file()
-                        } else {
-                            m.file_type().is_dir()
-                        }
-                    }) => {}
+            Err(e) if e.kind() == ErrorKind::AlreadyExists && root.kind(name) == Some(want) => {}
             Err(e) => return Err(e).with_context(|| format!("cannot create {}", point.display())),
         }
     }
+    // Locks an agent planted in the login directory (shared by every project's sandboxes)
+    // or in the project's: dated in the future, claude would never take them over.
+    let (config, login_dir) = (&roots[0].1, &roots[1].1);
+    for name in LOGIN_LOCKS {
+        beneath::clear_planted_lock(login_dir, Path::new(name));
+    }
+    for name in PROJECT_LOCKS {
+        beneath::clear_planted_lock(config, Path::new(name));
+    }
     Ok(())
+}
+
+/// claude's lock directories in the login directory (its `CLAUDE_SECURESTORAGE_CONFIG_DIR`),
+/// made by any claude of any project (measured, claude 2.1.330).
+pub const LOGIN_LOCKS: &[&str] = &[
+    ".oauth_refresh.lock",
+    ".hybrid_oauth_refresh.lock",
+    ".storage-write.lock",
+];
+/// claude's lock directories in the project's `~/.claude`, shared by its sandboxes.
+pub const PROJECT_LOCKS: &[&str] = &[
+    ".claude.json.lock",
+    ".oauth_refresh.lock",
+    ".hybrid_oauth_refresh.lock",
+    ".storage-write.lock",
+];
+
+fn open_root(p: &Path) -> Result<beneath::Dir> {
+    beneath::Dir::open(p).with_context(|| format!("cannot open {}", p.display()))
 }
 
 mod claude_json;

@@ -28,6 +28,7 @@
 //! Path computation is pure; creating things is done by [`ensure_project_dir`], on the
 //! launch path only, after the plan has been built.
 
+pub mod beneath;
 pub mod claude_home;
 pub mod credsync;
 pub mod inuse;
@@ -83,29 +84,24 @@ impl StateHome {
 /// for writing unless root).
 pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
     let path = state.empty_file();
-    if let Ok(m) = fs::symlink_metadata(&path) {
-        if m.is_file() && m.len() == 0 {
+    let (dir, name) = parent_and_name(&path)?;
+    if let Ok(s) = dir.stat(name) {
+        let is_file = beneath::FileType::from_raw_mode(s.st_mode) == beneath::FileType::RegularFile;
+        if is_file && s.st_size == 0 {
             return Ok(());
         }
-        if m.is_file() {
-            fs::set_permissions(&path, fs::Permissions::from_mode(0o600))?;
+        if is_file {
+            dir.chmod(name, 0o600)?;
         }
     }
-    let f = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o400)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(&path)
+    dir.touch(name, 0o400)
         .with_context(|| format!("cannot create {}", path.shown()))?;
-    let len = f
-        .metadata()
-        .with_context(|| format!("cannot read {}", path.shown()))?
-        .len();
+    let len = dir.stat(name).map(|s| s.st_size).unwrap_or(0);
     if len != 0 {
-        f.set_len(0)
+        dir.open_write(name)
+            .and_then(|f| f.set_len(0))
             .with_context(|| format!("cannot empty {}", path.shown()))?;
-        fs::set_permissions(&path, fs::Permissions::from_mode(0o400))?;
+        dir.chmod(name, 0o400)?;
     }
     Ok(())
 }
@@ -139,7 +135,11 @@ pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<
     };
     let copy = state.local_settings();
     let mut out = read_object(host_file);
-    let prev = read_object(&copy);
+    let (dir, name) = parent_and_name(&copy)?;
+    let prev = match dir.read(name).map(|b| serde_json::from_slice(&b)) {
+        Ok(Ok(Value::Object(m))) => m,
+        _ => Map::new(),
+    };
     if let Some(Value::Object(saved)) = prev.get("permissions") {
         let perms = out
             .entry("permissions")
@@ -168,9 +168,7 @@ pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<
     }
     let mut bytes = serde_json::to_vec_pretty(&Value::Object(out))?;
     bytes.push(b'\n');
-    if fs::symlink_metadata(&copy).is_ok_and(|m| m.is_file())
-        && fs::read(&copy).ok().as_deref() == Some(&bytes[..])
-    {
+    if dir.read(name).ok().as_deref() == Some(&bytes[..]) {
         return Ok(());
     }
     rewrite_in_place(&copy, &bytes)
@@ -183,20 +181,8 @@ pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<
 /// may see a mix for an instant, as with claude's own in-place write inside (its rename
 /// onto a bound file fails with EBUSY).
 fn rewrite_in_place(path: &Path, bytes: &[u8]) -> Result<()> {
-    use std::os::unix::fs::FileExt;
-    let f = match OpenOptions::new()
-        .write(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-    {
-        Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => f,
-        // None yet, or not a regular file (a symlink, say): replaced by rename, which
-        // never follows it.
-        _ => return write_atomic(path, bytes, 0o600),
-    };
-    f.write_all_at(bytes, 0)
-        .and_then(|()| f.set_len(bytes.len() as u64))
-        .and_then(|()| f.sync_all())
+    let (dir, name) = parent_and_name(path)?;
+    dir.rewrite_in_place(name, bytes)
         .with_context(|| format!("cannot write {}", path.shown()))
 }
 
@@ -204,26 +190,14 @@ fn rewrite_in_place(path: &Path, bytes: &[u8]) -> Result<()> {
 /// Looks first: on a launch everything exists already, and one `lstat` is cheaper than a
 /// failed `mkdir` followed by one.
 pub fn mkdir_private(path: &Path) -> Result<()> {
-    let exists_as_dir = |meta: fs::Metadata| {
-        if meta.is_dir() {
-            Ok(())
+    let (dir, name) = parent_and_name(path)?;
+    dir.ensure_dir(name, 0o700).map_err(|e| {
+        if e.kind() == ErrorKind::AlreadyExists {
+            anyhow::anyhow!("{} exists and is not a directory", path.shown())
         } else {
-            Err(anyhow::anyhow!(
-                "{} exists and is not a directory",
-                path.shown()
-            ))
+            anyhow::Error::new(e).context(format!("cannot create {}", path.shown()))
         }
-    };
-    if let Ok(meta) = fs::symlink_metadata(path) {
-        return exists_as_dir(meta);
-    }
-    match DirBuilder::new().mode(0o700).create(path) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => exists_as_dir(
-            fs::symlink_metadata(path).with_context(|| format!("cannot read {}", path.shown()))?,
-        ),
-        Err(e) => Err(e).with_context(|| format!("cannot create {}", path.shown())),
-    }
+    })
 }
 
 /// Creates the state home and one project's directory, files and lock file. Idempotent.
@@ -394,17 +368,9 @@ pub fn check_writable(home: &StateHome) -> Result<()> {
 /// Creates an empty file unless a regular file is there already (a symlink or anything
 /// else is left to `open`, which refuses it).
 fn touch(path: &Path, mode: u32) -> Result<()> {
-    if fs::symlink_metadata(path).is_ok_and(|m| m.is_file()) {
-        return Ok(());
-    }
-    OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(mode)
-        .custom_flags(nix::libc::O_NOFOLLOW)
-        .open(path)
-        .with_context(|| format!("cannot create {}", path.shown()))?;
-    Ok(())
+    let (dir, name) = parent_and_name(path)?;
+    dir.touch(name, mode)
+        .with_context(|| format!("cannot create {}", path.shown()))
 }
 
 /// Writes `project-root` atomically when it is missing or names another path.
@@ -431,35 +397,19 @@ pub fn write_atomic_volatile(path: &Path, bytes: &[u8], mode: u32) -> Result<()>
 }
 
 fn replace(path: &Path, bytes: &[u8], mode: u32, durable: bool) -> Result<()> {
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let (dir, name) = parent_and_name(path)?;
+    dir.write_atomic(name, bytes, mode, durable)
+        .with_context(|| format!("cannot write {}", path.shown()))
+}
+
+/// The directory of `path` opened as an anchor of [`beneath`], and its file name. For
+/// files directly in claudebox's own directories (the state dir, `sessions/`), whose
+/// parents no sandbox can write: the operation on the name is then beneath a descriptor.
+fn parent_and_name(path: &Path) -> Result<(beneath::Dir, &Path)> {
     let dir = path.parent().context("path has no parent")?;
     let name = path.file_name().context("path has no file name")?;
-    let mut tmp_name = std::ffi::OsString::from(".");
-    tmp_name.push(name);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    tmp_name.push(format!(".tmp.{}.{seq}", std::process::id()));
-    let tmp = dir.join(tmp_name);
-    let result = (|| -> Result<()> {
-        let mut f: File = OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .mode(mode)
-            .open(&tmp)
-            .with_context(|| format!("cannot create {}", tmp.shown()))?;
-        f.write_all(bytes)
-            .and_then(|()| if durable { f.sync_all() } else { Ok(()) })
-            .with_context(|| format!("cannot write {}", tmp.shown()))?;
-        fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.shown()))?;
-        if durable {
-            // Make the rename itself durable: a record must survive a reboot.
-            File::open(dir).and_then(|d| d.sync_all()).ok();
-        }
-        Ok(())
-    })();
-    if result.is_err() {
-        let _ = fs::remove_file(&tmp);
-    }
-    result
+    let d = beneath::Dir::open(dir).with_context(|| format!("cannot open {}", dir.shown()))?;
+    Ok((d, Path::new(name)))
 }
 
 #[cfg(test)]

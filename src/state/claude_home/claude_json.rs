@@ -4,14 +4,15 @@
 use std::fs;
 use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use serde_json::{Map, Value};
 
 use super::HostClaude;
 use crate::host::project::Project;
-use crate::state::{self, ProjectState};
+use crate::state::beneath::{self, Dir};
+use crate::state::{ProjectState, CLAUDE_CONFIG_DIR, CLAUDE_JSON_BASE};
 
 /// Whether a path key of `.claude.json` is this project's: the work tree or inside it,
 /// or the main work tree of its repository or inside that.
@@ -129,17 +130,25 @@ pub fn merge(base: Option<&Value>, host: &Value, mine: Option<&Value>) -> Value 
 /// At launch: brings the host's changes into the project's `.claude.json` under claude's
 /// own lock (a `mkdir` lock directory beside the file), written to a temporary file and
 /// renamed, so a running sandbox of the project never reads half a file or loses its
-/// update. Remembers the host's view for the next three-way merge.
+/// update. Remembers the host's view for the next three-way merge. Everything in the
+/// project's state goes through [`beneath`] (its `claude-config` is the sandboxes').
 pub fn sync_config(host: &HostClaude, st: &ProjectState, project: &Project) -> Result<()> {
+    let state_dir =
+        Dir::open(&st.dir).with_context(|| format!("cannot open {}", st.dir.display()))?;
+    let config = state_dir
+        .sub(Path::new(CLAUDE_CONFIG_DIR))
+        .with_context(|| format!("cannot open {}", st.claude_config().display()))?;
+    let json = Path::new(JSON);
+    let base_name = Path::new(CLAUDE_JSON_BASE);
+    let stamp_name = PathBuf::from(CLAUDE_JSON_BASE).with_extension("stamp");
     // Most launches: the host's file is the very one merged last time (same inode, size
     // and mtime), and the project's copy is there: nothing to read or parse.
     let stamp = host_stamp(&host.json);
-    let stamp_path = st.claude_json_base().with_extension("stamp");
-    if fs::read_to_string(&stamp_path).ok().as_deref() == Some(stamp.as_str())
-        && is_regular(&st.claude_json())
+    if state_dir.read(&stamp_name).ok().as_deref() == Some(stamp.as_bytes()) && config.is_file(json)
     {
         return Ok(());
     }
+    // The host's own file: not in a directory any sandbox can write.
     let host_view = match fs::read(&host.json) {
         Ok(bytes) => match serde_json::from_slice::<Value>(&bytes) {
             Ok(v) => Some(filter_for_project(&v, project)),
@@ -153,71 +162,95 @@ pub fn sync_config(host: &HostClaude, st: &ProjectState, project: &Project) -> R
     let Some(host_view) = host_view else {
         return Ok(());
     };
-    let base_path = st.claude_json_base();
-    let path = st.claude_json();
     let read_base = || -> Option<Value> {
-        fs::read(&base_path)
+        state_dir
+            .read(base_name)
             .ok()
             .and_then(|b| serde_json::from_slice(&b).ok())
     };
-    if read_base().as_ref() == Some(&host_view) && is_regular(&path) {
+    let write = |name: &Path, bytes: &[u8]| {
+        state_dir
+            .write_atomic(name, bytes, 0o600, false)
+            .with_context(|| format!("cannot write {}", state_dir.shown(name).display()))
+    };
+    if read_base().as_ref() == Some(&host_view) && config.is_file(json) {
         // Nothing this project sees changed on the host since the last sync.
-        state::write_atomic_volatile(&stamp_path, stamp.as_bytes(), 0o600)?;
+        write(&stamp_name, stamp.as_bytes())?;
         return Ok(());
     }
     {
-        let _lock = ConfigLock::take(&path, &st.claude_json_lock_owner())?;
+        let _lock = ConfigLock::take(&config, json, &state_dir, Path::new(LOCK_OWNER))?;
         // Another launch of the project may have merged the same host state meanwhile.
         let base = read_base();
-        if base.as_ref() == Some(&host_view) && is_regular(&path) {
+        if base.as_ref() == Some(&host_view) && config.is_file(json) {
             return Ok(());
         }
-        merge_into(&path, base.as_ref(), &host_view)?;
-        state::write_atomic_volatile(&base_path, &serde_json::to_vec(&host_view)?, 0o600)?;
-        state::write_atomic_volatile(&stamp_path, stamp.as_bytes(), 0o600)?;
+        merge_into(&config, json, base.as_ref(), &host_view)?;
+        write(base_name, &serde_json::to_vec(&host_view)?)?;
+        write(&stamp_name, stamp.as_bytes())?;
     }
     // Durable after the lock is released, so the lock is held for as short as can be:
     // claude 2.1.x does not wait for it (a held lock makes it write without one).
-    for p in [&path, &base_path] {
-        if let Ok(f) = fs::File::open(p) {
-            f.sync_all().ok();
-        }
+    if let Ok(f) = config.open_read(json) {
+        f.sync_all().ok();
     }
-    if let Ok(d) = fs::File::open(st.claude_config()) {
-        d.sync_all().ok();
+    if let Ok(f) = state_dir.open_read(base_name) {
+        f.sync_all().ok();
     }
+    config.sync().ok();
     Ok(())
 }
 
+/// The project's `.claude.json`, in its `claude-config`.
+const JSON: &str = ".claude.json";
+/// Who holds claude's lock of it for a launch, in the project's state (out of reach).
+const LOCK_OWNER: &str = "claude-json-lock-owner";
+
 /// Under the lock: read the project's file, merge, and rename the result over it unless
 /// the file changed since it was read (a claude that found the lock held writes without
-/// it); then read and merge again.
-fn merge_into(path: &Path, base: Option<&Value>, host_view: &Value) -> Result<()> {
-    use std::os::unix::fs::MetadataExt;
-    let stamp = |m: &fs::Metadata| (m.ino(), m.size(), m.mtime(), m.mtime_nsec());
+/// it); then read and merge again. The temporary file is created `O_EXCL` beneath the
+/// directory's descriptor and written through the descriptor that created it: an agent
+/// swapping a symlink, FIFO or directory in at any moment makes it fail, never follow.
+fn merge_into(config: &Dir, json: &Path, base: Option<&Value>, host_view: &Value) -> Result<()> {
+    let stamp = |s: &beneath::Stat| (s.st_ino, s.st_size, s.st_mtime, s.st_mtime_nsec);
+    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     for _ in 0..20 {
-        let before = fs::symlink_metadata(path).ok().map(|m| stamp(&m));
-        // The sandbox can write this directory: never follow a symlink it planted there
-        // (to another project's file), never block on a FIFO. Anything but a regular
-        // file counts as no file, and the rename below replaces it.
-        let mine: Option<Value> = read_regular(path).and_then(|b| serde_json::from_slice(&b).ok());
+        let before = config.stat(json).ok().map(|s| stamp(&s));
+        // Anything but a regular file counts as no file, and the rename below replaces it.
+        let mine: Option<Value> = config
+            .read(json)
+            .ok()
+            .and_then(|b| serde_json::from_slice(&b).ok());
         let merged = merge(base, host_view, mine.as_ref());
         if mine.as_ref() == Some(&merged) {
             return Ok(());
         }
         let mut text = serde_json::to_vec_pretty(&merged)?;
         text.push(b'\n');
-        let tmp = tmp_beside(path)?;
-        fs::write(&tmp, &text).with_context(|| format!("cannot write {}", tmp.display()))?;
-        if fs::symlink_metadata(path).ok().map(|m| stamp(&m)) != before {
-            let _ = fs::remove_file(&tmp);
+        let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = PathBuf::from(format!("{JSON}.tmp.claudebox.{}.{seq}", std::process::id()));
+        let written = config.create_new(&tmp, 0o600).and_then(|mut f| {
+            use std::io::Write;
+            f.write_all(&text)
+        });
+        if let Err(e) = written {
+            let _ = config.remove_file(&tmp);
+            return Err(e)
+                .with_context(|| format!("cannot write {}", config.shown(&tmp).display()));
+        }
+        if config.stat(json).ok().map(|s| stamp(&s)) != before {
+            let _ = config.remove_file(&tmp);
             continue;
         }
-        return fs::rename(&tmp, path).with_context(|| format!("cannot write {}", path.display()));
+        let renamed = config.rename(&tmp, json);
+        if renamed.is_err() {
+            let _ = config.remove_file(&tmp);
+        }
+        return renamed.with_context(|| format!("cannot write {}", config.shown(json).display()));
     }
     bail!(
         "{} keeps changing; the host's changes to ~/.claude.json come in at the next launch",
-        path.display()
+        config.shown(json).display()
     )
 }
 
@@ -229,110 +262,81 @@ fn host_stamp(path: &Path) -> String {
         .unwrap_or_default()
 }
 
-/// Whether `path` is a regular file (not through a symlink).
-fn is_regular(path: &Path) -> bool {
-    fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_file())
-}
-
-/// The bytes of `path` when it is a regular file, opened without following a symlink and
-/// without blocking.
-fn read_regular(path: &Path) -> Option<Vec<u8>> {
-    use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
-    if !f.metadata().ok()?.is_file() {
-        return None;
-    }
-    let mut b = Vec::new();
-    f.read_to_end(&mut b).ok()?;
-    Some(b)
-}
-
-/// A new 0600 temporary file name beside `path`.
-fn tmp_beside(path: &Path) -> Result<PathBuf> {
-    use std::os::unix::fs::OpenOptionsExt;
-    static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-    let seq = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    let mut name = path.as_os_str().to_os_string();
-    name.push(format!(".tmp.claudebox.{}.{seq}", std::process::id()));
-    let tmp = PathBuf::from(name);
-    fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&tmp)
-        .with_context(|| format!("cannot create {}", tmp.display()))?;
-    Ok(tmp)
-}
-
 /// claude's lock of `.claude.json`: the directory `<file>.lock`, made with `mkdir` and
 /// removed after (proper-lockfile, which claude treats as stale after 10 s). The lock
 /// directory stays empty, as claude's own `rmdir` needs; who holds it is written to
 /// `owner` (in claudebox's state, out of the sandbox's reach): a launch killed while it
 /// held the lock leaves an owner whose process is gone, and the next launch takes the lock
-/// over at once instead of waiting for it to go stale.
-pub struct ConfigLock {
+/// over at once instead of waiting for it to go stale. A lock an agent planted (dated in
+/// the future, not an empty directory, or untouched past the stale time) is removed at
+/// once ([`beneath::clear_planted_lock`]): it never holds a launch up.
+pub struct ConfigLock<'a> {
+    config: &'a Dir,
     dir: PathBuf,
+    state: &'a Dir,
     owner: PathBuf,
 }
 
-/// As claude: a lock directory untouched for this long is abandoned.
-const STALE: Duration = Duration::from_secs(10);
-/// Longer than [`STALE`], so a lock left by a killed claude is always taken over.
+/// Longer than claude's stale time, so a lock left by a killed claude is always taken over.
 const WAIT: Duration = Duration::from_secs(15);
 
-impl ConfigLock {
-    pub fn take(file: &Path, owner: &Path) -> Result<ConfigLock> {
-        use std::os::unix::fs::MetadataExt;
+impl<'a> ConfigLock<'a> {
+    pub fn take(
+        config: &'a Dir,
+        file: &Path,
+        state: &'a Dir,
+        owner: &Path,
+    ) -> Result<ConfigLock<'a>> {
         let mut dir = file.as_os_str().to_os_string();
         dir.push(".lock");
         let dir = PathBuf::from(dir);
         let start = Instant::now();
         let mut pause = Duration::from_millis(2);
         loop {
-            match fs::create_dir(&dir) {
+            match config.mkdir(&dir, 0o700) {
                 Ok(()) => {
-                    let ino = fs::metadata(&dir).map(|m| m.ino()).unwrap_or(0);
+                    let ino = config.stat(&dir).map(|s| s.st_ino).unwrap_or(0);
                     let record = format!("{} {ino}\n", std::process::id());
-                    state::write_atomic_volatile(owner, record.as_bytes(), 0o600)?;
+                    state
+                        .write_atomic(owner, record.as_bytes(), 0o600, false)
+                        .with_context(|| {
+                            format!("cannot write {}", state.shown(owner).display())
+                        })?;
                     return Ok(ConfigLock {
+                        config,
                         dir,
+                        state,
                         owner: owner.to_path_buf(),
                     });
                 }
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => {
-                    let meta = fs::metadata(&dir).ok();
-                    let age = meta
-                        .as_ref()
-                        .and_then(|m| m.modified().ok())
-                        .and_then(|t| SystemTime::now().duration_since(t).ok());
-                    let abandoned = meta
-                        .as_ref()
-                        .is_some_and(|m| held_by_a_dead_launch(owner, m));
-                    if abandoned || age.is_some_and(|a| a > STALE) {
-                        let _ = fs::remove_dir(&dir);
+                    let abandoned = config
+                        .stat(&dir)
+                        .is_ok_and(|s| held_by_a_dead_launch(state, owner, &s));
+                    if abandoned {
+                        let _ = config.remove_dir(&dir);
+                        continue;
+                    }
+                    if beneath::clear_planted_lock(config, &dir) {
                         continue;
                     }
                     if start.elapsed() > WAIT {
                         bail!(crate::policy::error::Fixable::new(
                             format!(
                                 "{} is held by another claude for more than {}s",
-                                dir.display(),
+                                config.shown(&dir).display(),
                                 WAIT.as_secs()
                             ),
                             "if none runs, remove it"
                         )
-                        .at(&dir));
+                        .at(config.shown(&dir)));
                     }
                     std::thread::sleep(pause);
                     pause = (pause * 2).min(Duration::from_millis(100));
                 }
                 Err(e) => {
-                    return Err(e).with_context(|| format!("cannot create {}", dir.display()))
+                    return Err(e)
+                        .with_context(|| format!("cannot create {}", config.shown(&dir).display()))
                 }
             }
         }
@@ -342,18 +346,18 @@ impl ConfigLock {
 /// Whether `owner` says a claudebox process that no longer exists made this lock
 /// directory (same inode, and made before the record was written: not a later one that
 /// reuses the inode).
-pub(super) fn held_by_a_dead_launch(owner: &Path, lock: &fs::Metadata) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(text) = fs::read_to_string(owner) else {
+pub(super) fn held_by_a_dead_launch(state: &Dir, owner: &Path, lock: &beneath::Stat) -> bool {
+    let Ok(text) = state.read(owner) else {
         return false;
     };
-    let Ok(written) = fs::metadata(owner) else {
+    let Ok(written) = state.stat(owner) else {
         return false;
     };
-    let (ino, made) = (lock.ino(), (lock.ctime(), lock.ctime_nsec()));
-    if made > (written.mtime(), written.mtime_nsec()) {
+    let (ino, made) = (lock.st_ino, (lock.st_ctime, lock.st_ctime_nsec));
+    if made > (written.st_mtime, written.st_mtime_nsec) {
         return false;
     }
+    let text = String::from_utf8_lossy(&text);
     let mut it = text.split_whitespace();
     let (Some(pid), Some(recorded)) = (
         it.next().and_then(|p| p.parse::<i32>().ok()),
@@ -367,9 +371,9 @@ pub(super) fn held_by_a_dead_launch(owner: &Path, lock: &fs::Metadata) -> bool {
             == Err(nix::errno::Errno::ESRCH)
 }
 
-impl Drop for ConfigLock {
+impl Drop for ConfigLock<'_> {
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.owner);
-        let _ = fs::remove_dir(&self.dir);
+        let _ = self.state.remove_file(&self.owner);
+        let _ = self.config.remove_dir(&self.dir);
     }
 }

@@ -228,7 +228,6 @@ fn this_project_is_the_work_tree_and_the_main_work_tree() {
 fn a_lock_left_by_a_killed_launch_is_taken_over_at_once_a_live_one_is_not() {
     use std::os::unix::fs::MetadataExt;
     let t = tempfile::tempdir().unwrap();
-    let file = t.path().join(".claude.json");
     let owner = t.path().join("owner");
     let lock = t.path().join(".claude.json.lock");
     fs::create_dir(&lock).unwrap();
@@ -238,7 +237,9 @@ fn a_lock_left_by_a_killed_launch_is_taken_over_at_once_a_live_one_is_not() {
     child.wait().unwrap();
     fs::write(&owner, format!("{dead} {ino}\n")).unwrap();
     let start = Instant::now();
-    let l = ConfigLock::take(&file, &owner).unwrap();
+    let d = crate::state::beneath::Dir::open(t.path()).unwrap();
+    let (file, owner_name) = (Path::new(".claude.json"), Path::new("owner"));
+    let l = ConfigLock::take(&d, file, &d, owner_name).unwrap();
     assert!(start.elapsed() < Duration::from_secs(2));
     drop(l);
     assert!(!lock.exists() && !owner.exists());
@@ -248,9 +249,23 @@ fn a_lock_left_by_a_killed_launch_is_taken_over_at_once_a_live_one_is_not() {
     let ino = fs::metadata(&lock).unwrap().ino();
     fs::write(&owner, format!("{} {ino}\n", std::process::id())).unwrap();
     assert!(!held_by_a_dead_launch(
-        &owner,
-        &fs::metadata(&lock).unwrap()
+        &d,
+        owner_name,
+        &d.stat(Path::new(".claude.json.lock")).unwrap()
     ));
+    // Planted by an agent, dated in the future: not waited for (claude never would take
+    // it over), removed.
+    let _ = fs::remove_file(&owner);
+    fs::remove_dir(&lock).unwrap();
+    fs::create_dir(&lock).unwrap();
+    fs::File::open(&lock)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() + Duration::from_secs(86400))
+        .unwrap();
+    let start = Instant::now();
+    let l = ConfigLock::take(&d, file, &d, owner_name).unwrap();
+    assert!(start.elapsed() < Duration::from_secs(2));
+    drop(l);
 }
 
 #[test]

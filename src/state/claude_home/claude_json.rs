@@ -11,6 +11,7 @@ use serde_json::{Map, Value};
 
 use super::HostClaude;
 use crate::host::project::Project;
+use crate::policy::render::Shown;
 use crate::state::beneath::{self, Dir};
 use crate::state::{ProjectState, CLAUDE_CONFIG_DIR, CLAUDE_JSON_BASE};
 
@@ -212,6 +213,7 @@ const LOCK_OWNER: &str = "claude-json-lock-owner";
 /// directory's descriptor and written through the descriptor that created it: an agent
 /// swapping a symlink, FIFO or directory in at any moment makes it fail, never follow.
 fn merge_into(config: &Dir, json: &Path, base: Option<&Value>, host_view: &Value) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
     let stamp = |s: &beneath::Stat| (s.st_ino, s.st_size, s.st_mtime, s.st_mtime_nsec);
     static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     for _ in 0..20 {
@@ -231,27 +233,38 @@ fn merge_into(config: &Dir, json: &Path, base: Option<&Value>, host_view: &Value
         let tmp = PathBuf::from(format!("{JSON}.tmp.claudebox.{}.{seq}", std::process::id()));
         let written = config.create_new(&tmp, 0o600).and_then(|mut f| {
             use std::io::Write;
-            f.write_all(&text)
+            f.write_all(&text)?;
+            f.metadata()
         });
-        if let Err(e) = written {
-            let _ = config.remove_file(&tmp);
-            return Err(e)
-                .with_context(|| format!("cannot write {}", config.shown(&tmp).display()));
-        }
-        if config.stat(json).ok().map(|s| stamp(&s)) != before {
-            let _ = config.remove_file(&tmp);
+        let ours = match written {
+            Ok(m) => (m.dev(), m.ino()),
+            Err(e) => {
+                let _ = config.remove_file(&tmp);
+                return Err(e)
+                    .with_context(|| format!("cannot write {}", config.shown(&tmp).display()));
+            }
+        };
+        // The name may have been swapped meanwhile (a sibling sandbox): then what would be
+        // renamed is not ours; try again with a new name.
+        let is_ours = |p: &Path| config.stat(p).is_ok_and(|s| (s.st_dev, s.st_ino) == ours);
+        if config.stat(json).ok().map(|s| stamp(&s)) != before || !is_ours(&tmp) {
+            let _ = config.remove_all(&tmp);
             continue;
         }
-        let renamed = config.rename(&tmp, json);
-        if renamed.is_err() {
-            let _ = config.remove_file(&tmp);
+        if config.rename(&tmp, json).is_err() || !is_ours(json) {
+            let _ = config.remove_all(&tmp);
+            continue;
         }
-        return renamed.with_context(|| format!("cannot write {}", config.shown(json).display()));
+        return Ok(());
     }
-    bail!(
-        "{} keeps changing; the host's changes to ~/.claude.json come in at the next launch",
-        config.shown(json).display()
-    )
+    // Changed under every try (claude writing without the lock, or a sibling sandbox
+    // swapping names): the project keeps its copy; nothing is lost but the host's news.
+    eprintln!(
+        "claudebox: warning: {} keeps changing; the host's changes to ~/.claude.json come in \
+         at the next launch",
+        config.shown(json).shown()
+    );
+    Ok(())
 }
 
 /// The host file's identity as last seen: inode, size, mtime (empty when it is missing).

@@ -75,7 +75,7 @@ const A2: &str = "cat .vscode/MARKER 2>/dev/null; \
                   echo PWNED > .git/worktrees/PWNED-RACE 2>/dev/null; true";
 
 /// Runs `cmd` with a time limit; `None` when it had to be killed.
-fn output_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
+pub(super) fn output_within(cmd: &mut Command, limit: Duration) -> Option<Output> {
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

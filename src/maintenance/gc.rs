@@ -19,7 +19,6 @@
 //! (`.*.tmp.*`, older than [`STALE`]) and half-made project directories of a killed first
 //! launch (`projects/.new-*`, older than [`STALE`]).
 
-use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -28,6 +27,7 @@ use anyhow::{Context, Result};
 
 use crate::config;
 use crate::host;
+use crate::state::beneath::{self, Dir};
 use crate::state::inuse::{self, GcLock};
 use crate::state::inventory::{self, show, Detail, Entry, Exists, Root, TRASH_PREFIX};
 use crate::state::{self, StateHome};
@@ -198,7 +198,7 @@ pub fn run(dry_run: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
     }
     for t in &inv.trash {
         if !dry_run {
-            if let Err(e) = remove_tree(t) {
+            if let Err(e) = remove_path(t) {
                 eprintln!("claudebox: gc: {e:#}");
                 failed += 1;
                 continue;
@@ -210,7 +210,10 @@ pub fn run(dry_run: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
         );
     }
     for u in &inv.unfinished {
-        if !older_than(u, STALE, now) {
+        let young = Dir::open(&home.projects())
+            .and_then(|d| beneath::mtime(&d, Path::new(u.file_name().unwrap_or_default())))
+            .map_or(true, |t| t + STALE > now);
+        if young {
             eprintln!(
                 "claudebox: gc: left alone {}: a first launch is making it",
                 show(u)
@@ -219,7 +222,7 @@ pub fn run(dry_run: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
             continue;
         }
         if !dry_run {
-            if let Err(e) = remove_tree(u) {
+            if let Err(e) = remove_path(u) {
                 eprintln!("claudebox: gc: {e:#}");
                 failed += 1;
                 continue;
@@ -235,7 +238,8 @@ pub fn run(dry_run: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
         let outcome = match v {
             Verdict::Live => {
                 if e.missing_since.is_some() && !dry_run {
-                    let _ = fs::remove_file(e.dir.join(state::MISSING_FILE));
+                    let _ = Dir::open(&e.dir)
+                        .and_then(|d| d.remove_file(Path::new(state::MISSING_FILE)));
                 }
                 Ok(Outcome::Live)
             }
@@ -269,7 +273,8 @@ pub fn run(dry_run: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
         }
         for leftover in leftovers(&e.dir, now) {
             if !dry_run {
-                if let Err(err) = fs::remove_file(&leftover) {
+                let rel = leftover.strip_prefix(&e.dir).unwrap_or(&leftover);
+                if let Err(err) = Dir::open(&e.dir).and_then(|d| d.remove_file(rel)) {
                     if err.kind() != std::io::ErrorKind::NotFound {
                         eprintln!("claudebox: gc: cannot remove {}: {err}", show(&leftover));
                         failed += 1;
@@ -313,33 +318,29 @@ fn mark_missing(dir: &Path, now: SystemTime) -> Result<()> {
     )
 }
 
-fn older_than(p: &Path, age: Duration, now: SystemTime) -> bool {
-    fs::symlink_metadata(p)
-        .and_then(|m| m.modified())
-        .is_ok_and(|t| t + age <= now)
-}
-
 /// Temporary files of an interrupted write (`.NAME.tmp.PID.N`) in a project directory,
 /// its `sessions/` and its `claude-config/` (claude's and the launch's `.claude.json`
-/// temporaries), older than [`STALE`]: regular files only.
+/// temporaries), older than [`STALE`]: regular files only. Read beneath the project
+/// directory's descriptor (`claude-config` is the sandboxes').
 pub fn leftovers(dir: &Path, now: SystemTime) -> Vec<PathBuf> {
     use std::os::unix::ffi::OsStrExt;
     let mut out = Vec::new();
-    for d in [
-        dir.to_path_buf(),
-        dir.join(state::SESSIONS_DIR),
-        dir.join(state::CLAUDE_CONFIG_DIR),
-    ] {
-        let Ok(rd) = fs::read_dir(&d) else { continue };
-        for entry in rd.flatten() {
-            let name = entry.file_name();
+    let Ok(top) = Dir::open(dir) else {
+        return out;
+    };
+    for sub in [".", state::SESSIONS_DIR, state::CLAUDE_CONFIG_DIR] {
+        let Ok(names) = top.entries(Path::new(sub)) else {
+            continue;
+        };
+        for (name, kind) in names {
             let b = name.as_bytes();
             let is_tmp = b.starts_with(b".") && b.windows(5).any(|w| w == b".tmp.");
+            let rel = Path::new(sub).join(&name);
             if is_tmp
-                && entry.file_type().is_ok_and(|t| t.is_file())
-                && older_than(&entry.path(), STALE, now)
+                && kind == beneath::FileType::RegularFile
+                && beneath::mtime(&top, &rel).is_ok_and(|t| t + STALE <= now)
             {
-                out.push(entry.path());
+                out.push(dir.join(sub).join(name));
             }
         }
     }
@@ -381,55 +382,38 @@ fn collect(e: &Entry, dry_run: bool, why: String) -> Result<Outcome> {
     if !dry_run {
         let projects = e.dir.parent().context("state directory has no parent")?;
         let trash = projects.join(format!("{TRASH_PREFIX}{}-{}", e.id, std::process::id()));
-        fs::rename(&e.dir, &trash)
+        let parent =
+            Dir::open(projects).with_context(|| format!("cannot open {}", show(projects)))?;
+        let (from, to) = (
+            Path::new(e.dir.file_name().context("state directory has no name")?),
+            Path::new(trash.file_name().context("no name")?),
+        );
+        parent
+            .rename(from, to)
             .with_context(|| format!("cannot move {} aside", show(&e.dir)))?;
-        remove_tree(&trash)?;
+        remove_tree(&parent, to)?;
     }
     drop(lock);
     Ok(Outcome::Removed(why))
 }
 
-/// Removes a directory tree. `remove_dir_all` never follows symlinks: a symlink inside is
-/// removed itself, its target untouched (tests/integration/gc.rs plants such links). A directory the
-/// agent made unreadable or unwritable (`chmod 000`) is given back its owner's rights and
-/// the removal is tried again.
-fn remove_tree(dir: &Path) -> Result<()> {
-    let first = match fs::remove_dir_all(dir) {
-        Ok(()) => return Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => e,
+/// [`remove_tree`] for a directory directly in `projects/`.
+fn remove_path(p: &Path) -> Result<()> {
+    let (Some(parent), Some(name)) = (p.parent(), p.file_name()) else {
+        anyhow::bail!("cannot remove {}", show(p));
     };
-    if first.kind() == std::io::ErrorKind::PermissionDenied {
-        open_up(dir);
-        match fs::remove_dir_all(dir) {
-            Ok(()) => return Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e).with_context(|| format!("cannot remove {}", show(dir))),
-        }
-    }
-    Err(first).with_context(|| format!("cannot remove {}", show(dir)))
+    let d = Dir::open(parent).with_context(|| format!("cannot open {}", show(parent)))?;
+    remove_tree(&d, Path::new(name))
 }
 
-/// Gives every directory under `dir` (symlinks never followed) rwx for its owner.
-fn open_up(dir: &Path) {
-    use std::os::unix::fs::PermissionsExt;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(m) = fs::symlink_metadata(&d) else {
-            continue;
-        };
-        if !m.is_dir() {
-            continue;
-        }
-        let mode = m.permissions().mode();
-        if mode & 0o700 != 0o700 {
-            let _ = fs::set_permissions(&d, fs::Permissions::from_mode((mode | 0o700) & 0o7777));
-        }
-        let Ok(rd) = fs::read_dir(&d) else { continue };
-        for e in rd.flatten() {
-            if e.file_type().is_ok_and(|t| t.is_dir()) {
-                stack.push(e.path());
-            }
-        }
+/// Removes a directory tree beneath `parent`'s descriptor ([`beneath::Dir::remove_all`]):
+/// a symlink inside is removed itself, its target untouched (tests/integration/gc.rs
+/// plants such links); a directory the agent made unreadable or unwritable (`chmod 000`)
+/// is given back its owner's rights first.
+fn remove_tree(parent: &Dir, name: &Path) -> Result<()> {
+    match parent.remove_all(name) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(e).with_context(|| format!("cannot remove {}", show(&parent.shown(name)))),
     }
 }

@@ -25,10 +25,8 @@
 pub mod netbridge;
 
 use std::collections::HashMap;
-use std::fs::OpenOptions;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::PathBuf;
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
@@ -615,14 +613,14 @@ impl Config {
 impl DeniedLog {
     /// Appends a line, rotating the file to `<name>.old` first when it would pass the cap.
     fn write(&mut self, path: &std::path::Path, line: &[u8]) {
+        // In the project's state directory, by its descriptor (`state::beneath`).
+        let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else {
+            return;
+        };
+        let name = std::path::Path::new(name);
         let open = || {
-            OpenOptions::new()
-                .create(true)
-                .append(true)
-                .mode(0o600)
-                .custom_flags(nix::libc::O_NOFOLLOW)
-                .open(path)
-                .ok()
+            let d = crate::state::beneath::Dir::open(dir).ok()?;
+            d.open_append(name, 0o600).ok()
         };
         if self.file.is_none() {
             self.file = open();
@@ -634,9 +632,11 @@ impl DeniedLog {
         }
         if self.size + line.len() as u64 > DENIED_LOG_CAP {
             self.file = None;
-            let mut old = path.as_os_str().to_os_string();
+            let mut old = name.as_os_str().to_os_string();
             old.push(".old");
-            let _ = std::fs::rename(path, old);
+            if let Ok(d) = crate::state::beneath::Dir::open(dir) {
+                let _ = d.rename(name, std::path::Path::new(&old));
+            }
             self.file = open();
             self.size = 0;
         }

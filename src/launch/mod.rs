@@ -322,7 +322,8 @@ fn start_credentials_sync(inp: &Inputs, plan: &plan::Plan, table: &[render::Bind
         return;
     };
     if let Some(render::Bind::Fd(fd)) = table.get(i) {
-        if let Err(e) = state::credsync::start(*fd, host, &inp.instance_id) {
+        if let Err(e) = state::credsync::start(*fd, host, &inp.instance_id, &inp.state.login_dir())
+        {
             eprintln!("claudebox: {e:#} (the sandbox will not see a refresh by the host)");
         }
     }

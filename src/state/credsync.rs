@@ -34,6 +34,13 @@ use nix::libc;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
 use crate::policy::credsync::{decide, valid, Action, Side, INTERNAL_CREDENTIALS_SYNC, MAX_SIZE};
+use crate::state::beneath;
+use crate::state::claude_home::LOGIN_LOCKS;
+use std::os::fd::AsFd;
+
+/// How often the sync process looks for planted locks in the login directory when nothing
+/// happens (a lock going stale with something in it makes no event).
+const SWEEP_MS: u16 = 2000;
 
 /// The descriptor the sync process finds the bound file on.
 const BOUND_FD: RawFd = 3;
@@ -41,7 +48,7 @@ const BOUND_FD: RawFd = 3;
 /// Starts the sync process for the bound file `source` (an `O_PATH` descriptor of the
 /// inode bwrap will mount) and the host's file `host`. Call after the sources are opened
 /// and before bwrap is exec'd; the child is not waited for (it becomes bwrap's).
-pub fn start(source: RawFd, host: &Path, instance: &str) -> Result<()> {
+pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result<()> {
     // The very inode bwrap mounts: reopened through the descriptor, not by name.
     let bound = std::fs::OpenOptions::new()
         .read(true)
@@ -59,7 +66,9 @@ pub fn start(source: RawFd, host: &Path, instance: &str) -> Result<()> {
         .arg("--instance")
         .arg(instance)
         .arg("--host")
-        .arg(host);
+        .arg(host)
+        .arg("--login")
+        .arg(login);
     cmd.current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -95,8 +104,10 @@ pub fn start(source: RawFd, host: &Path, instance: &str) -> Result<()> {
 
 /// Runs the sync role: `args` are those after `--internal-credentials-sync`.
 pub fn main(args: &[OsString]) -> ExitCode {
-    let host = match args {
-        [i, _, h, path] if i == "--instance" && h == "--host" => PathBuf::from(path),
+    let (host, login) = match args {
+        [i, _, h, path, l, login] if i == "--instance" && h == "--host" && l == "--login" => {
+            (PathBuf::from(path), PathBuf::from(login))
+        }
         _ => {
             eprintln!("claudebox: internal credentials sync: bad arguments");
             return ExitCode::from(2);
@@ -106,7 +117,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     crate::host::companion::exit_with_parent();
     // SAFETY: the launcher placed the bound file on this descriptor for us alone.
     let bound = File::from(unsafe { OwnedFd::from_raw_fd(BOUND_FD) });
-    match run(&bound, &host) {
+    match run(&bound, &host, &login) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("claudebox: credentials sync: {e:#}");
@@ -115,7 +126,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     }
 }
 
-fn run(bound: &File, host: &Path) -> Result<()> {
+fn run(bound: &File, host: &Path, login: &Path) -> Result<()> {
     let (Some(dir), Some(name)) = (host.parent(), host.file_name()) else {
         bail!("no directory in {}", host.display());
     };
@@ -134,10 +145,45 @@ fn run(bound: &File, host: &Path) -> Result<()> {
             AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MODIFY,
         )
         .context("cannot watch the bound credentials file")?;
+    // The login directory, shared by every project's sandboxes: a lock an agent planted
+    // there (dated in the future, never stale for claude) is cleared as soon as it appears
+    // or is re-dated, and at every tick (one that went stale with something in it).
+    let login_dir = beneath::Dir::open(login).ok();
+    if login_dir.is_some() {
+        let _ = ino.add_watch(
+            login,
+            AddWatchFlags::IN_CREATE
+                | AddWatchFlags::IN_ATTRIB
+                | AddWatchFlags::IN_MOVED_TO
+                | AddWatchFlags::IN_ONLYDIR,
+        );
+    }
+    let sweep = || {
+        if let Some(d) = &login_dir {
+            for name in LOGIN_LOCKS {
+                beneath::clear_planted_lock(d, Path::new(name));
+            }
+        }
+    };
+    sweep();
     let mut last = read_bound(bound).map(|s| s.content).unwrap_or_default();
     // The host may have renamed between the launch's open and now.
     sync_once(bound, host, dir, &mut last);
     loop {
+        let mut fds = [nix::poll::PollFd::new(
+            ino.as_fd(),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(SWEEP_MS)) {
+            Ok(0) => {
+                sweep();
+                continue;
+            }
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
+            Ok(_) => {}
+        }
+        sweep();
         let events = match ino.read_events() {
             Ok(e) => e,
             Err(nix::errno::Errno::EINTR) => continue,

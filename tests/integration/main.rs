@@ -24,6 +24,7 @@ mod list;
 mod network;
 mod no_git;
 mod oauth_refresh;
+mod planted_locks;
 mod plugins;
 mod sessions;
 mod signals;

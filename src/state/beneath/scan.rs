@@ -1,1 +1,131 @@
-pub const _X: () = ();
+//! The test that holds the code to [`super`]: `std::fs`, `File::` and `OpenOptions` (the
+//! by-name file API) appear only in `state::beneath` and in the files of [`BY_NAME`],
+//! each with how many lines use it and why none of them touches a path beneath a
+//! directory a sandbox can write. A new by-name call anywhere (or one more in a listed
+//! file) fails the test until it goes through `beneath` or the row says why it may not.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+/// (file, lines using the by-name API outside its tests, why those paths are no
+/// sandbox's).
+#[rustfmt::skip]
+const BY_NAME: &[(&str, usize, &str)] = &[
+    ("src/config/guard.rs", 9, "the user's config file and the paths it names, read before any sandbox"),
+    ("src/config/mod.rs", 1, "the user's config file"),
+    ("src/config/settings.rs", 2, "the user's config file and extra mount sources (canonicalised, checked by guard)"),
+    ("src/host/apparmor.rs", 4, "/sys/kernel/security, /proc/self/attr, /etc/apparmor.d: the system's"),
+    ("src/host/gpu.rs", 7, "/dev, /sys, driver libraries: the system's"),
+    ("src/host/holders.rs", 11, "/proc/<pid>/fd and /proc/<pid>/stat: read-only"),
+    ("src/host/mod.rs", 7, "the home, bwrap and claude's install, /proc/self: read-only"),
+    ("src/host/mounts.rs", 6, "/proc/self/mountinfo: read-only"),
+    ("src/host/project.rs", 7, "the project's root found before launch (canonicalize, git's files read-only)"),
+    ("src/host/protect.rs", 18, "the project's protected paths, opened O_NOFOLLOW by descriptor (host::sources); owned by issue 21 item 2"),
+    ("src/host/sources.rs", 5, "/proc/self/fd: the bind sources' own descriptors"),
+    ("src/inside/confine.rs", 4, "inside the sandbox: /proc/self, its own mounts"),
+    ("src/launch/mod.rs", 4, "the ssh agent's socket and the home, canonicalised: the user's"),
+    ("src/layers.rs", 2, "the crate's own sources, read in a test"),
+    ("src/maintenance/apparmor.rs", 6, "/etc/apparmor.d and /sys: the system's"),
+    ("src/maintenance/check.rs", 15, "--check's own throwaway home under a fresh temporary dir, and reads of the user's setup"),
+    ("src/maintenance/diagnose.rs", 3, "/proc/sys and /etc: the system's"),
+    ("src/proxy/mod.rs", 1, "the CA bundle read at the proxy's start: the system's"),
+    ("src/proxy/netbridge.rs", 4, "/proc/self/fd and the bridge's own socket pair"),
+    ("src/state/claude_home.rs", 3, "the host's ~/.claude (read_dir, the credentials probe) and the WITHIN mount point in it: the user's, never bound writable by default"),
+    ("src/state/claude_home/claude_json.rs", 4, "the host's own ~/.claude.json: read, and its inode stamp"),
+    ("src/state/credsync.rs", 7, "the host's .credentials.json (O_NOFOLLOW, same-inode check) and its lock in the host's dir, /proc/self/fd"),
+    ("src/state/inuse.rs", 6, "running/ slots and the lock file in the project's state dir, which no sandbox sees"),
+    ("src/state/inventory.rs", 12, "--list's and --gc's reads: project-root, sizes; read-only, never follows into a write"),
+    ("src/state/mod.rs", 19, "the state home and a new project dir made under a temporary name before any sandbox; remove_unused before any sandbox ran"),
+    ("src/state/sessions/list.rs", 1, "sessions/: not bound into any sandbox"),
+    ("src/state/sessions/lock.rs", 7, "sessions/<name>.lock and .running: not bound into any sandbox"),
+    ("src/state/sessions/mod.rs", 14, "sessions/: not bound into any sandbox; the conversation's move is by descriptor (transcripts)"),
+    ("src/state/sessions/record.rs", 3, "sessions/<name>.json: not bound into any sandbox (written by state::write_atomic, beneath)"),
+    ("src/state/transcripts.rs", 7, "the conversations: read-only lookups (lstat) and the move by directory descriptor, O_NOFOLLOW, RENAME_NOREPLACE"),
+];
+
+/// Lines of `text` before its unit tests that use the by-name file API.
+fn by_name_lines(text: &str) -> usize {
+    let mut n = 0;
+    for line in text.lines() {
+        if line.starts_with("mod tests {") {
+            break;
+        }
+        let code = line.split("//").next().unwrap_or("");
+        if ["fs::", "File::", "OpenOptions", "DirBuilder"]
+            .iter()
+            .any(|p| code.contains(p) && !code.contains(&format!("_{p}")))
+        {
+            n += 1;
+        }
+    }
+    n
+}
+
+fn sources(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            sources(&p, out);
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+}
+
+/// The count per file, outside `state::beneath` and the unit test files.
+fn counts() -> BTreeMap<String, usize> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = Vec::new();
+    sources(&root.join("src"), &mut files);
+    let mut out = BTreeMap::new();
+    for f in files {
+        let rel = f.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+        if rel.starts_with("src/state/beneath") || rel.ends_with("/tests.rs") {
+            continue;
+        }
+        let n = by_name_lines(&std::fs::read_to_string(&f).unwrap());
+        if n > 0 {
+            out.insert(rel, n);
+        }
+    }
+    out
+}
+
+#[test]
+fn by_name_file_io_is_only_where_no_sandbox_writes() {
+    let found = counts();
+    let listed: BTreeMap<String, usize> = BY_NAME
+        .iter()
+        .map(|(f, n, _)| (f.to_string(), *n))
+        .collect();
+    let mut wrong = Vec::new();
+    for (f, n) in &found {
+        match listed.get(f) {
+            None => wrong.push(format!("{f}: {n} by-name lines, not in BY_NAME: use state::beneath")),
+            Some(m) if m != n => wrong.push(format!(
+                "{f}: {n} by-name lines, BY_NAME says {m}: use state::beneath, or change the row and say why"
+            )),
+            _ => {}
+        }
+    }
+    for f in listed.keys().filter(|f| !found.contains_key(*f)) {
+        wrong.push(format!(
+            "{f}: listed in BY_NAME but uses no by-name I/O: remove the row"
+        ));
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+#[test]
+fn the_scan_sees_a_by_name_write() {
+    assert_eq!(by_name_lines("let x = 1;\nstd::fs::write(p, b)?;\n"), 1);
+    assert_eq!(by_name_lines("// fs::write in a comment\n"), 0);
+    assert_eq!(
+        by_name_lines("fn f() {}\nmod tests {\nfs::write(p, b);\n}\n"),
+        0
+    );
+    assert_eq!(
+        by_name_lines("OpenOptions::new().open(p)\nFile::create(p)\n"),
+        2
+    );
+}

@@ -67,7 +67,12 @@ fn check_rel(rel: &Path) -> io::Result<()> {
 /// Opens `rel` beneath `dir`: openat2, or the `O_NOFOLLOW` walk without it.
 fn open_beneath(dir: BorrowedFd, rel: &Path, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
     check_rel(rel)?;
-    let flags = flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY;
+    // openat2 refuses with O_PATH any flag but O_DIRECTORY, O_NOFOLLOW and O_CLOEXEC.
+    let flags = if flags.contains(OFlags::PATH) {
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW
+    } else {
+        flags | OFlags::CLOEXEC | OFlags::NOFOLLOW | OFlags::NOCTTY
+    };
     if !NO_OPENAT2.load(Ordering::Relaxed) {
         let how = ResolveFlags::BENEATH | ResolveFlags::NO_SYMLINKS | ResolveFlags::NO_MAGICLINKS;
         match rustix::fs::openat2(dir, rel, flags, mode, how) {

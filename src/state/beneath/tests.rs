@@ -118,3 +118,20 @@ fn planted_locks_are_cleared_and_a_live_one_is_not() {
     ));
     assert!(!lock_is_stale(SystemTime::now(), SystemTime::now()));
 }
+
+#[test]
+fn paths_with_parents_and_chmod_work() {
+    let (t, d, _) = setup();
+    let inner = t.path().join("state");
+    std::fs::create_dir(inner.join("sessions")).unwrap();
+    std::fs::write(inner.join("sessions/.a.tmp.1.0"), b"").unwrap();
+    let p = Path::new;
+    assert!(mtime(&d, p("sessions/.a.tmp.1.0")).is_ok());
+    assert!(mtime(&d, p("./sessions")).is_ok());
+    d.chmod(p("sessions/.a.tmp.1.0"), 0o400).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    let m = std::fs::metadata(inner.join("sessions/.a.tmp.1.0")).unwrap();
+    assert_eq!(m.permissions().mode() & 0o777, 0o400);
+    d.remove_file(p("sessions/.a.tmp.1.0")).unwrap();
+    assert!(d.entries(p("sessions")).unwrap().is_empty());
+}

@@ -303,11 +303,8 @@ fn exec_registered(
     let mut keep = opened.fds();
     keep.push(in_use.fd());
     keep.extend(proxy_fd);
-    // A named session's lock is held by the sandbox's processes for their life (bwrap's
-    // pid 1 keeps only the sync fd), so it reaches the command: a known gap (README).
-    if let Some(lock) = &session {
-        keep.push(std::os::fd::AsRawFd::as_raw_fd(&**lock));
-    }
+    // A named session's lock stays in this process, which outlives the sandbox (and
+    // whose death ends it): the command never gets its descriptor.
     sources::keep_only(&keep)?;
     // The exit review's record, locked for this process's life: if it is killed, the
     // project's next launch, `--list` or `--check` does the review it missed.

@@ -506,7 +506,7 @@ fn bwrap_killed_at_start_leaves_no_stuck_child() {
     c.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
-    let mut child = c.spawn().unwrap();
+    let child = c.spawn().unwrap();
     let pids = blocked_child(child.id());
     let _cleanup = scopeguard(pids[1] as i32);
     let t = std::time::Instant::now();
@@ -522,10 +522,6 @@ fn bwrap_killed_at_start_leaves_no_stuck_child() {
         .stdin(Stdio::null())
         .output()
         .unwrap());
-}
-
-fn run_in(w: &World, dir: &Path, args: &[&str]) -> std::process::Output {
-    w.cmd(dir).args(args).stdin(Stdio::null()).output().unwrap()
 }
 
 /// Kills the stuck process if the test fails before it does.

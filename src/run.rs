@@ -64,6 +64,12 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
         Mode::Gc { dry_run, margin } => gc::run(dry_run, margin),
         Mode::List { json, margin } => list::run(json, margin),
         Mode::Forget { name, dry_run } => forget(name, dry_run),
+        Mode::Restore(id) => {
+            let home = host::home_dir()?;
+            let to = state::review::restore(&state::StateHome::from_env(&home), id)?;
+            eprintln!("claudebox: restored {}", render::Shown::shown(&to));
+            Ok(ExitCode::SUCCESS)
+        }
         Mode::Launch { dry_run: true } => {
             let prepared = launch::prepare(cli)?;
             if let Some(s) = &prepared.inputs.session {

@@ -48,6 +48,10 @@ pub struct Cli {
     #[arg(long, value_name = "NAME", conflicts_with_all = ["session", "exec", "args"], value_parser = clap::value_parser!(OsString))]
     pub forget: Option<OsString>,
 
+    /// Put back what the exit review moved aside, by the ID its line printed.
+    #[arg(long, value_name = "ID", conflicts_with_all = ["session", "exec", "args", "forget", "dry_run"], value_parser = clap::value_parser!(OsString))]
+    pub restore: Option<OsString>,
+
     /// Skip confirmations (allow the home directory or / as the project).
     #[arg(long)]
     pub yes: bool,
@@ -238,6 +242,8 @@ pub enum Mode<'a> {
     List { json: bool, margin: Option<&'a str> },
     /// `--forget NAME`.
     Forget { name: &'a OsString, dry_run: bool },
+    /// `--restore ID`.
+    Restore(&'a OsString),
     /// A launch (claude, or `--exec`'s command); with `--dry-run` only printed.
     Launch { dry_run: bool },
 }
@@ -269,6 +275,8 @@ impl Cli {
                 json: self.json,
                 margin,
             }
+        } else if let Some(id) = &self.restore {
+            Mode::Restore(id)
         } else if let Some(name) = &self.forget {
             Mode::Forget {
                 name,

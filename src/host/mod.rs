@@ -10,6 +10,7 @@ pub mod mounts;
 pub mod project;
 pub mod protect;
 pub mod sources;
+pub mod supervise;
 
 use std::ffi::OsString;
 use std::fs;

@@ -1,5 +1,5 @@
 //! The launch path: gather inputs, plan, then (the only side effects) create state, mark
-//! the project in use and exec bwrap.
+//! the project in use, run bwrap as a child and review the project when it ends.
 
 use std::fs;
 use std::path::Path;
@@ -20,6 +20,7 @@ use crate::policy::render::Shown;
 use crate::proxy::netbridge;
 use crate::state::claude_home::{self, HostClaude};
 use crate::state::inuse;
+use crate::state::review;
 use crate::state::sessions;
 use crate::state::{self, StateHome};
 
@@ -232,6 +233,9 @@ fn exec_registered(
     proxy_fd: Option<i32>,
 ) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
+    // A sandbox of this project whose claudebox was killed left its review undone (done
+    // also with --writable-project-config: that launch's opt-out is not the other's).
+    review::missed(&inp.state, &mut std::io::stderr());
     // Sibling launches prepare the same files: one at a time, until the fds are open.
     let setup = inuse::setup_lock(&inp.state)?;
     // The empty file stands in for hidden files and for setup files the user has none of.
@@ -299,15 +303,31 @@ fn exec_registered(
     let mut keep = opened.fds();
     keep.push(in_use.fd());
     keep.extend(proxy_fd);
-    // A named session's lock is held by the sandbox's processes for their life (bwrap's
-    // pid 1 keeps only the sync fd), so it reaches the command: a known gap (README).
-    if let Some(lock) = &session {
-        keep.push(std::os::fd::AsRawFd::as_raw_fd(&**lock));
-    }
+    // A named session's lock stays in this process, which outlives the sandbox (and
+    // whose death ends it): the command never gets its descriptor.
     sources::keep_only(&keep)?;
-    let err = crate::host::exec::replace_with(&argv);
-    drop((in_use, session, opened));
-    Err(err).with_context(|| format!("cannot run {}", argv[0].shown()))
+    // The exit review's record, locked for this process's life: if it is killed, the
+    // project's next launch, `--list` or `--check` does the review it missed.
+    let pending = if inp.protect_project_metadata {
+        Some(review::begin(&inp.state, &inp.project, &inp.instance_id)?)
+    } else {
+        None
+    };
+    // claudebox stays bwrap's parent (`host::supervise`), for the review at the end.
+    let status = match crate::host::supervise::run(&argv) {
+        Ok(status) => status,
+        Err(err) => {
+            drop((in_use, session, opened, pending));
+            return Err(err).with_context(|| format!("cannot run {}", argv[0].shown()));
+        }
+    };
+    // The sandbox's descriptors go: nothing of it is open in here during the review.
+    drop(opened);
+    if let Some(p) = pending {
+        p.finish(&inp.state, &mut std::io::stderr());
+    }
+    drop((in_use, session));
+    crate::host::supervise::exit_as(status)
 }
 
 /// The login's credentials bound as a single file: a host-side process keeps that inode

@@ -69,6 +69,7 @@ fn fail(name: &'static str, detail: String, fix: String) -> Row {
 }
 
 pub fn run(gpu: bool) -> Result<ExitCode> {
+    missed_review();
     let mut rows = checks()?;
     rows.extend(gpu_row(&host::home_dir()?, gpu));
     let mut out = String::new();
@@ -777,4 +778,15 @@ fn run_with_timeout(cmd: &mut std::process::Command, limit: Duration) -> Result<
         stdout: out.join().unwrap_or_default(),
         stderr: err.join().unwrap_or_default(),
     })
+}
+
+/// The current project's exit reviews that were missed (its claudebox was killed).
+fn missed_review() {
+    let (Ok(cwd), Ok(home)) = (host::current_dir(), host::home_dir()) else {
+        return;
+    };
+    if let Ok(p) = crate::host::project::discover(&cwd) {
+        let st = crate::state::StateHome::from_env(&home).project(&p.id());
+        crate::state::review::missed(&st, &mut std::io::stderr());
+    }
 }

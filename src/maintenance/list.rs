@@ -76,6 +76,9 @@ pub fn run(json: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
         eprintln!("claudebox: list: skipped {}: {}", show(&s.path), s.why);
     }
     for e in &inv.entries {
+        // A sandbox whose claudebox was killed left its exit review undone: done now.
+        let st = crate::policy::layout::ProjectState { dir: e.dir.clone() };
+        crate::state::review::missed(&st, &mut std::io::stderr());
         for (slot, pids) in crate::state::inuse::stuck(&e.dir) {
             let what = show(&slot);
             eprintln!(

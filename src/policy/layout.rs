@@ -12,6 +12,10 @@ pub const LOGIN_DIR: &str = "login";
 /// The project's own `~/.claude/plugins/data` (see `claude_home::WITHIN`).
 pub const PLUGIN_DATA_DIR: &str = "claude-plugin-data";
 pub const LOCK_FILE: &str = "lock";
+/// What the exit review moved aside, one directory per entry (`claudebox --restore ID`).
+pub const QUARANTINE_DIR: &str = "quarantine";
+/// One record per running launch whose exit review is still to come.
+pub const REVIEW_PENDING_DIR: &str = "review-pending";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";
 pub const DENIED_LOG: &str = "network-denied.log";
@@ -73,6 +77,12 @@ impl ProjectState {
     /// Mounted read-only over each hidden file (`hide`).
     pub fn empty_file(&self) -> PathBuf {
         self.dir.join(EMPTY_FILE)
+    }
+    pub fn quarantine(&self) -> PathBuf {
+        self.dir.join(QUARANTINE_DIR)
+    }
+    pub fn review_pending(&self) -> PathBuf {
+        self.dir.join(REVIEW_PENDING_DIR)
     }
     /// Hosts the allowlist proxy refused.
     pub fn denied_log(&self) -> PathBuf {

@@ -16,5 +16,6 @@ pub mod network;
 pub mod plan;
 pub mod protected;
 pub mod render;
+pub mod review;
 pub mod session;
 pub mod settings;

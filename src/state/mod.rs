@@ -33,6 +33,7 @@ pub mod claude_home;
 pub mod credsync;
 pub mod inuse;
 pub mod inventory;
+pub mod review;
 pub mod sessions;
 pub mod transcripts;
 

@@ -26,5 +26,6 @@ mod no_git;
 mod oauth_refresh;
 mod planted_locks;
 mod plugins;
+mod review;
 mod sessions;
 mod signals;

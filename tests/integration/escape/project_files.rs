@@ -201,6 +201,53 @@ fn plants() -> Vec<Plant> {
             exists_at("vendor/lib/.git.old"),
         ),
     ];
+    // Not there at launch, so not mounted read-only: the exit review moves them aside.
+    v.extend([
+        plant_case(
+            "nested sub/.claude/settings.json: a hook a host claude in sub/ runs",
+            plant("deep/sub/.claude/settings.json"),
+            planted_at("deep/sub/.claude/settings.json"),
+        ),
+        plant_case(
+            "nested sub/.mcp.json: a server a host claude in sub/ starts",
+            plant("deep/sub/.mcp.json"),
+            planted_at("deep/sub/.mcp.json"),
+        ),
+        plant_case(
+            "a new .envrc in a subdirectory",
+            plant("deep/.envrc"),
+            planted_at("deep/.envrc"),
+        ),
+        plant_case(
+            "a new mise.toml",
+            plant("mise.toml"),
+            planted_at("mise.toml"),
+        ),
+        plant_case(
+            "a new .vscode/tasks.json in a subdirectory",
+            plant("deep/.vscode/tasks.json"),
+            planted_at("deep/.vscode/tasks.json"),
+        ),
+        plant_case(
+            "a new nested repository with core.fsmonitor",
+            "mkdir -p newrepo && git -C newrepo init -q && \
+             git -C newrepo config core.fsmonitor 'echo PLANTED'",
+            |a: &Arena| {
+                fs::read_to_string(a.proj.join("newrepo/.git/config"))
+                    .is_ok_and(|s| s.contains("PLANTED"))
+            },
+        ),
+        plant_case(
+            "a new commondir in the main git dir (its config's fsmonitor runs on git status)",
+            "echo \"$PWD/evil-common\" > .git/commondir",
+            |a: &Arena| {
+                // Checked, then removed: the arena's next launches need the real one.
+                let there = a.proj.join(".git/commondir").exists();
+                let _ = fs::remove_file(a.proj.join(".git/commondir"));
+                there
+            },
+        ),
+    ]);
     v.push(Plant {
         linked: true,
         ..plant_case(
@@ -278,6 +325,11 @@ pub(super) fn attempts(a: &Arena) -> Vec<Attempt> {
             escape_sequence_script(),
         )
         .host_check(|a| {
+            // The exit review moved the planted config aside: nothing left to launch into.
+            if !a.proj.join(".git/modules/evil/config").exists() {
+                remove_evil(a);
+                return false;
+            }
             let o = next_launch(a);
             remove_evil(a);
             let err = &o.stderr;
@@ -340,12 +392,16 @@ pub(super) fn controls(a: &Arena) {
     assert!(escaped, "{text}");
     // The planted path reaches claudebox's message (escaped), and the project launches
     // again once the named file is gone.
+    // (With the opt-out: otherwise the exit review moves the planted config aside.)
     let (_, text) = run_attempt(
         a,
-        &attempt(
-            "control: plant the escape sequence",
-            escape_sequence_script(),
-        ),
+        &Attempt {
+            args: vec!["--writable-project-config".into()],
+            ..attempt(
+                "control: plant the escape sequence",
+                escape_sequence_script(),
+            )
+        },
     );
     let o = next_launch(a);
     assert!(!o.status.success(), "{text}");

@@ -1,0 +1,169 @@
+//! claudebox as bwrap's small supervising parent: it starts bwrap as its child, forwards
+//! SIGHUP and SIGTERM to it, waits, and then (after the exit review) ends the way bwrap
+//! ended: the same exit status, or killed by the same signal.
+//!
+//! What stays as it was when claudebox exec'd bwrap: both stay in the caller's process
+//! group, so Ctrl-C (SIGINT, ignored by both as before; the agent gets it) and Ctrl-Z
+//! (SIGTSTP stops both, `fg`'s SIGCONT continues both; the wait ignores stops) reach them
+//! as the terminal sends them; bwrap's `--die-with-parent` ends the sandbox when this
+//! process is killed. It is also a child subreaper: a bwrap child orphaned by a bwrap
+//! killed in its first milliseconds (bubblewrap issue #633, blocked for ever) becomes its
+//! child and is killed once bwrap has exited.
+
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::atomic::{AtomicI32, Ordering};
+
+use nix::libc;
+use nix::sys::signal::{self, SigHandler, SigSet, Signal};
+use nix::sys::wait::{waitpid, WaitStatus};
+use nix::unistd::{ForkResult, Pid};
+
+/// The signals forwarded to bwrap (the terminal's SIGINT/SIGQUIT/SIGTSTP reach it
+/// directly, through the process group).
+const FORWARDED: [Signal; 2] = [Signal::SIGHUP, Signal::SIGTERM];
+
+static CHILD: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn forward(sig: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+    }
+}
+
+/// Starts `argv` as a child and waits for it to end. `Err`: it could not be started (the
+/// exec failed in the child: its error).
+pub fn run<S: AsRef<OsStr>>(argv: &[S]) -> io::Result<WaitStatus> {
+    let mut args = Vec::with_capacity(argv.len());
+    for a in argv {
+        args.push(CString::new(a.as_ref().as_bytes()).map_err(|_| {
+            io::Error::new(io::ErrorKind::InvalidInput, "an argument holds a NUL byte")
+        })?);
+    }
+    let Some(program) = args.first().cloned() else {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "no program to run",
+        ));
+    };
+    // No allocation between fork and exec.
+    let mut ptrs: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    ptrs.push(std::ptr::null());
+    let _ = nix::sys::prctl::set_child_subreaper(true);
+    // Blocked across the fork: a signal that comes meanwhile is forwarded once the
+    // child's pid is known.
+    let mut set = SigSet::empty();
+    for s in FORWARDED {
+        set.add(s);
+    }
+    let mut old = SigSet::empty();
+    signal::sigprocmask(signal::SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old))?;
+    let action = signal::SigAction::new(
+        SigHandler::Handler(forward),
+        signal::SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    let mut previous = Vec::new();
+    for s in FORWARDED {
+        // SAFETY: the handler only calls kill(2).
+        previous.push((s, unsafe { signal::sigaction(s, &action) }?));
+    }
+    // The exec's error comes back through a close-on-exec pipe.
+    let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // SAFETY: the child only makes async-signal-safe calls before exec or _exit.
+    match unsafe { nix::unistd::fork() }? {
+        ForkResult::Child => {
+            drop(rd);
+            for (s, old_action) in &previous {
+                // SAFETY: restoring the dispositions claudebox had (default or ignored).
+                let _ = unsafe { signal::sigaction(*s, old_action) };
+            }
+            let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
+            // SAFETY: SIG_DFL installs no handler.
+            let _ = unsafe { signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+            // SAFETY: a NUL-terminated array of valid C strings, made before the fork.
+            unsafe { libc::execvp(program.as_ptr(), ptrs.as_ptr()) };
+            let e = nix::errno::Errno::last_raw();
+            let _ = nix::unistd::write(&wr, &e.to_ne_bytes());
+            // SAFETY: leaving the forked child without running the parent's destructors.
+            unsafe { libc::_exit(127) }
+        }
+        ForkResult::Parent { child } => {
+            drop(wr);
+            CHILD.store(child.as_raw(), Ordering::SeqCst);
+            let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
+            let mut buf = [0u8; 4];
+            let n = loop {
+                match nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&rd), &mut buf) {
+                    Err(nix::errno::Errno::EINTR) => continue,
+                    r => break r.unwrap_or(0),
+                }
+            };
+            let status = wait_for(child);
+            CHILD.store(0, Ordering::SeqCst);
+            if n == 4 {
+                return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf)));
+            }
+            end_orphans(child);
+            Ok(status)
+        }
+    }
+}
+
+fn wait_for(child: Pid) -> WaitStatus {
+    loop {
+        match waitpid(child, None) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            Ok(s @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => return s,
+            Ok(_) => continue,
+            Err(_) => return WaitStatus::Exited(child, 1),
+        }
+    }
+}
+
+/// Kills and reaps the bwrap processes left as this process's children once bwrap has
+/// exited: a sandbox's pid 1 orphaned while it tears down (it would die with its parent
+/// anyway), or the child of a bwrap killed before it let it go on (bubblewrap #633).
+fn end_orphans(bwrap: Pid) {
+    let me = std::process::id();
+    let Ok(list) = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")) else {
+        return;
+    };
+    for pid in list
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+    {
+        if pid == bwrap.as_raw() {
+            continue;
+        }
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+        if comm.trim_end() != "bwrap" {
+            continue; // the proxy or the credentials sync: they end with this process
+        }
+        let pid = Pid::from_raw(pid);
+        let _ = signal::kill(pid, Signal::SIGKILL);
+        let _ = waitpid(pid, None);
+    }
+}
+
+/// Ends this process the way the child ended: its exit status, or the same signal
+/// (default action restored, no core file).
+pub fn exit_as(status: WaitStatus) -> ! {
+    match status {
+        WaitStatus::Exited(_, code) => std::process::exit(code),
+        WaitStatus::Signaled(_, sig, _) => {
+            let _ = nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, 0, 0);
+            // SAFETY: SIG_DFL installs no handler.
+            let _ = unsafe { signal::signal(sig, SigHandler::SigDfl) };
+            let mut set = SigSet::empty();
+            set.add(sig);
+            let _ = signal::sigprocmask(signal::SigmaskHow::SIG_UNBLOCK, Some(&set), None);
+            let _ = signal::raise(sig);
+            std::process::exit(128 + sig as i32)
+        }
+        _ => std::process::exit(1),
+    }
+}

@@ -1,0 +1,447 @@
+//! The exit review: when a sandbox ends, what it created or changed in the project that a
+//! host tool runs without asking (`policy::review`'s rules) is moved aside into the
+//! project's state, one line each on stderr with the one command that puts it back.
+//!
+//! "Created or changed during the session" is a ctime at or after the launch: the agent
+//! cannot set a ctime (utimes does not touch it), and a rename or a new hard link sets the
+//! moved inode's. The launch's point in time is the ctime of its pending-review record
+//! (`review-pending/<instance>.json`, the same clock as the project's files), written
+//! before bwrap starts and locked (flock) by the supervising claudebox for its life: a
+//! record nobody holds is a review that was missed (the launcher was killed, the terminal
+//! closed), done by the project's next launch, `--list` or `--check`.
+//!
+//! Layout, per project: `quarantine/<ID>/entry` (what was moved, as it was) and
+//! `quarantine/<ID>/record.json` (where it was, why); `claudebox --restore ID` moves it
+//! back (refusing to overwrite, never through a symlink).
+
+pub mod walk;
+
+use std::ffi::{OsStr, OsString};
+use std::fs::File;
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use nix::errno::Errno;
+use nix::fcntl::{self, Flock, FlockArg, OFlag};
+use nix::sys::stat::Mode;
+use nix::unistd::UnlinkatFlags;
+use serde::{Deserialize, Serialize};
+
+use crate::policy::escape::Shown;
+use crate::policy::facts::Project;
+use crate::state::{self, ProjectState, StateHome};
+use walk::{Found, Since, Unread};
+
+/// What a review looks at: the work tree and the project's git dirs (paths as bytes).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Target {
+    pub work_tree: Vec<u8>,
+    /// The common dir (where `worktrees/` and `modules/` live).
+    pub common_dir: Option<Vec<u8>>,
+    /// A linked worktree's or submodule's own git dir, when not the common dir.
+    pub git_dir: Option<Vec<u8>>,
+}
+
+fn path(b: &[u8]) -> PathBuf {
+    PathBuf::from(OsStr::from_bytes(b))
+}
+
+impl Target {
+    pub fn of(p: &Project) -> Target {
+        let bytes = |p: &Path| p.as_os_str().as_bytes().to_vec();
+        Target {
+            work_tree: bytes(&p.work_tree),
+            common_dir: p.common_dir.as_deref().map(bytes),
+            git_dir: p
+                .git_dir
+                .as_deref()
+                .filter(|g| Some(*g) != p.common_dir.as_deref())
+                .map(bytes),
+        }
+    }
+}
+
+/// A running launch's pending review: its record, locked for the launcher's life.
+pub struct Pending {
+    lock: Flock<File>,
+    dir: OwnedFd,
+    name: OsString,
+    target: Target,
+    since: Since,
+}
+
+const FILE_FLAGS: OFlag = OFlag::O_NOFOLLOW
+    .union(OFlag::O_CLOEXEC)
+    .union(OFlag::O_NONBLOCK);
+
+fn open_in(dir: RawFd, name: &OsStr, flags: OFlag, mode: u32) -> nix::Result<File> {
+    let fd = fcntl::openat(
+        Some(dir),
+        name,
+        flags | FILE_FLAGS,
+        Mode::from_bits_truncate(mode),
+    )?;
+    // SAFETY: openat just returned this descriptor.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// A directory of the project's state, made private when missing, opened by descriptor.
+fn state_dir(p: &Path) -> Result<OwnedFd> {
+    state::mkdir_private(p)?;
+    walk::open_dir(None, p).with_context(|| format!("cannot open {}", p.shown()))
+}
+
+/// Writes and locks the launch's pending-review record. Its ctime is the launch's point
+/// in time. Call before bwrap starts.
+pub fn begin(st: &ProjectState, project: &Project, instance: &str) -> Result<Pending> {
+    let dir = state_dir(&st.review_pending())?;
+    let name = OsString::from(format!("{instance}.json"));
+    let target = Target::of(project);
+    // Made under a dot name, locked, then renamed into place: `missed` never sees it
+    // unlocked while its launcher runs.
+    let tmp = OsString::from(format!(".{instance}.json"));
+    let f = open_in(
+        dir.as_raw_fd(),
+        &tmp,
+        OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
+        0o600,
+    )
+    .with_context(|| format!("cannot create {}", st.review_pending().join(&tmp).shown()))?;
+    let mut lock = Flock::lock(f, FlockArg::LockExclusiveNonblock)
+        .map_err(|(_, e)| e)
+        .context("cannot lock the pending review's record")?;
+    lock.write_all(&serde_json::to_vec(&target)?)?;
+    fcntl::renameat(
+        Some(dir.as_raw_fd()),
+        tmp.as_os_str(),
+        Some(dir.as_raw_fd()),
+        name.as_os_str(),
+    )
+    .context("cannot write the pending review's record")?;
+    let since = Since::of(&nix::sys::stat::fstat(lock.as_raw_fd())?);
+    Ok(Pending {
+        lock,
+        dir,
+        name,
+        target,
+        since,
+    })
+}
+
+impl Pending {
+    /// Runs the review, then removes the record. Returns how many entries were moved.
+    pub fn finish(self, st: &ProjectState, err: &mut dyn Write) -> usize {
+        let n = run(st, &self.target, self.since, err);
+        let _ = nix::unistd::unlinkat(
+            Some(self.dir.as_raw_fd()),
+            self.name.as_os_str(),
+            UnlinkatFlags::NoRemoveDir,
+        );
+        drop(self.lock);
+        n
+    }
+}
+
+/// The reviews that were missed: every pending record of the project that no running
+/// launcher holds. Returns how many entries were moved.
+pub fn missed(st: &ProjectState, err: &mut dyn Write) -> usize {
+    let Ok(dir) = walk::open_dir(None, &st.review_pending()) else {
+        return 0;
+    };
+    let Ok(names) = std::fs::read_dir(st.review_pending()) else {
+        return 0;
+    };
+    let mut moved = 0;
+    for e in names.flatten() {
+        let name = e.file_name();
+        if name.as_bytes().starts_with(b".") {
+            continue;
+        }
+        let Ok(f) = open_in(dir.as_raw_fd(), &name, OFlag::O_RDONLY, 0) else {
+            continue;
+        };
+        // Held: its launcher still runs and reviews at its own exit.
+        let Ok(mut lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) else {
+            continue;
+        };
+        let Ok(meta) = nix::sys::stat::fstat(lock.as_raw_fd()) else {
+            continue;
+        };
+        let mut bytes = Vec::new();
+        let _ = (&mut *lock).take(64 * 1024).read_to_end(&mut bytes);
+        if let Ok(target) = serde_json::from_slice::<Target>(&bytes) {
+            let _ = writeln!(
+                err,
+                "claudebox: review: a sandbox of this project ended without its exit review \
+                 (its claudebox was killed); reviewing now"
+            );
+            moved += run(st, &target, Since::of(&meta), err);
+        }
+        let _ = nix::unistd::unlinkat(
+            Some(dir.as_raw_fd()),
+            name.as_os_str(),
+            UnlinkatFlags::NoRemoveDir,
+        );
+    }
+    moved
+}
+
+/// One review: finds what changed at or after `since`, moves it aside, prints a line per
+/// entry. Returns how many were moved.
+pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write) -> usize {
+    let work_tree = path(&target.work_tree);
+    let mut q = Quarantine::new(st);
+    let mut moved = 0;
+    let mut unread = Vec::new();
+    {
+        let mut on_found = |f: Found<'_>| {
+            moved += q.take(&f, &work_tree, err) as usize;
+        };
+        walk::work_tree(&work_tree, since, &mut on_found, &mut unread);
+        if let Some(common) = &target.common_dir {
+            let common = path(common);
+            walk::git_dir(&common, true, &common, since, &mut on_found, &mut unread);
+            if let Some(g) = &target.git_dir {
+                walk::git_dir(&path(g), false, &common, since, &mut on_found, &mut unread);
+            }
+        }
+    }
+    for Unread { path, error } in unread {
+        let _ = writeln!(
+            err,
+            "claudebox: review: warning: could not look into {} ({error}); check it by hand",
+            path.shown()
+        );
+    }
+    moved
+}
+
+/// Scans without moving: how many entries a review would move (the benchmark's count).
+pub fn scan(target: &Target, since: Since) -> (usize, usize) {
+    let mut n = 0;
+    let mut unread = Vec::new();
+    walk::work_tree(
+        &path(&target.work_tree),
+        since,
+        &mut |_| n += 1,
+        &mut unread,
+    );
+    (n, unread.len())
+}
+
+/// Where a moved entry was, and why it was moved (`quarantine/<ID>/record.json`).
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    dir: Vec<u8>,
+    name: Vec<u8>,
+    severity: String,
+    reason: String,
+    /// Moved within its own directory under this name (the state is on another file
+    /// system), not into `entry`.
+    #[serde(default)]
+    in_place: Option<Vec<u8>>,
+}
+
+const ENTRY: &str = "entry";
+const RECORD: &str = "record.json";
+const IN_PLACE_INFIX: &str = ".claudebox-quarantine.";
+
+struct Quarantine {
+    dir: Result<OwnedFd>,
+    project_id: String,
+    seq: u32,
+}
+
+impl Quarantine {
+    fn new(st: &ProjectState) -> Quarantine {
+        Quarantine {
+            dir: state_dir(&st.quarantine()),
+            project_id: st
+                .dir
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_default(),
+            seq: 0,
+        }
+    }
+
+    /// Moves one entry aside and prints its line; false (and a line saying so) when it
+    /// could not be moved.
+    fn take(&mut self, f: &Found<'_>, work_tree: &Path, err: &mut dyn Write) -> bool {
+        let full = f.dir.join(f.name);
+        let shown = full
+            .strip_prefix(work_tree)
+            .map_or_else(|_| full.shown(), |r| r.shown());
+        match self.move_aside(f) {
+            Ok(id) => {
+                let _ = writeln!(
+                    err,
+                    "claudebox: review: {} {shown} was created or changed in the sandbox ({}): \
+                     moved aside; to put it back: claudebox --restore {id}",
+                    f.severity.label(),
+                    f.reason
+                );
+                true
+            }
+            Err(e) => {
+                let _ = writeln!(
+                    err,
+                    "claudebox: review: {} {shown} was created or changed in the sandbox ({}) \
+                     and could not be moved aside: {e:#}; remove it before running host tools \
+                     there",
+                    f.severity.label(),
+                    f.reason
+                );
+                false
+            }
+        }
+    }
+
+    fn move_aside(&mut self, f: &Found<'_>) -> Result<String> {
+        let q = match &self.dir {
+            Ok(d) => d.as_raw_fd(),
+            Err(e) => bail!("{e:#}"),
+        };
+        let (id, idfd) = loop {
+            self.seq += 1;
+            let id = format!("{}-{}-{}", self.project_id, std::process::id(), self.seq);
+            match nix::sys::stat::mkdirat(Some(q), id.as_str(), Mode::from_bits_truncate(0o700)) {
+                Ok(()) => break (id.clone(), walk::open_dir(Some(q), id.as_str())?),
+                Err(Errno::EEXIST) if self.seq < 10_000 => continue,
+                Err(e) => return Err(e).context("cannot make a quarantine entry"),
+            }
+        };
+        let mut in_place = None;
+        match fcntl::renameat(Some(f.dirfd), f.name, Some(idfd.as_raw_fd()), ENTRY) {
+            Ok(()) => {}
+            Err(Errno::EXDEV) => {
+                // The state lives on another file system: an inert name beside it.
+                let mut n = f.name.to_os_string();
+                n.push(IN_PLACE_INFIX);
+                n.push(&id);
+                fcntl::renameat(Some(f.dirfd), f.name, Some(f.dirfd), n.as_os_str())
+                    .context("cannot rename it")?;
+                in_place = Some(n.into_vec());
+            }
+            Err(e) => {
+                let _ = nix::unistd::unlinkat(Some(q), id.as_str(), UnlinkatFlags::RemoveDir);
+                return Err(e).context("cannot move it");
+            }
+        }
+        let rec = Record {
+            dir: f.dir.as_os_str().as_bytes().to_vec(),
+            name: f.name.as_bytes().to_vec(),
+            severity: f.severity.label().into(),
+            reason: f.reason.into(),
+            in_place,
+        };
+        let mut file = open_in(
+            idfd.as_raw_fd(),
+            OsStr::new(RECORD),
+            OFlag::O_WRONLY | OFlag::O_CREAT | OFlag::O_EXCL,
+            0o600,
+        )?;
+        file.write_all(&serde_json::to_vec(&rec)?)?;
+        Ok(id)
+    }
+}
+
+/// Opens an absolute directory path one component at a time, never through a symlink.
+fn open_no_symlinks(p: &Path) -> Result<OwnedFd> {
+    let mut fd = walk::open_dir(None, "/")?;
+    for c in p.components() {
+        match c {
+            std::path::Component::RootDir => {}
+            std::path::Component::Normal(n) => {
+                fd = walk::open_dir(Some(fd.as_raw_fd()), n).map_err(|e| {
+                    anyhow::anyhow!(
+                        "cannot open {} without following a symlink ({e})",
+                        p.shown()
+                    )
+                })?;
+            }
+            _ => bail!("{} is not a plain absolute path", p.shown()),
+        }
+    }
+    Ok(fd)
+}
+
+/// `claudebox --restore ID`: puts a moved entry back where it was. Refuses to overwrite
+/// what is there now, and never goes through a symlink.
+pub fn restore(home: &StateHome, id: &OsStr) -> Result<PathBuf> {
+    let idb = id.as_bytes();
+    let ok = idb.len() > 17
+        && idb[16] == b'-'
+        && idb
+            .iter()
+            .all(|b| b.is_ascii_hexdigit() || b.is_ascii_digit() || *b == b'-');
+    if !ok {
+        bail!(crate::policy::error::Fixable::new(
+            format!(
+                "--restore: {} is not an ID the exit review printed",
+                id.shown()
+            ),
+            "copy the ID from the line `claudebox: review: ...` printed when the sandbox ended"
+        ));
+    }
+    let st = home.project(std::str::from_utf8(&idb[..16]).unwrap_or_default());
+    let q = walk::open_dir(None, &st.quarantine()).ok();
+    let idfd = q
+        .as_ref()
+        .and_then(|q| walk::open_dir(Some(q.as_raw_fd()), id).ok())
+        .with_context(|| {
+            format!(
+                "--restore: nothing was moved aside as {} (restored already?)",
+                id.shown()
+            )
+        })?;
+    let mut bytes = Vec::new();
+    open_in(idfd.as_raw_fd(), OsStr::new(RECORD), OFlag::O_RDONLY, 0)?
+        .take(64 * 1024)
+        .read_to_end(&mut bytes)?;
+    let rec: Record = serde_json::from_slice(&bytes).context("--restore: unreadable record")?;
+    let dir = path(&rec.dir);
+    let name = OsStr::from_bytes(&rec.name);
+    let to = dir.join(name);
+    let dirfd = open_no_symlinks(&dir).with_context(|| format!("--restore {}", id.shown()))?;
+    let (from_fd, from_name): (RawFd, &OsStr) = match &rec.in_place {
+        Some(n) => (dirfd.as_raw_fd(), OsStr::from_bytes(n)),
+        None => (idfd.as_raw_fd(), OsStr::new(ENTRY)),
+    };
+    match rename_noreplace(from_fd, from_name, dirfd.as_raw_fd(), name) {
+        Ok(()) => {}
+        Err(Errno::EEXIST) => bail!(crate::policy::error::Fixable::new(
+            format!("--restore: {} exists now", to.shown()),
+            "move it away first, then run the same command again"
+        )),
+        Err(e) => {
+            return Err(e).with_context(|| format!("--restore: cannot move back {}", to.shown()))
+        }
+    }
+    let _ = nix::unistd::unlinkat(Some(idfd.as_raw_fd()), RECORD, UnlinkatFlags::NoRemoveDir);
+    if let Some(q) = q {
+        let _ = nix::unistd::unlinkat(Some(q.as_raw_fd()), id, UnlinkatFlags::RemoveDir);
+    }
+    Ok(to)
+}
+
+/// `renameat2(RENAME_NOREPLACE)`, by system call (libc wrappers differ between targets).
+fn rename_noreplace(from: RawFd, a: &OsStr, to: RawFd, b: &OsStr) -> nix::Result<()> {
+    let a = std::ffi::CString::new(a.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    let b = std::ffi::CString::new(b.as_bytes()).map_err(|_| Errno::EINVAL)?;
+    // SAFETY: two valid C strings and descriptors; RENAME_NOREPLACE = 1.
+    let r = unsafe {
+        nix::libc::syscall(
+            nix::libc::SYS_renameat2,
+            from,
+            a.as_ptr(),
+            to,
+            b.as_ptr(),
+            1 as nix::libc::c_uint,
+        )
+    };
+    Errno::result(r).map(drop)
+}

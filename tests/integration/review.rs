@@ -1,0 +1,303 @@
+//! Issue 21 (3): what a sandbox created or changed that a host tool runs without asking
+//! is moved aside when it ends, one line each with the command that puts it back; with
+//! `--writable-project-config` (the control) it stays, and a host tool runs it.
+
+use std::fs;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use crate::common::*;
+
+/// Files planted from inside, relative to the project, with what makes each (shell).
+const PLANTS: &[(&str, &str)] = &[
+    ("sub/.claude/settings.json", "mkdir -p sub/.claude && echo '{\"hooks\":{}}' > sub/.claude/settings.json"),
+    ("sub/deeper/.claude/settings.local.json", "mkdir -p sub/deeper/.claude && echo '{}' > sub/deeper/.claude/settings.local.json"),
+    ("sub/.mcp.json", "echo '{\"mcpServers\":{}}' > sub/.mcp.json"),
+    (".husky", "mkdir -p .husky && echo 'echo PLANTED' > .husky/pre-commit"),
+    ("lefthook-local.yml", "echo 'pre-commit: {}' > lefthook-local.yml"),
+    ("sub/.lefthook", "mkdir -p sub/.lefthook && echo x > sub/.lefthook/run.sh"),
+    (".pre-commit-config.yaml", "echo 'repos: []' > .pre-commit-config.yaml"),
+    ("sub/.envrc", "echo 'echo PLANTED' > sub/.envrc"),
+    (".mise.toml", "echo '[tasks]' > .mise.toml"),
+    ("sub/mise.toml", "echo '[env]' > sub/mise.toml"),
+    (".tool-versions", "echo 'nodejs 20' > .tool-versions"),
+    ("sub/.mise", "mkdir -p sub/.mise && echo x > sub/.mise/config.toml"),
+    ("sub/.vscode", "mkdir -p sub/.vscode && echo '{}' > sub/.vscode/tasks.json"),
+    (".devcontainer", "mkdir -p .devcontainer && echo '{\"initializeCommand\":\"x\"}' > .devcontainer/devcontainer.json"),
+    ("sub/.devcontainer.json", "echo '{}' > sub/.devcontainer.json"),
+    ("vendorx/.git", "mkdir vendorx && git -C vendorx init -q && git -C vendorx config core.fsmonitor 'echo PLANTED'"),
+    (".git/commondir", "echo /nonexistent > .git/commondir"),
+    (".git/worktrees/evil", "mkdir -p .git/worktrees/evil && echo /tmp > .git/worktrees/evil/commondir"),
+    (".git/modules/m/config", "mkdir -p .git/modules/m && printf '[core]\\n\\tfsmonitor = x\\n' > .git/modules/m/config"),
+];
+
+fn project(w: &World) -> std::path::PathBuf {
+    let p = w.dir("proj");
+    init_repo(&p);
+    fs::create_dir_all(p.join("sub")).unwrap();
+    fs::write(p.join("sub/keep.txt"), "the user's\n").unwrap();
+    p
+}
+
+fn plant_all() -> String {
+    let mut s: Vec<&str> = PLANTS.iter().map(|(_, c)| *c).collect();
+    s.push("exit 5");
+    s.join(" && ")
+}
+
+/// The review's lines, by path: path -> the restore command.
+fn review_lines(err: &str) -> Vec<(String, String)> {
+    err.lines()
+        .filter(|l| l.starts_with("claudebox: review: "))
+        .filter_map(|l| {
+            let path = l.split_whitespace().nth(3)?.to_string();
+            let cmd = l.split("to put it back: ").nth(1)?.to_string();
+            Some((path, cmd))
+        })
+        .collect()
+}
+
+#[test]
+fn each_kind_is_moved_aside_with_a_line_and_put_back_by_its_command() {
+    let w = World::new();
+    let p = project(&w);
+    let o = w
+        .cmd(&p)
+        .args(["--exec", "sh", "-c", &plant_all()])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    // The agent's exit status is the launch's.
+    assert_eq!(o.status.code(), Some(5), "{err}");
+    let lines = review_lines(&err);
+    for (rel, _) in PLANTS {
+        assert!(!p.join(rel).exists(), "{rel} stayed:\n{err}");
+        assert!(
+            lines.iter().any(|(l, _)| l == rel),
+            "no line for {rel}:\n{err}"
+        );
+    }
+    assert_eq!(lines.len(), PLANTS.len(), "{err}");
+    assert!(err.contains("CRITICAL .git/commondir"), "{err}");
+    // The rest of the project is untouched.
+    assert_eq!(
+        fs::read_to_string(p.join("sub/keep.txt")).unwrap(),
+        "the user's\n"
+    );
+    // Each line's command puts its entry back, once, and refuses to overwrite.
+    for (rel, cmd) in &lines {
+        let args: Vec<&str> = cmd.split_whitespace().collect();
+        assert_eq!(&args[..2], &["claudebox", "--restore"], "{cmd}");
+        let r = w.cmd(&w.root()).args(&args[1..]).output().unwrap();
+        assert!(r.status.success(), "{cmd}: {}", stderr(&r));
+        assert!(
+            fs::symlink_metadata(p.join(rel)).is_ok(),
+            "{rel} not restored"
+        );
+        let again = w.cmd(&w.root()).args(&args[1..]).output().unwrap();
+        assert!(!again.status.success());
+    }
+    assert!(fs::read_to_string(p.join("sub/.claude/settings.json"))
+        .unwrap()
+        .contains("hooks"));
+    // The control: with the opt-out nothing is reviewed and every planted file stays.
+    let w = World::new();
+    let p = project(&w);
+    let o = w
+        .cmd(&p)
+        .args([
+            "--writable-project-config",
+            "--exec",
+            "sh",
+            "-c",
+            &plant_all(),
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(5), "{}", stderr(&o));
+    assert!(review_lines(&stderr(&o)).is_empty(), "{}", stderr(&o));
+    for (rel, _) in PLANTS {
+        assert!(p.join(rel).exists(), "control: {rel} missing");
+    }
+}
+
+#[test]
+fn a_restore_refuses_an_existing_file_and_a_symlinked_directory() {
+    let w = World::new();
+    let p = project(&w);
+    let o = w
+        .cmd(&p)
+        .args(["--exec", "sh", "-c", "echo x > sub/.envrc"])
+        .output()
+        .unwrap();
+    let lines = review_lines(&stderr(&o));
+    assert_eq!(lines.len(), 1, "{}", stderr(&o));
+    let id = lines[0].1.split_whitespace().nth(2).unwrap().to_string();
+    fs::write(p.join("sub/.envrc"), "mine\n").unwrap();
+    let r = w.cmd(&p).args(["--restore", &id]).output().unwrap();
+    assert!(
+        !r.status.success() && stderr(&r).contains("exists now"),
+        "{}",
+        stderr(&r)
+    );
+    assert_eq!(fs::read_to_string(p.join("sub/.envrc")).unwrap(), "mine\n");
+    fs::remove_file(p.join("sub/.envrc")).unwrap();
+    fs::rename(p.join("sub"), p.join("sub.real")).unwrap();
+    std::os::unix::fs::symlink(w.home(), p.join("sub")).unwrap();
+    let r = w.cmd(&p).args(["--restore", &id]).output().unwrap();
+    assert!(!r.status.success(), "{}", stderr(&r));
+    assert!(!w.home().join(".envrc").exists());
+}
+
+/// The critical one, as the user meets it: the agent makes the main git dir's
+/// `commondir` lead to a copy with its own `core.fsmonitor`; the host's `git status`
+/// runs it (the control, with the opt-out), unless the review moved it aside.
+#[test]
+fn a_new_commondir_runs_nothing_on_the_hosts_git_status() {
+    for protected in [true, false] {
+        let w = World::new();
+        let p = project(&w);
+        let marker = w.root().join("fsmonitor-ran");
+        let script = format!(
+            "d=$PWD/evil-common; cp -r .git/. \"$d\" && \
+             git --git-dir=\"$d\" config core.fsmonitor 'touch {}; false' && \
+             echo \"$d\" > .git/commondir",
+            marker.display()
+        );
+        let mut c = w.cmd(&p);
+        if !protected {
+            c.arg("--writable-project-config");
+        }
+        let o = c.args(["--exec", "sh", "-c", &script]).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let _ = Command::new("git")
+            .args(["status", "--short"])
+            .current_dir(&p)
+            .output()
+            .unwrap();
+        assert_eq!(
+            marker.exists(),
+            !protected,
+            "protected={protected}: {}",
+            stderr(&o)
+        );
+    }
+}
+
+/// A planted name with terminal escapes is printed escaped.
+#[test]
+fn a_planted_name_is_printed_escaped() {
+    let w = World::new();
+    let p = project(&w);
+    let o = w
+        .cmd(&p)
+        .args([
+            "--exec",
+            "sh",
+            "-c",
+            "n=$(printf 'x\\033]52;c;ZXZpbA==\\007\\ry'); mkdir \"$n\" && echo a > \"$n/.envrc\"",
+        ])
+        .output()
+        .unwrap();
+    assert!(!o.stderr.iter().any(|b| matches!(b, 0x1b | 0x07 | b'\r')));
+    assert!(
+        stderr(&o).contains("x\\x1b]52;c;ZXZpbA==\\x07\\x0dy/.envrc"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// claudebox killed with SIGKILL while the agent runs: no review at its exit; the
+/// project's next `--list`, and then the next launch, do the review it missed.
+#[test]
+fn a_killed_claudebox_s_review_is_done_by_the_next_list_or_launch() {
+    let w = World::new();
+    let p = project(&w);
+    for (round, next) in [["--list", ""], ["--exec", "true"]].iter().enumerate() {
+        let rel = format!("sub/r{round}/.envrc");
+        let mut child = w
+            .cmd(&p)
+            .args([
+                "--exec",
+                "sh",
+                "-c",
+                &format!("mkdir -p sub/r{round} && echo x > {rel} && echo ready && sleep 100"),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "ready");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        // The control: the planted file is still there, nothing reviewed it.
+        assert!(p.join(&rel).exists(), "reviewed by a killed claudebox?");
+        let args: Vec<&str> = next.iter().copied().filter(|a| !a.is_empty()).collect();
+        let o = w.cmd(&p).args(&args).output().unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        assert!(
+            !p.join(&rel).exists(),
+            "{next:?} did not review:\n{}",
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains(&format!("{rel} was created")),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
+
+const PLANT_PY: &str = "python3 -c \"import os; d='sub/.cl'+'aude'; os.makedirs(d); \
+    open(d+'/settings.json','w').write('{}')\"";
+
+/// The real Claude Code (both versions, against the lab's mock) plants a hook in
+/// `sub/.claude/settings.json` with its Bash tool: moved aside at exit; the control with
+/// the opt-out keeps it.
+#[test]
+fn real_claude_planting_a_nested_hook_is_reviewed() {
+    use crate::common::lab::*;
+    use serde_json::json;
+    let _heavy = crate::common::heavy();
+    for c in claude_versions() {
+        for protected in [true, false] {
+            let w = world_with(&c);
+            let p = project(&w);
+            let mock = MockApi::start(&json!([
+                // Through python: claude's own check asks before a shell writes to a
+                // path it recognises as a `.claude` settings file.
+                {"bash": {"command": PLANT_PY, "description": "plant"}},
+                "PLANT-DONE",
+            ]));
+            let mut args = vec!["-p", "go", "--allowedTools", "Bash"];
+            if !protected {
+                args.insert(0, "--writable-project-config");
+            }
+            let o = run_claudebox(
+                &w,
+                &p,
+                &mock,
+                &args,
+                &[],
+                std::time::Duration::from_secs(120),
+            );
+            let out = ok_run(&c, &o, &mock);
+            assert!(out.contains("PLANT-DONE"), "[{}] {out}", c.label);
+            let sent: String = mock.conversation(0).iter().map(messages_text).collect();
+            let there = p.join("sub/.claude/settings.json").exists();
+            assert_eq!(there, !protected, "[{}] {}\n{sent}", c.label, stderr(&o));
+            assert_eq!(
+                stderr(&o).contains("HIGH sub/.claude/settings.json"),
+                protected,
+                "[{}] {}",
+                c.label,
+                stderr(&o)
+            );
+        }
+    }
+}

@@ -10,6 +10,7 @@ mod gpu;
 mod host_ports;
 mod project_files;
 mod race;
+mod shared_dirs;
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -720,6 +721,7 @@ fn escape_suite() {
     // Attempts that take more than one launch (tests/integration/escape/race.rs).
     let mut more = race::attempts();
     more.extend(credentials::attempts());
+    more.extend(shared_dirs::attempts());
     for (name, escaped) in &more {
         if *escaped {
             eprintln!("ESCAPE: {name}");
@@ -809,6 +811,7 @@ fn controls_show_the_attempts_can_succeed() {
     // descriptors left open.
     race::controls();
     credentials::controls();
+    shared_dirs::controls();
 }
 
 /// A symlink planted at a protected path (say by an earlier session with the protection

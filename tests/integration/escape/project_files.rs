@@ -232,11 +232,9 @@ fn plants() -> Vec<Plant> {
     });
     v.push(plant_case(
         "config.worktree with a fsmonitor, turned on by extensions.worktreeConfig",
-        format!(
-            "git config extensions.worktreeConfig true 2>/dev/null; \
+        "git config extensions.worktreeConfig true 2>/dev/null; \
              printf '[core]\\n\\tfsmonitor = \"touch %s/fsm-worktree; false\"\\n' \"$T_WORLD\" \
-             > .git/config.worktree 2>/dev/null"
-        ),
+             > .git/config.worktree 2>/dev/null",
         |a: &Arena| {
             let ran = host_git_status_runs(a, "fsm-worktree");
             // Its fsmonitor would win over the ones the attempts after this plant.

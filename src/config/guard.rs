@@ -283,15 +283,13 @@ impl SharedDir {
         if let Some(first) = self.sockets.first() {
             s.push_str(&format!(" ({}{})", first.shown(), more(self.sockets.len())));
         }
-        s.push_str(&format!(
-            "; sockets made there after the launch, or more than {SOCKET_SCAN_DEPTH} levels \
-             deep{}, are reachable from the sandbox",
-            if self.incomplete {
-                format!(", or past the first {SOCKET_SCAN_LIMIT} entries looked at")
-            } else {
-                String::new()
-            }
-        ));
+        s.push_str("; sockets made there after the launch are reachable from the sandbox");
+        if self.incomplete {
+            s.push_str(&format!(
+                " (only the first {SOCKET_SCAN_LIMIT} entries within {SOCKET_SCAN_DEPTH} \
+                 levels were looked at for sockets nothing listens on)"
+            ));
+        }
         Some(s)
     }
 }
@@ -346,8 +344,19 @@ pub fn check_shared_dir(work_tree: &Path, yes: bool) -> Result<SharedDir> {
     }
     let mut budget = SOCKET_SCAN_LIMIT;
     find_sockets(work_tree, 1, &mut budget, &mut out.sockets);
-    out.sockets.sort();
     out.incomplete = budget == 0;
+    // Live sockets at any depth: the kernel lists every bound one of this network
+    // namespace (the host's) with the path it was bound at.
+    for p in bound_unix_paths(&fs::read("/proc/net/unix").unwrap_or_default()) {
+        use std::os::unix::fs::FileTypeExt;
+        if p.starts_with(work_tree)
+            && !out.sockets.contains(&p)
+            && fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket())
+        {
+            out.sockets.push(p);
+        }
+    }
+    out.sockets.sort();
     if !out.sockets.is_empty() && !yes {
         return Err(crate::policy::error::Fixable::new(
             format!(
@@ -366,10 +375,32 @@ pub fn check_shared_dir(work_tree: &Path, yes: bool) -> Result<SharedDir> {
     Ok(out)
 }
 
+/// The absolute paths unix sockets are bound at, from `/proc/net/unix` (`Num RefCount
+/// Protocol Flags Type St Inode Path`; abstract ones start with `@`).
+fn bound_unix_paths(table: &[u8]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for line in table.split(|b| *b == b'\n').skip(1) {
+        let mut rest = line;
+        for _ in 0..7 {
+            rest = rest.trim_ascii_start();
+            let end = rest.iter().position(|b| *b == b' ').unwrap_or(rest.len());
+            rest = &rest[end..];
+        }
+        let path = rest.trim_ascii_start();
+        if path.starts_with(b"/") {
+            out.push(PathBuf::from(OsStr::from_bytes(path)));
+        }
+    }
+    out
+}
+
 /// The unix sockets in `dir` and below, down to [`SOCKET_SCAN_DEPTH`] levels, symlinks
 /// not followed; each directory entry looked at costs one of `budget`.
 fn find_sockets(dir: &Path, depth: usize, budget: &mut usize, out: &mut Vec<PathBuf>) {
     use std::os::unix::fs::FileTypeExt;
+    if *budget == 0 {
+        return;
+    }
     let Ok(rd) = fs::read_dir(dir) else {
         return;
     };
@@ -427,6 +458,15 @@ pub fn canonical_lossy(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bound_unix_paths_reads_the_kernel_table() {
+        let t = b"Num       RefCount Protocol Flags    Type St Inode Path\n\
+                  0000000000000000: 00000002 00000000 00010000 0001 01 23108 /run/a b.sock\n\
+                  0000000000000000: 00000002 00000000 00010000 0001 01 23109 @/tmp/.X11-unix/X0\n\
+                  0000000000000000: 00000003 00000000 00000000 0001 03 23110\n";
+        assert_eq!(bound_unix_paths(t), vec![PathBuf::from("/run/a b.sock")]);
+    }
 
     #[test]
     fn canonical_lossy_appends_missing_parts() {

@@ -181,10 +181,11 @@ pub const SHARED_SYSTEM_DIRS: &[(&str, &str)] = &[
 pub const XDG_RUNTIME_DIR_WHY: &str =
     "your session's sockets (D-Bus, Wayland, ssh and gpg agents, pipewire)";
 
-/// How deep below the project's top unix sockets are looked for at the launch: the
-/// project's own entries are level 1; `/tmp/tmux-1000/default` is level 2 when `/tmp` is
-/// the project, `tmp/sockets/puma.sock` level 3.
-pub const SOCKET_SCAN_DEPTH: usize = 3;
+/// How deep below the project's top unix sockets are looked for by reading directories at
+/// the launch (the project's own entries are level 1). Live sockets bound in the host's
+/// network namespace (tmux, X11, ssh agents, dev servers) are found at any depth through
+/// `/proc/net/unix`; this scan adds the rest (another namespace's, stale ones).
+pub const SOCKET_SCAN_DEPTH: usize = 2;
 
 /// Directories not looked into for sockets: the git dir (git's own fsmonitor daemon
 /// socket, `fsmonitor--daemon.ipc`, answers which paths changed and runs nothing) and
@@ -193,7 +194,7 @@ pub const SOCKET_SCAN_SKIP: &[&str] = &[".git", "node_modules", "target"];
 
 /// At most this many directory entries are looked at for sockets (a bound on the
 /// launch's cost); the rest is named in the warning as not looked at.
-pub const SOCKET_SCAN_LIMIT: usize = 50_000;
+pub const SOCKET_SCAN_LIMIT: usize = 2_000;
 
 /// Why a unix socket found in the project is covered with `--yes`.
 pub const SOCKET_WHY: &str =

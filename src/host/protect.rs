@@ -7,7 +7,12 @@
 //! - `hooks/` (an empty read-only directory when it is missing, so none can be planted),
 //!   and the `core.hooksPath` directory when it lies inside the project;
 //! - `config`, `config.worktree` (when present, or when `extensions.worktreeConfig` is
-//!   mentioned), and a linked worktree's `commondir` (it names the config git reads);
+//!   mentioned), a linked worktree's `commondir` (it names the config git reads) and
+//!   `gitdir` (`git worktree repair` writes a `.git` file where it points), and the files
+//!   those configs and the user's include (`include.path`, `includeIf.*.path`) when they
+//!   lie in the project; a `commondir` git would not have written (in the main, a
+//!   submodule's or a nested git dir; a linked one not resolving to the common dir) is
+//!   refused (see `policy::git_dir` for every file git reads there and how it is guarded);
 //! - the work tree's `.git`: a directory is pinned as a mount point so that it cannot be
 //!   renamed away and replaced, a `gitdir:` file is read-only; the same for the `.git`
 //!   files of submodule work trees inside the project;

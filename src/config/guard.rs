@@ -13,6 +13,9 @@ use anyhow::Result;
 
 use crate::config::Context;
 use crate::host::project::Project;
+use crate::policy::protected::{
+    SHARED_SYSTEM_DIRS, SOCKET_SCAN_DEPTH, SOCKET_SCAN_LIMIT, SOCKET_SCAN_SKIP, XDG_RUNTIME_DIR_WHY,
+};
 use crate::policy::render::Shown;
 use crate::policy::settings::{ExtraKind, ExtraMount};
 
@@ -254,6 +257,177 @@ pub fn check_state_not_writable(cx: &Context) -> Result<()> {
     Ok(())
 }
 
+/// What [`check_shared_dir`] found in a project it let through (with `--yes`): the unix
+/// sockets to cover, and whether the project is or holds a shared system directory.
+#[derive(Debug, Default)]
+pub struct SharedDir {
+    /// The shared system directory the project is or holds, with why it is shared.
+    pub shared: Option<(PathBuf, String)>,
+    /// Unix sockets found within [`SOCKET_SCAN_DEPTH`] levels of the project's top.
+    pub sockets: Vec<PathBuf>,
+    /// The scan stopped at [`SOCKET_SCAN_LIMIT`] entries.
+    pub incomplete: bool,
+}
+
+impl SharedDir {
+    /// The one line printed before a `--yes` launch, when there is something to say.
+    pub fn warning(&self, work_tree: &Path) -> Option<String> {
+        if self.shared.is_none() && self.sockets.is_empty() {
+            return None;
+        }
+        let mut s = format!(
+            "warning: {} unix socket(s) in {} covered with /dev/null",
+            self.sockets.len(),
+            work_tree.shown()
+        );
+        if let Some(first) = self.sockets.first() {
+            s.push_str(&format!(" ({}{})", first.shown(), more(self.sockets.len())));
+        }
+        s.push_str("; sockets made there after the launch are reachable from the sandbox");
+        if self.incomplete {
+            s.push_str(&format!(
+                " (only the first {SOCKET_SCAN_LIMIT} entries within {SOCKET_SCAN_DEPTH} \
+                 levels were looked at for sockets nothing listens on)"
+            ));
+        }
+        Some(s)
+    }
+}
+
+fn more(n: usize) -> String {
+    if n > 1 {
+        format!(" and {} more", n - 1)
+    } else {
+        String::new()
+    }
+}
+
+/// Refuses, without `--yes`, a project that is or holds a shared system directory
+/// ([`SHARED_SYSTEM_DIRS`], `$XDG_RUNTIME_DIR`), or that holds unix sockets of other
+/// programs (the agent could connect to a tmux server and type into a host shell). With
+/// `--yes` the sockets found are returned, to be covered.
+pub fn check_shared_dir(work_tree: &Path, yes: bool) -> Result<SharedDir> {
+    let xdg = std::env::var_os("XDG_RUNTIME_DIR")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from);
+    let mut out = SharedDir::default();
+    let shared = SHARED_SYSTEM_DIRS
+        .iter()
+        .map(|(d, why)| (PathBuf::from(d), why.to_string()))
+        .chain(xdg.map(|d| (d, XDG_RUNTIME_DIR_WHY.to_string())));
+    for (dir, why) in shared {
+        let Ok(dir) = fs::canonicalize(&dir) else {
+            continue;
+        };
+        if dir.starts_with(work_tree) {
+            out.shared = Some((dir, why));
+            break;
+        }
+    }
+    if let (Some((dir, why)), false) = (&out.shared, yes) {
+        let what = if dir == work_tree {
+            "it is".to_string()
+        } else {
+            format!("it holds {}, which is", dir.shown())
+        };
+        return Err(crate::policy::error::Fixable::new(
+            format!(
+                "refusing to use {} as the project: {what} a shared system directory ({why}), \
+                 and the agent could connect to other programs' sockets there",
+                work_tree.shown()
+            ),
+            "cd into a project directory, or pass --yes to launch with the sockets found \
+             there covered",
+        )
+        .at(work_tree)
+        .into());
+    }
+    let mut budget = SOCKET_SCAN_LIMIT;
+    find_sockets(work_tree, 1, &mut budget, &mut out.sockets);
+    out.incomplete = budget == 0;
+    // Live sockets at any depth: the kernel lists every bound one of this network
+    // namespace (the host's) with the path it was bound at.
+    for p in bound_unix_paths(&fs::read("/proc/net/unix").unwrap_or_default()) {
+        use std::os::unix::fs::FileTypeExt;
+        if p.starts_with(work_tree)
+            && !out.sockets.contains(&p)
+            && fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket())
+        {
+            out.sockets.push(p);
+        }
+    }
+    out.sockets.sort();
+    if !out.sockets.is_empty() && !yes {
+        return Err(crate::policy::error::Fixable::new(
+            format!(
+                "refusing to use {} as the project: it holds unix sockets of other programs \
+                 ({}{}), which the agent could connect to",
+                work_tree.shown(),
+                out.sockets[0].shown(),
+                more(out.sockets.len())
+            ),
+            "cd into a project directory, remove the stale sockets, or pass --yes to launch \
+             with them covered",
+        )
+        .at(&out.sockets[0])
+        .into());
+    }
+    Ok(out)
+}
+
+/// The absolute paths unix sockets are bound at, from `/proc/net/unix` (`Num RefCount
+/// Protocol Flags Type St Inode Path`; abstract ones start with `@`).
+fn bound_unix_paths(table: &[u8]) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for line in table.split(|b| *b == b'\n').skip(1) {
+        let mut rest = line;
+        for _ in 0..7 {
+            rest = rest.trim_ascii_start();
+            let end = rest.iter().position(|b| *b == b' ').unwrap_or(rest.len());
+            rest = &rest[end..];
+        }
+        let path = rest.trim_ascii_start();
+        if path.starts_with(b"/") {
+            out.push(PathBuf::from(OsStr::from_bytes(path)));
+        }
+    }
+    out
+}
+
+/// The unix sockets in `dir` and below, down to [`SOCKET_SCAN_DEPTH`] levels, symlinks
+/// not followed; each directory entry looked at costs one of `budget`.
+fn find_sockets(dir: &Path, depth: usize, budget: &mut usize, out: &mut Vec<PathBuf>) {
+    use std::os::unix::fs::FileTypeExt;
+    if *budget == 0 {
+        return;
+    }
+    let Ok(rd) = fs::read_dir(dir) else {
+        return;
+    };
+    let mut subdirs = Vec::new();
+    for e in rd.flatten() {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        let Ok(t) = e.file_type() else {
+            continue;
+        };
+        if t.is_socket() {
+            out.push(e.path());
+        } else if t.is_dir()
+            && depth < SOCKET_SCAN_DEPTH
+            && !SOCKET_SCAN_SKIP.iter().any(|s| e.file_name() == *s)
+        {
+            subdirs.push(e.path());
+        }
+    }
+    subdirs.sort();
+    for d in subdirs {
+        find_sockets(&d, depth + 1, budget, out);
+    }
+}
+
 /// `path` with symlinks resolved as far as it exists; the missing rest appended.
 pub fn canonical_lossy(path: &Path) -> PathBuf {
     let mut missing: Vec<&OsStr> = Vec::new();
@@ -284,6 +458,15 @@ pub fn canonical_lossy(path: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bound_unix_paths_reads_the_kernel_table() {
+        let t = b"Num       RefCount Protocol Flags    Type St Inode Path\n\
+                  0000000000000000: 00000002 00000000 00010000 0001 01 23108 /run/a b.sock\n\
+                  0000000000000000: 00000002 00000000 00010000 0001 01 23109 @/tmp/.X11-unix/X0\n\
+                  0000000000000000: 00000003 00000000 00000000 0001 03 23110\n";
+        assert_eq!(bound_unix_paths(t), vec![PathBuf::from("/run/a b.sock")]);
+    }
 
     #[test]
     fn canonical_lossy_appends_missing_parts() {

@@ -7,7 +7,12 @@
 //! - `hooks/` (an empty read-only directory when it is missing, so none can be planted),
 //!   and the `core.hooksPath` directory when it lies inside the project;
 //! - `config`, `config.worktree` (when present, or when `extensions.worktreeConfig` is
-//!   mentioned), and a linked worktree's `commondir` (it names the config git reads);
+//!   mentioned), a linked worktree's `commondir` (it names the config git reads) and
+//!   `gitdir` (`git worktree repair` writes a `.git` file where it points), and the files
+//!   those configs and the user's include (`include.path`, `includeIf.*.path`) when they
+//!   lie in the project; a `commondir` git would not have written (in the main, a
+//!   submodule's or a nested git dir; a linked one not resolving to the common dir) is
+//!   refused (see `policy::git_dir` for every file git reads there and how it is guarded);
 //! - the work tree's `.git`: a directory is pinned as a mount point so that it cannot be
 //!   renamed away and replaced, a `gitdir:` file is read-only; the same for the `.git`
 //!   files of submodule work trees inside the project;
@@ -80,6 +85,15 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
                     "a linked worktree's commondir: it names the config git reads",
                 );
             }
+            if wt_dir.join("gitdir").exists() {
+                push(
+                    &mut out,
+                    wt_dir.join("gitdir"),
+                    Guard::ReadOnly,
+                    "a linked worktree's gitdir: git worktree repair writes a .git file where \
+                     it points",
+                );
+            }
             config_worktree(&mut out, &wt_dir, worktree_config);
         }
         pin(&mut out, &common.join("modules"));
@@ -101,6 +115,28 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
             }
         }
     }
+    // Files the protected configs include (`include.path`, `includeIf.*.path`, e.g. a
+    // tracked `../.gitconfig`): git reads them as config.
+    for (inc, from) in include_paths(project, home, &out) {
+        let inside = inc.starts_with(wt)
+            || project
+                .outside_git_dirs()
+                .iter()
+                .any(|d| inc.starts_with(d));
+        if inside && !out.iter().any(|p| p.path == inc) {
+            let guard = if fs::symlink_metadata(&inc).is_ok() {
+                Guard::ReadOnly
+            } else {
+                Guard::EmptyFile
+            };
+            out.push(Protected {
+                path: inc,
+                guard,
+                why: "a file git config includes: git reads it as config",
+                named_by: Some(from),
+            });
+        }
+    }
     // One read of the work tree's top level: the table's entries and the nested
     // repositories are looked up in it (one `getdents` instead of an `lstat` per row).
     let top = top_level(wt);
@@ -116,6 +152,7 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
         claude_dir(&mut out, wt);
     }
     nested_repos(&mut out, wt, &top);
+    check_commondirs(project, &out)?;
     let mut real_dirs = Vec::new();
     // The host's `.claude/settings.local.json` is never mounted (the state's copy goes in
     // its place in the scratch `.claude`, whose own path is checked): a symlink there is
@@ -143,6 +180,66 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
     // A mount over a parent after one over its child would hide the child's: parents first.
     out.sort_by_key(|p| p.path.components().count());
     Ok(out)
+}
+
+/// Refuses a `commondir` that redirects a git dir claudebox protects: in the main git dir,
+/// a submodule's or a nested repository's (git writes none there), or a linked worktree's
+/// that does not resolve to the common dir. Git reads it in every git dir and takes
+/// config and hooks from where it points, so the protected config is no longer the one
+/// git reads (an earlier session planted it and the review at its end was missed).
+fn check_commondirs(project: &Project, out: &[Protected]) -> Result<()> {
+    let Some(common) = &project.common_dir else {
+        return Ok(());
+    };
+    // Every git dir whose config the probe protects, and the project's own git dir.
+    let mut dirs: Vec<&Path> = out
+        .iter()
+        .filter(|p| p.path.file_name() == Some(OsStr::new("config")))
+        .filter_map(|p| p.path.parent())
+        .collect();
+    dirs.extend(project.git_dir.as_deref());
+    dirs.push(common);
+    let linked = common.join("worktrees");
+    for wt_dir in subdirs(&linked) {
+        let f = wt_dir.join("commondir");
+        let resolves = fs::read(&f)
+            .ok()
+            .and_then(|b| fs::canonicalize(wt_dir.join(OsStr::from_bytes(b.trim_ascii()))).ok());
+        if fs::symlink_metadata(&f).is_ok() && resolves.as_deref() != Some(common.as_path()) {
+            return Err(planted_commondir(&f));
+        }
+    }
+    for d in dirs {
+        if d.parent() == Some(linked.as_path()) {
+            continue;
+        }
+        let f = d.join("commondir");
+        if fs::symlink_metadata(&f).is_ok()
+            && crate::policy::git_dir::git_dir_finding(
+                crate::policy::git_dir::GitDirKind::Common,
+                "commondir",
+                &fs::read(&f).unwrap_or_default(),
+            )
+            .is_some()
+        {
+            return Err(planted_commondir(&f));
+        }
+    }
+    Ok(())
+}
+
+fn planted_commondir(f: &Path) -> anyhow::Error {
+    crate::policy::error::Fixable::new(
+        format!(
+            "{} moves this repository's config and hooks elsewhere (git reads it in every \
+             git dir; git itself writes one only in a linked worktree's, as \"../..\")",
+            crate::policy::render::shown(f)
+        ),
+        "look at it and remove it, or launch with --writable-project-config to leave the \
+         project's git metadata writable",
+    )
+    .at(f)
+    .into()
 }
 
 /// The work-tree entries that are not protected because they do not exist: those that
@@ -386,6 +483,79 @@ fn hooks_paths(
     out
 }
 
+/// The files named by `include.path` and `includeIf.*.path` in the user's git config and
+/// in every git config the probe protects, resolved (relative to the including file,
+/// `~/` to the home), each with the file that names it.
+fn include_paths(project: &Project, home: &Path, out: &[Protected]) -> Vec<(PathBuf, PathBuf)> {
+    let mut files = vec![home.join(".gitconfig"), home.join(".config/git/config")];
+    files.extend(
+        out.iter()
+            .filter(|p| {
+                let n = p.path.file_name();
+                n == Some(OsStr::new("config")) || n == Some(OsStr::new("config.worktree"))
+            })
+            .map(|p| p.path.clone()),
+    );
+    if let Some(c) = &project.common_dir {
+        files.push(c.join("config"));
+    }
+    let mut found = Vec::new();
+    for f in files {
+        let Ok(text) = fs::read(&f) else { continue };
+        for v in include_values_in(&text) {
+            let p = match v.strip_prefix(b"~/") {
+                Some(rest) => home.join(OsStr::from_bytes(rest)),
+                None => f
+                    .parent()
+                    .unwrap_or(Path::new("/"))
+                    .join(OsStr::from_bytes(&v)),
+            };
+            found.push((normalize(&p), f.clone()));
+        }
+    }
+    found
+}
+
+/// The `path` values of `[include]` and `[includeIf "..."]` sections (a small reader, as
+/// [`core_value_in`]).
+fn include_values_in(text: &[u8]) -> Vec<Vec<u8>> {
+    let mut in_include = false;
+    let mut out = Vec::new();
+    for line in text.split(|b| *b == b'\n') {
+        let mut line = line.trim_ascii();
+        if line.starts_with(b"[") {
+            let name = line[1..]
+                .split(|b| *b == b']' || *b == b' ' || *b == b'"')
+                .next()
+                .unwrap_or(b"");
+            in_include =
+                name.eq_ignore_ascii_case(b"include") || name.eq_ignore_ascii_case(b"includeif");
+            // `[include] path = x` on one line.
+            match line.iter().position(|b| *b == b']') {
+                Some(end) => line = line[end + 1..].trim_ascii(),
+                None => continue,
+            }
+        }
+        if !in_include {
+            continue;
+        }
+        let Some(eq) = line.iter().position(|b| *b == b'=') else {
+            continue;
+        };
+        if line[..eq].trim_ascii().eq_ignore_ascii_case(b"path") {
+            let v = line[eq + 1..].trim_ascii();
+            let v = v
+                .strip_prefix(b"\"")
+                .and_then(|v| v.strip_suffix(b"\""))
+                .unwrap_or(v);
+            if !v.is_empty() {
+                out.push(v.to_vec());
+            }
+        }
+    }
+    out
+}
+
 /// The last value of `core.<key>` (key lowercase) in one git config file. A small reader:
 /// sections, `key = value`, optional double quotes; includes are not followed.
 pub(crate) fn core_value(file: &Path, key: &[u8]) -> Option<Vec<u8>> {
@@ -591,6 +761,16 @@ mod tests {
         }
         // `..` is judged by realpath, as before: a real path through `..` is not itself.
         assert!(check_no_symlink(&root.join("real/../real/hooks"), &mut known).is_err());
+    }
+
+    #[test]
+    fn include_values_are_read_from_both_sections() {
+        let t = b"[include]\n\tpath = ../.gitconfig\n[core]\n\tpath = no\n\
+                  [includeIf \"gitdir:/x/\"]\n\tpath = \"~/inc\"\n[include] path = a\n";
+        assert_eq!(
+            include_values_in(t),
+            vec![b"../.gitconfig".to_vec(), b"~/inc".to_vec(), b"a".to_vec()]
+        );
     }
 
     #[test]

@@ -36,6 +36,10 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     let home = host::home_dir()?;
     let project = project::discover(&cwd)?;
     refuse_dangerous_root(&project.work_tree, &home, cli.yes)?;
+    let shared = guard::check_shared_dir(&project.work_tree, cli.yes)?;
+    if let Some(w) = shared.warning(&project.work_tree) {
+        eprintln!("claudebox: {w}");
+    }
     guard::check_outside_git_dirs(&project, cli.yes)?;
     let bwrap = host::find_bwrap()?;
     let command = if cli.exec {
@@ -119,6 +123,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         protect_project_metadata,
         protected,
         unprotected_missing,
+        host_sockets: shared.sockets,
         ipc_vars: host::ipc_vars_present(),
         preset_vars: plan::DEFAULT_ENV
             .iter()

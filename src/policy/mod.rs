@@ -9,6 +9,7 @@ pub mod error;
 pub mod escape;
 pub mod facts;
 pub mod forward;
+pub mod git_dir;
 pub mod gpu;
 pub mod ipc;
 pub mod layout;

@@ -154,3 +154,48 @@ pub const VENDOR_DIRS: &[&str] = &[
     "contrib",
     "submodules",
 ];
+
+/// Shared system directories: other programs keep their files and unix sockets there, so
+/// none of them, nor a directory holding one, is a project without `--yes` (see
+/// `config::guard::check_shared_dir`). `$XDG_RUNTIME_DIR` is added at the launch.
+pub const SHARED_SYSTEM_DIRS: &[(&str, &str)] = &[
+    (
+        "/tmp",
+        "every user's and program's temporary files and sockets (tmux, X11, ssh agents)",
+    ),
+    (
+        "/var/tmp",
+        "every user's and program's temporary files, kept across reboots",
+    ),
+    (
+        "/dev/shm",
+        "shared memory of running programs (browsers, PulseAudio)",
+    ),
+    (
+        "/run",
+        "system services' sockets (docker, D-Bus, systemd) and every user's runtime dir",
+    ),
+];
+
+/// Why `$XDG_RUNTIME_DIR` is refused like [`SHARED_SYSTEM_DIRS`].
+pub const XDG_RUNTIME_DIR_WHY: &str =
+    "your session's sockets (D-Bus, Wayland, ssh and gpg agents, pipewire)";
+
+/// How deep below the project's top unix sockets are looked for by reading directories at
+/// the launch (the project's own entries are level 1). Live sockets bound in the host's
+/// network namespace (tmux, X11, ssh agents, dev servers) are found at any depth through
+/// `/proc/net/unix`; this scan adds the rest (another namespace's, stale ones).
+pub const SOCKET_SCAN_DEPTH: usize = 2;
+
+/// Directories not looked into for sockets: the git dir (git's own fsmonitor daemon
+/// socket, `fsmonitor--daemon.ipc`, answers which paths changed and runs nothing) and
+/// the two large trees of generated files.
+pub const SOCKET_SCAN_SKIP: &[&str] = &[".git", "node_modules", "target"];
+
+/// At most this many directory entries are looked at for sockets (a bound on the
+/// launch's cost); the rest is named in the warning as not looked at.
+pub const SOCKET_SCAN_LIMIT: usize = 2_000;
+
+/// Why a unix socket found in the project is covered with `--yes`.
+pub const SOCKET_WHY: &str =
+    "another program's unix socket in the project (--yes): /dev/null over it, so connect() is refused";

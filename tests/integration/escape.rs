@@ -11,6 +11,7 @@ mod host_ports;
 mod host_writes;
 mod project_files;
 mod race;
+mod shared_dirs;
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -722,6 +723,7 @@ fn escape_suite() {
     let mut more = race::attempts();
     more.extend(credentials::attempts());
     more.extend(host_writes::attempts());
+    more.extend(shared_dirs::attempts());
     for (name, escaped) in &more {
         if *escaped {
             eprintln!("ESCAPE: {name}");
@@ -812,6 +814,7 @@ fn controls_show_the_attempts_can_succeed() {
     race::controls();
     credentials::controls();
     host_writes::controls();
+    shared_dirs::controls();
 }
 
 /// A symlink planted at a protected path (say by an earlier session with the protection

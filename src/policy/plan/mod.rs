@@ -181,6 +181,8 @@ pub struct Inputs {
     pub protected: Vec<Protected>,
     /// Code-bearing work-tree entries that do not exist, so are not protected.
     pub unprotected_missing: Vec<PathBuf>,
+    /// Other programs' unix sockets found in the project (`--yes`): `/dev/null` over each.
+    pub host_sockets: Vec<PathBuf>,
     /// Host IPC variables present in the environment, to unset inside.
     pub ipc_vars: Vec<OsString>,
     /// Variables of [`DEFAULT_ENV`] the host environment already sets: the user's stand.
@@ -233,6 +235,7 @@ impl Inputs {
             protect_project_metadata: true,
             protected: Vec::new(),
             unprotected_missing: Vec::new(),
+            host_sockets: Vec::new(),
             ipc_vars: Vec::new(),
             preset_vars: Vec::new(),
             ssh_agent: None,
@@ -438,6 +441,15 @@ pub fn build(inp: &Inputs) -> Plan {
     }
 
     protect(inp, &mut m, &mut notes);
+    for s in &inp.host_sockets {
+        let why = crate::policy::protected::SOCKET_WHY;
+        m.push(Mount::new(
+            MountKind::Ro,
+            Some(Path::new("/dev/null")),
+            s,
+            why,
+        ));
+    }
 
     if let Some(c) = &inp.claude {
         m.push(Mount::same(

@@ -11,7 +11,7 @@ use std::path::Path;
 /// sandbox's).
 #[rustfmt::skip]
 const BY_NAME: &[(&str, usize, &str)] = &[
-    ("src/config/guard.rs", 9, "the user's config file and the paths it names, read before any sandbox"),
+    ("src/config/guard.rs", 15, "the user's config file and the paths it names, and the shared-dir socket scan (/proc/net/unix, lstat): read-only, before any sandbox"),
     ("src/config/mod.rs", 1, "the user's config file"),
     ("src/config/settings.rs", 2, "the user's config file and extra mount sources (canonicalised, checked by guard)"),
     ("src/host/apparmor.rs", 4, "/sys/kernel/security, /proc/self/attr, /etc/apparmor.d: the system's"),
@@ -20,7 +20,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/host/mod.rs", 7, "the home, bwrap and claude's install, /proc/self: read-only"),
     ("src/host/mounts.rs", 6, "/proc/self/mountinfo: read-only"),
     ("src/host/project.rs", 7, "the project's root found before launch (canonicalize, git's files read-only)"),
-    ("src/host/protect.rs", 18, "the project's protected paths, opened O_NOFOLLOW by descriptor (host::sources); owned by issue 21 item 2"),
+    ("src/host/protect.rs", 25, "the project's protected paths and the files their git configs include: read-only probes before the launch; the mounts themselves are opened O_NOFOLLOW by descriptor (host::sources)"),
     ("src/host/supervise.rs", 2, "/proc/<own pid>/task/<pid>/children and /proc/<pid>/comm: read-only"),
     ("src/host/sources.rs", 5, "/proc/self/fd: the bind sources' own descriptors"),
     ("src/inside/confine.rs", 4, "inside the sandbox: /proc/self, its own mounts"),

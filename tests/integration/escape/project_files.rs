@@ -66,6 +66,17 @@ fn setup(a: &Arena) {
         &p.join(".devcontainer/devcontainer.json"),
         "{\"image\": \"debian\"}\n",
     );
+    // A tracked config the repository includes (`git config include.path ../x`), and one
+    // it includes that does not exist yet.
+    write(&p.join(".gitconfig-project"), "[user]\n\tname = T\n");
+    git(
+        p,
+        &["config", "--add", "include.path", "../.gitconfig-project"],
+    );
+    git(
+        p,
+        &["config", "--add", "include.path", "../.gitconfig-local"],
+    );
     let vendored = p.join("vendor/lib");
     fs::create_dir_all(&vendored).unwrap();
     init_repo(&vendored);
@@ -251,12 +262,91 @@ fn plants() -> Vec<Plant> {
     v.push(Plant {
         linked: true,
         ..plant_case(
+            "linked worktree: rewrite its gitdir (git worktree repair writes a .git file there)",
+            "echo /tmp/victim/.git > \"$T_COMMON\"/worktrees/\"$(basename \"$T_LINKED\")\"/gitdir 2>/dev/null",
+            |a: &Arena| {
+                let n = a.linked.file_name().unwrap();
+                let f = a.proj.join(".git/worktrees").join(n).join("gitdir");
+                let landed = fs::read_to_string(&f).is_ok_and(|s| s.contains("victim"));
+                if landed {
+                    // Put it back: the attempts after this one use the worktree.
+                    let back = format!("{}\n", a.linked.join(".git").display());
+                    fs::write(&f, back).unwrap();
+                }
+                landed
+            },
+        )
+    });
+    v.push(plant_case(
+        "config.worktree with a fsmonitor, turned on by extensions.worktreeConfig",
+        "git config extensions.worktreeConfig true 2>/dev/null; \
+             printf '[core]\\n\\tfsmonitor = \"touch %s/fsm-worktree; false\"\\n' \"$T_WORLD\" \
+             > .git/config.worktree 2>/dev/null",
+        |a: &Arena| {
+            let ran = host_git_status_runs(a, "fsm-worktree");
+            // Its fsmonitor would win over the ones the attempts after this plant.
+            let _ = fs::remove_file(a.proj.join(".git/config.worktree"));
+            ran
+        },
+    ));
+    for (name, file, marker) in [
+        (
+            "a config file .git/config includes: add a fsmonitor",
+            ".gitconfig-project",
+            "fsm-include",
+        ),
+        (
+            "a config file .git/config includes that does not exist: create it",
+            ".gitconfig-local",
+            "fsm-include-missing",
+        ),
+    ] {
+        v.push(plant_case(
+            name,
+            format!(
+                "printf '[core]\\n\\tfsmonitor = \"touch %s/{marker}; false\"\\n' \"$T_WORLD\" \
+                 >> {file} 2>/dev/null"
+            ),
+            move |a: &Arena| host_git_status_runs(a, marker),
+        ));
+    }
+    v.push(Plant {
+        linked: true,
+        ..plant_case(
             "a work tree without .claude: create .claude/settings.json with a hook",
             plant(".claude/settings.json"),
             |a: &Arena| contains_planted(&a.linked.join(".claude/settings.json")),
         )
     });
     v
+}
+
+/// Whether the host's `git status` in the project makes `$T_WORLD/<marker>` (a planted
+/// fsmonitor ran); the marker is removed for the next attempt.
+fn host_git_status_runs(a: &Arena, marker: &str) -> bool {
+    let m = a.w.root().join(marker);
+    let _ = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&a.proj)
+        .arg("status")
+        .env("HOME", a.w.home())
+        .output()
+        .unwrap();
+    let ran = m.exists();
+    let _ = fs::remove_file(&m);
+    ran
+}
+
+/// Plants, from inside, a `commondir` in the main git dir naming a copy of it whose
+/// config has a fsmonitor (the copy lies in the project; it did not exist at the launch).
+const COMMONDIR_SCRIPT: &str = "mkdir -p evilc && cp -r .git/HEAD .git/refs .git/objects evilc/ && \
+     printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch %s/fsm-commondir; false\"\\n' \"$T_WORLD\" > evilc/config && \
+     echo ../evilc > .git/commondir";
+
+/// Removes what [`COMMONDIR_SCRIPT`] planted.
+fn remove_commondir(a: &Arena) {
+    let _ = fs::remove_file(a.proj.join(".git/commondir"));
+    let _ = fs::remove_dir_all(a.proj.join("evilc"));
 }
 
 /// The planted name: an OSC 52 clipboard write, a carriage return and a fake verdict.
@@ -318,6 +408,23 @@ pub(super) fn attempts(a: &Arena) -> Vec<Attempt> {
         )
         .env("CLAUDEBOX_HOME", state_in_claude(a))
         .refusal_stops_it(),
+    );
+    v.push(
+        attempt(
+            "plant .git/commondir (main git dir): the next launch must refuse it",
+            COMMONDIR_SCRIPT,
+        )
+        .host_check(|a| {
+            let o = next_launch(a);
+            remove_commondir(a);
+            let e = stderr(&o);
+            let refused =
+                !o.status.success() && e.lines().count() == 1 && e.contains(".git/commondir");
+            if !refused {
+                eprintln!("next launch: {:?}\n{e}", o.status);
+            }
+            !refused
+        }),
     );
     v.push(
         attempt(
@@ -390,6 +497,20 @@ pub(super) fn controls(a: &Arena) {
         ),
     );
     assert!(escaped, "{text}");
+    // A planted main commondir: the host's git status runs its fsmonitor, and a launch
+    // with the opt-out starts (so the refusal above is the probe's).
+    let (_, text) = run_attempt(
+        a,
+        &attempt("control: plant .git/commondir", COMMONDIR_SCRIPT),
+    );
+    assert!(host_git_status_runs(a, "fsm-commondir"), "{text}");
+    let o = a
+        .cmd(&a.proj, &[])
+        .args(["--writable-project-config", "--exec", "true"])
+        .output()
+        .unwrap();
+    remove_commondir(a);
+    assert!(o.status.success(), "{}", stderr(&o));
     // The planted path reaches claudebox's message (escaped), and the project launches
     // again once the named file is gone.
     // (With the opt-out: otherwise the exit review moves the planted config aside.)

@@ -1,0 +1,235 @@
+//! Shared system directories and other programs' unix sockets as the project: the agent
+//! types into a host shell through the user's tmux server (a real one, `tmux -S`), as an
+//! independent review did from `cd /tmp && claudebox`. Each attempt needs its own launch
+//! in its own directory, so they run beside the arena (like `race`).
+//!
+//! Attempts: `/tmp` itself as the project, and a project holding a live tmux socket three
+//! levels down, each refused without `--yes`; with `--yes` the socket is covered and the
+//! keys never reach the shell. Controls: the same keys through the same socket bound with
+//! `--rw` (the cover is what stops them), and from the host.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::*;
+
+/// A tmux server of the test's own, a shell in it, killed on drop.
+struct Server {
+    sock: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Server {
+    /// A server whose socket lies in a new directory under `parent`.
+    fn start(parent: &Path) -> Server {
+        let dir = tempfile::Builder::new()
+            .prefix("cbx-tmux-")
+            .tempdir_in(parent)
+            .unwrap();
+        let sock = dir.path().join("default");
+        let o = Command::new("tmux")
+            .arg("-S")
+            .arg(&sock)
+            .args([
+                "-f",
+                "/dev/null",
+                "new-session",
+                "-d",
+                "-x",
+                "80",
+                "-y",
+                "24",
+                "sh",
+            ])
+            .env("HOME", dir.path())
+            .output()
+            .expect("tmux");
+        assert!(o.status.success(), "tmux: {}", stderr(&o));
+        Server { sock, _dir: dir }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = Command::new("tmux")
+            .arg("-S")
+            .arg(&self.sock)
+            .arg("kill-server")
+            .output();
+    }
+}
+
+/// Shell code run inside: type `touch MARK` into the tmux server's shell.
+fn type_into(sock: &Path, marker: &Path) -> String {
+    format!(
+        "tmux -S {} send-keys 'touch {}' Enter 2>&1; sleep 0.3; echo ATTEMPT-RAN",
+        sq(sock.to_str().unwrap()),
+        marker.to_str().unwrap()
+    )
+}
+
+/// Whether the host shell made `marker` (it is given 3 s).
+fn typed(marker: &Path) -> bool {
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end {
+        if marker.exists() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    false
+}
+
+/// claudebox in `cwd` with `home` as HOME and the world's PATH, running `script`.
+fn launch(w: &World, home: &Path, cwd: &Path, args: &[&str], script: &str) -> Output {
+    w.cmd(cwd)
+        .env("HOME", home)
+        .args(args)
+        .args(["--exec", "sh", "-c", script])
+        .output()
+        .unwrap()
+}
+
+/// A home outside /tmp (the world's is inside it, which would make `/tmp` a home-sized
+/// project and be refused for that).
+fn home_outside_tmp() -> tempfile::TempDir {
+    let d = tempfile::Builder::new()
+        .prefix("cbx-home-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    fs::create_dir_all(d.path().join(".claude")).unwrap();
+    d
+}
+
+/// A refusal is one line on stderr naming why; the launch did not run the script.
+fn refused(o: &Output, why: &str) -> bool {
+    let e = stderr(o);
+    !o.status.success()
+        && e.lines().count() == 1
+        && e.contains(why)
+        && !stdout(o).contains("ATTEMPT-RAN")
+}
+
+/// Removes the `.claude` mount point a `--yes` launch at `/tmp` leaves (when empty).
+fn tidy_tmp() {
+    let _ = fs::remove_dir(Path::new("/tmp/.claude"));
+}
+
+pub(super) fn attempts() -> Vec<(&'static str, bool)> {
+    let mut v = Vec::new();
+    let w = World::new();
+    let home = home_outside_tmp();
+    let marker = w.root().join("typed");
+
+    // 1. /tmp as the project, a tmux server's socket in it.
+    let s = Server::start(Path::new("/tmp"));
+    let o = launch(
+        &w,
+        home.path(),
+        Path::new("/tmp"),
+        &[],
+        &type_into(&s.sock, &marker),
+    );
+    let stopped = refused(&o, "shared system directory");
+    v.push((
+        "/tmp as the project: type into a host shell through a tmux socket there",
+        !stopped || typed(&marker),
+    ));
+    let o = launch(
+        &w,
+        home.path(),
+        Path::new("/tmp"),
+        &["--yes"],
+        &type_into(&s.sock, &marker),
+    );
+    tidy_tmp();
+    let warned = stderr(&o).contains("covered with /dev/null");
+    if !warned || !o.status.success() {
+        eprintln!("/tmp --yes: {}{}", stdout(&o), stderr(&o));
+    }
+    v.push((
+        "/tmp as the project with --yes: the tmux socket there",
+        !warned || typed(&marker),
+    ));
+    drop(s);
+
+    // 2. A project holding a live socket three levels down (`tmp/cbx-tmux-*/default`).
+    let proj = w.dir("sockproj");
+    init_repo(&proj);
+    fs::create_dir_all(proj.join("tmp")).unwrap();
+    let s = Server::start(&proj.join("tmp"));
+    let o = launch(&w, &w.home(), &proj, &[], &type_into(&s.sock, &marker));
+    v.push((
+        "a project holding a tmux socket: type into the host shell",
+        !refused(&o, "unix sockets of other programs") || typed(&marker),
+    ));
+    let o = launch(
+        &w,
+        &w.home(),
+        &proj,
+        &["--yes"],
+        &type_into(&s.sock, &marker),
+    );
+    let warned =
+        o.status.success() && stderr(&o).contains(s.sock.file_name().unwrap().to_str().unwrap());
+    if !warned {
+        eprintln!("project --yes: {}{}", stdout(&o), stderr(&o));
+    }
+    v.push((
+        "a project holding a tmux socket, --yes: type into the host shell",
+        !warned || typed(&marker),
+    ));
+    v
+}
+
+/// The same keys reach the host shell from the host, and from inside through the same
+/// socket when it is bound with `--rw` (after the cover, so the cover is what stopped them).
+pub(super) fn controls() {
+    let w = World::new();
+    let home = home_outside_tmp();
+    let marker = w.root().join("typed");
+    let s = Server::start(Path::new("/tmp"));
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(type_into(&s.sock, &marker))
+        .output()
+        .unwrap();
+    assert!(typed(&marker), "host control: {}", stderr(&o));
+    fs::remove_file(&marker).unwrap();
+    let dir = s.sock.parent().unwrap().to_str().unwrap().to_string();
+    let o = launch(
+        &w,
+        home.path(),
+        Path::new("/tmp"),
+        &["--yes", "--rw", &dir],
+        &type_into(&s.sock, &marker),
+    );
+    tidy_tmp();
+    assert!(
+        typed(&marker),
+        "/tmp --yes --rw control: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    fs::remove_file(&marker).unwrap();
+    drop(s);
+
+    let proj = w.dir("sockproj");
+    init_repo(&proj);
+    fs::create_dir_all(proj.join("tmp")).unwrap();
+    let s = Server::start(&proj.join("tmp"));
+    let dir = s.sock.parent().unwrap().to_str().unwrap().to_string();
+    let o = launch(
+        &w,
+        &w.home(),
+        &proj,
+        &["--yes", "--rw", &dir],
+        &type_into(&s.sock, &marker),
+    );
+    assert!(
+        typed(&marker),
+        "project --yes --rw control: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+}

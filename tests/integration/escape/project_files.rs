@@ -411,10 +411,14 @@ pub(super) fn attempts(a: &Arena) -> Vec<Attempt> {
     );
     v.push(
         attempt(
-            "plant .git/commondir (main git dir): the next launch must refuse it",
+            "plant .git/commondir (main git dir): moved aside at exit, or the next launch refuses it",
             COMMONDIR_SCRIPT,
         )
         .host_check(|a| {
+            // The exit review moved it aside: the host's git never reads it.
+            if !a.proj.join(".git/commondir").exists() {
+                return false;
+            }
             let o = next_launch(a);
             remove_commondir(a);
             let e = stderr(&o);

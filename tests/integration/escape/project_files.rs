@@ -503,9 +503,13 @@ pub(super) fn controls(a: &Arena) {
     assert!(escaped, "{text}");
     // A planted main commondir: the host's git status runs its fsmonitor, and a launch
     // with the opt-out starts (so the refusal above is the probe's).
+    // (With the opt-out: otherwise the exit review moves it aside.)
     let (_, text) = run_attempt(
         a,
-        &attempt("control: plant .git/commondir", COMMONDIR_SCRIPT),
+        &Attempt {
+            args: vec!["--writable-project-config".into()],
+            ..attempt("control: plant .git/commondir", COMMONDIR_SCRIPT)
+        },
     );
     assert!(host_git_status_runs(a, "fsm-commondir"), "{text}");
     let o = a

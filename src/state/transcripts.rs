@@ -8,18 +8,18 @@
 //! the agent can write: every step here refuses to follow a symlink it may have planted.
 
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File, OpenOptions};
 use std::io::ErrorKind;
 use std::os::fd::AsRawFd;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::SystemTime;
 
 use crate::policy::render::Shown;
+use crate::state::beneath::{self, Dir, FileType};
 use anyhow::{Context, Result};
 use nix::errno::Errno;
 use nix::fcntl::{renameat2, RenameFlags};
-use nix::sys::stat::{fstatat, SFlag};
+use nix::sys::stat::fstatat;
 
 /// Claude Code's name for a directory's conversations: every UTF-16 code unit outside
 /// `[a-zA-Z0-9]` becomes `-`; past 200 characters the name is cut at 200 and gets `-` and
@@ -76,33 +76,50 @@ pub enum Found {
     Nowhere,
 }
 
+/// The project's conversations directory, held open beneath the project's state directory
+/// (which no sandbox writes); `None` when there is none yet.
+fn open_conversations(conversations: &Path) -> Result<Option<Dir>> {
+    let (Some(parent), Some(name)) = (conversations.parent(), conversations.file_name()) else {
+        anyhow::bail!("no directory in {}", conversations.shown());
+    };
+    let state = Dir::open(parent).with_context(|| format!("cannot open {}", parent.shown()))?;
+    match state.sub(Path::new(name)) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.kind() == ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e).with_context(|| format!("cannot open {}", conversations.shown())),
+    }
+}
+
 /// Looks for `<uuid>.jsonl` (a regular file, not a symlink) in every directory of
-/// `conversations`; a copy under the cwd's own name wins, otherwise the newest.
+/// `conversations`; a copy under the cwd's own name wins, otherwise the newest. Every
+/// lookup is beneath the directory's descriptor and never through a symlink.
 pub fn find(conversations: &Path, uuid: &str, cwd: &Path) -> Result<Found> {
     let file = format!("{uuid}.jsonl");
     let here = dir_name(cwd);
-    if is_regular(&conversations.join(&here).join(&file)) {
+    let Some(conv) = open_conversations(conversations)? else {
+        return Ok(Found::Nowhere);
+    };
+    if conv.is_file(&Path::new(&here).join(&file)) {
         return Ok(Found::Here);
     }
-    let entries = match fs::read_dir(conversations) {
-        Ok(e) => e,
-        Err(e) if e.kind() == ErrorKind::NotFound => return Ok(Found::Nowhere),
-        Err(e) => return Err(e).with_context(|| format!("cannot read {}", conversations.shown())),
-    };
+    let entries = conv
+        .entries(Path::new("."))
+        .with_context(|| format!("cannot read {}", conversations.shown()))?;
     let mut best: Option<(SystemTime, OsString)> = None;
-    for entry in entries {
-        let entry = entry.with_context(|| format!("cannot read {}", conversations.shown()))?;
-        if !entry.file_type().map(|t| t.is_dir()).unwrap_or(false) {
-            continue;
-        }
-        let Ok(meta) = fs::symlink_metadata(entry.path().join(&file)) else {
-            continue;
+    for (name, kind) in entries {
+        let is_dir = match kind {
+            FileType::Directory => true,
+            FileType::Unknown => conv.is_dir(Path::new(&name)),
+            _ => false,
         };
-        if !meta.is_file() {
+        if !is_dir {
             continue;
         }
-        let mtime = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
-        let name = entry.file_name();
+        let rel = Path::new(&name).join(&file);
+        if !conv.is_file(&rel) {
+            continue;
+        }
+        let mtime = beneath::mtime(&conv, &rel).unwrap_or(SystemTime::UNIX_EPOCH);
         if best.as_ref().is_none_or(|(t, n)| (mtime, &name) > (*t, n)) {
             best = Some((mtime, name));
         }
@@ -110,14 +127,34 @@ pub fn find(conversations: &Path, uuid: &str, cwd: &Path) -> Result<Found> {
     Ok(best.map_or(Found::Nowhere, |(_, n)| Found::Elsewhere(n)))
 }
 
-fn is_regular(p: &Path) -> bool {
-    fs::symlink_metadata(p)
-        .map(|m| m.is_file())
-        .unwrap_or(false)
+/// The newest `<uuid>.jsonl` (a regular file) directly in `cwd`'s own directory of
+/// `conversations` whose uuid `accept` takes, as `--continue` picks it; beneath the
+/// directory's descriptor, never through a symlink.
+pub fn newest(conversations: &Path, cwd: &Path, accept: impl Fn(&str) -> bool) -> Option<String> {
+    let conv = open_conversations(conversations).ok()??;
+    let here = conv.sub(Path::new(&dir_name(cwd))).ok()?;
+    let mut best: Option<(SystemTime, String)> = None;
+    for (name, _) in here.entries(Path::new(".")).ok()? {
+        let Some(uuid) = name.as_bytes().strip_suffix(b".jsonl") else {
+            continue;
+        };
+        let Ok(uuid) = std::str::from_utf8(uuid) else {
+            continue;
+        };
+        if !accept(uuid) || !here.is_file(Path::new(&name)) {
+            continue;
+        }
+        let t = beneath::mtime(&here, Path::new(&name)).unwrap_or(SystemTime::UNIX_EPOCH);
+        if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
+            best = Some((t, uuid.to_string()));
+        }
+    }
+    best.map(|(_, u)| u)
 }
 
 /// Moves `<uuid>.jsonl` and its `<uuid>/` directory from `conversations/<from>` to the
-/// cwd's own directory, creating it. Never replaces anything and never follows a symlink.
+/// cwd's own directory, creating it. Never replaces anything and never follows a symlink:
+/// both directories are opened beneath the conversations' descriptor.
 ///
 /// The conversation cites files under `<uuid>/` by absolute path (large tool output saved
 /// in `tool-results/`, subagent transcripts in `subagents/`): a relative symlink
@@ -127,27 +164,33 @@ fn is_regular(p: &Path) -> bool {
 pub fn move_here(conversations: &Path, uuid: &str, from: &OsStr, cwd: &Path) -> Result<()> {
     let to = dir_name(cwd);
     let target = conversations.join(&to);
-    match fs::DirBuilder::new().mode(0o700).create(&target) {
+    let conv = open_conversations(conversations)?
+        .with_context(|| format!("no {}", conversations.shown()))?;
+    match conv.mkdir(Path::new(&to), 0o700) {
         Ok(()) => {}
         Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
         Err(e) => return Err(e).with_context(|| format!("cannot create {}", target.shown())),
     }
-    let src = open_dir(&conversations.join(from))?;
-    let dst = open_dir(&target)?;
+    let open_dir = |name: &OsStr| {
+        conv.sub(Path::new(name)).with_context(|| {
+            format!(
+                "cannot open {} as a directory",
+                conversations.join(name).shown()
+            )
+        })
+    };
+    let src = open_dir(from)?;
+    let dst = open_dir(&to)?;
     let file = format!("{uuid}.jsonl");
     rename_noreplace(&src, &dst, OsStr::new(&file))
         .with_context(|| format!("cannot move {file} into {}", target.shown()))?;
     // The directory is optional; a leftover one under the target name is left alone.
-    if file_type(&src, uuid) != Some(SFlag::S_IFDIR) {
+    if src.kind(Path::new(uuid)) != Some(FileType::Directory) {
         return Ok(());
     }
-    if file_type(&dst, uuid) == Some(SFlag::S_IFLNK) {
+    if dst.kind(Path::new(uuid)) == Some(FileType::Symlink) {
         // A link an earlier move left here; the directory comes back in its place.
-        let _ = nix::unistd::unlinkat(
-            Some(dst.as_raw_fd()),
-            OsStr::new(uuid),
-            nix::unistd::UnlinkatFlags::NoRemoveDir,
-        );
+        let _ = dst.remove_file(Path::new(uuid));
     }
     if let Err(e) = rename_noreplace(&src, &dst, OsStr::new(uuid)) {
         eprintln!(
@@ -160,7 +203,7 @@ pub fn move_here(conversations: &Path, uuid: &str, from: &OsStr, cwd: &Path) -> 
     link.push(&to);
     link.push("/");
     link.push(uuid);
-    if let Err(e) = nix::unistd::symlinkat(link.as_os_str(), Some(src.as_raw_fd()), uuid) {
+    if let Err(e) = nix::unistd::symlinkat(link.as_os_str(), Some(src.fd().as_raw_fd()), uuid) {
         eprintln!(
             "claudebox: warning: cannot leave a link at {} (files the conversation cites \
              there are now under {}): {e}",
@@ -171,27 +214,8 @@ pub fn move_here(conversations: &Path, uuid: &str, from: &OsStr, cwd: &Path) -> 
     Ok(())
 }
 
-/// The type of `dir/name`, without following a symlink.
-fn file_type(dir: &File, name: &str) -> Option<SFlag> {
-    fstatat(
-        Some(dir.as_raw_fd()),
-        OsStr::new(name),
-        nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
-    )
-    .ok()
-    .map(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT)
-}
-
-fn open_dir(p: &Path) -> Result<File> {
-    OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_DIRECTORY | nix::libc::O_NOFOLLOW)
-        .open(p)
-        .with_context(|| format!("cannot open {} as a directory", p.shown()))
-}
-
-fn rename_noreplace(src: &File, dst: &File, name: &OsStr) -> Result<()> {
-    let (s, d) = (Some(src.as_raw_fd()), Some(dst.as_raw_fd()));
+fn rename_noreplace(src: &Dir, dst: &Dir, name: &OsStr) -> Result<()> {
+    let (s, d) = (Some(src.fd().as_raw_fd()), Some(dst.fd().as_raw_fd()));
     match renameat2(s, name, d, name, RenameFlags::RENAME_NOREPLACE) {
         Ok(()) => Ok(()),
         // A file system without RENAME_NOREPLACE: check, then rename.
@@ -208,6 +232,7 @@ fn rename_noreplace(src: &File, dst: &File, name: &OsStr) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::fs;
 
     #[test]
     fn moves_leave_links_that_chain_and_a_move_back_replaces_its_link() {
@@ -269,5 +294,24 @@ mod tests {
         assert_eq!(base36(35), "z");
         assert_eq!(base36(36), "10");
         assert_eq!(base36(2_147_483_648), "zik0zk");
+    }
+
+    #[test]
+    fn find_never_looks_through_a_planted_symlink() {
+        let t = tempfile::tempdir().unwrap();
+        let conv = t.path().join("claude-projects");
+        let outside = t.path().join("outside");
+        let u = "0123abcd-0000-4000-8000-00000000cafe";
+        fs::create_dir_all(outside.join("d")).unwrap();
+        fs::write(outside.join(format!("{u}.jsonl")), "{}").unwrap();
+        fs::write(outside.join("d").join(format!("{u}.jsonl")), "{}").unwrap();
+        fs::create_dir(&conv).unwrap();
+        let cwd = Path::new("/w/a");
+        // The cwd's own name a link to a directory outside, another name too.
+        std::os::unix::fs::symlink(&outside, conv.join(dir_name(cwd))).unwrap();
+        std::os::unix::fs::symlink(outside.join("d"), conv.join("other")).unwrap();
+        assert_eq!(find(&conv, u, cwd).unwrap(), Found::Nowhere);
+        assert!(move_here(&conv, u, OsStr::new("other"), Path::new("/w/b")).is_err());
+        assert!(outside.join("d").join(format!("{u}.jsonl")).is_file());
     }
 }

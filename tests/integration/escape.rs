@@ -6,6 +6,7 @@
 
 mod claude_home;
 mod credentials;
+mod gc_walk;
 mod gpu;
 mod host_ports;
 mod host_writes;
@@ -723,6 +724,7 @@ fn escape_suite() {
     let mut more = race::attempts();
     more.extend(credentials::attempts());
     more.extend(host_writes::attempts());
+    more.extend(gc_walk::attempts());
     more.extend(shared_dirs::attempts());
     for (name, escaped) in &more {
         if *escaped {
@@ -814,6 +816,7 @@ fn controls_show_the_attempts_can_succeed() {
     race::controls();
     credentials::controls();
     host_writes::controls();
+    gc_walk::controls();
     shared_dirs::controls();
 }
 

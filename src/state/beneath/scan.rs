@@ -35,15 +35,14 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/state/claude_home/claude_json.rs", 4, "the host's own ~/.claude.json: read, and its inode stamp"),
     ("src/state/credsync.rs", 7, "the host's .credentials.json (O_NOFOLLOW, same-inode check) and its lock in the host's dir, /proc/self/fd"),
     ("src/state/inuse.rs", 6, "running/ slots and the lock file in the project's state dir, which no sandbox sees"),
-    ("src/state/inventory.rs", 12, "--list's and --gc's reads: project-root, sizes; read-only, never follows into a write"),
+    ("src/state/inventory.rs", 12, "--list's and --gc's reads: project-root, sizes; read-only (lstat, then read_dir by name: a directory an agent swaps for a symlink mid-walk can only miscount --list's size and last-used date; nothing is written or removed by name, and nothing read reaches a sandbox)"),
     ("src/state/mod.rs", 19, "the state home and a new project dir made under a temporary name before any sandbox; remove_unused before any sandbox ran"),
     ("src/state/review/mod.rs", 3, "File::from_raw_fd wraps a descriptor opened beneath; review-pending/ is listed in the project's state dir, which no sandbox sees"),
     ("src/state/review/walk.rs", 2, "File::from_raw_fd wraps a descriptor; a read-only canonicalize of a worktree's commondir target, compared, never written"),
     ("src/state/sessions/list.rs", 1, "sessions/: not bound into any sandbox"),
     ("src/state/sessions/lock.rs", 7, "sessions/<name>.lock and .running: not bound into any sandbox"),
-    ("src/state/sessions/mod.rs", 14, "sessions/: not bound into any sandbox; the conversation's move is by descriptor (transcripts)"),
+    ("src/state/sessions/mod.rs", 13, "sessions/: not bound into any sandbox; the conversations (lookups, the move, --continue's newest) are by descriptor (transcripts)"),
     ("src/state/sessions/record.rs", 3, "sessions/<name>.json: not bound into any sandbox (written by state::write_atomic, beneath)"),
-    ("src/state/transcripts.rs", 7, "the conversations: read-only lookups (lstat) and the move by directory descriptor, O_NOFOLLOW, RENAME_NOREPLACE"),
 ];
 
 /// Lines of `text` before its unit tests that use the by-name file API.

@@ -399,26 +399,7 @@ pub fn picked_by_args(args: &[OsString]) -> Option<Picked> {
 
 /// The newest transcript of `cwd`'s conversations directory, as `--continue` picks it.
 fn latest_here(state: &ProjectState, cwd: &Path) -> Option<String> {
-    let dir = state.conversations().join(transcripts::dir_name(cwd));
-    let mut best: Option<(std::time::SystemTime, String)> = None;
-    for e in fs::read_dir(dir).ok()?.flatten() {
-        let name = e.file_name();
-        let Some(uuid) = name.as_bytes().strip_suffix(b".jsonl") else {
-            continue;
-        };
-        let Ok(uuid) = std::str::from_utf8(uuid) else {
-            continue;
-        };
-        let Ok(meta) = e.metadata() else { continue };
-        if !meta.is_file() || !is_uuid(uuid) {
-            continue;
-        }
-        let t = meta.modified().unwrap_or(std::time::SystemTime::UNIX_EPOCH);
-        if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
-            best = Some((t, uuid.to_string()));
-        }
-    }
-    best.map(|(_, u)| u)
+    transcripts::newest(&state.conversations(), cwd, is_uuid)
 }
 
 /// A launch without `--session` whose claude options pick a conversation: when that

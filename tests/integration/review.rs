@@ -454,3 +454,57 @@ fn an_exec_line_planted_in_a_rebase_todo_is_caught() {
         assert_eq!(marker.exists(), !protected, "protected={protected}: {err}");
     }
 }
+
+/// `--list` counts a project's quarantined entries (JSON and a line under its row);
+/// `--gc` removes a gone project's quarantine with it and says so. The control: a
+/// project with nothing moved aside shows 0 and no line.
+#[test]
+fn list_counts_the_quarantine_and_gc_says_it_goes_with_the_project() {
+    let w = World::new();
+    let p = project(&w);
+    let o = w
+        .cmd(&p)
+        .args([
+            "--exec",
+            "sh",
+            "-c",
+            "echo x > sub/.envrc && echo y > .mise.toml",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(review_lines(&stderr(&o)).len(), 2, "{}", stderr(&o));
+    let clean = w.dir("clean");
+    init_repo(&clean);
+    let o = w.cmd(&clean).args(["--exec", "true"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let l = w.cmd(&p).args(["--list", "--json"]).output().unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&l.stdout).unwrap();
+    let mut counts: Vec<u64> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["quarantined"].as_u64().unwrap())
+        .collect();
+    counts.sort();
+    assert_eq!(counts, [0, 2], "{rows}");
+    let t = stdout(&w.cmd(&p).arg("--list").output().unwrap());
+    assert_eq!(
+        t.matches("moved aside by the exit review\t2\t").count(),
+        1,
+        "{t}"
+    );
+    assert!(!t.contains("review\t0"), "{t}");
+    fs::remove_dir_all(&p).unwrap();
+    let g = w
+        .cmd(&w.root())
+        .args(["--gc", "--gc-margin", "0"])
+        .output()
+        .unwrap();
+    let err = stderr(&g);
+    assert!(g.status.success(), "{err}");
+    assert!(
+        err.contains("no longer exists; the 2 entries its exit review moved aside go with it)"),
+        "{err}"
+    );
+    assert!(err.contains("1 of 2 project directories removed"), "{err}");
+}

@@ -409,11 +409,16 @@ pub(super) fn attempts(a: &Arena) -> Vec<Attempt> {
         .env("CLAUDEBOX_HOME", state_in_claude(a))
         .refusal_stops_it(),
     );
+    // Planted with the opt-out, so that the exit review (which moves any new main
+    // commondir aside: review.rs) leaves it for the next launch to meet.
     v.push(
-        attempt(
-            "plant .git/commondir (main git dir): the next launch must refuse it",
-            COMMONDIR_SCRIPT,
-        )
+        Attempt {
+            args: vec!["--writable-project-config".into()],
+            ..attempt(
+                "plant .git/commondir (main git dir, the exit review off): the next launch must refuse it",
+                COMMONDIR_SCRIPT,
+            )
+        }
         .host_check(|a| {
             let o = next_launch(a);
             remove_commondir(a);
@@ -501,7 +506,10 @@ pub(super) fn controls(a: &Arena) {
     // with the opt-out starts (so the refusal above is the probe's).
     let (_, text) = run_attempt(
         a,
-        &attempt("control: plant .git/commondir", COMMONDIR_SCRIPT),
+        &Attempt {
+            args: vec!["--writable-project-config".into()],
+            ..attempt("control: plant .git/commondir", COMMONDIR_SCRIPT)
+        },
     );
     assert!(host_git_status_runs(a, "fsm-commondir"), "{text}");
     let o = a

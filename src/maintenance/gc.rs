@@ -137,8 +137,15 @@ pub fn verdict(e: &Entry, margin: Duration, now: SystemTime) -> Verdict {
     let base = since.max(used);
     let after = base + margin;
     if now >= after {
+        // The project's quarantine goes with it: the moved entries' home is gone, and
+        // `--restore` has nowhere to put them back (said, so nobody is surprised).
+        let q = match e.quarantined {
+            0 => String::new(),
+            1 => "; the 1 entry its exit review moved aside goes with it".into(),
+            n => format!("; the {n} entries its exit review moved aside go with it"),
+        };
         return Verdict::Removable {
-            why: format!("project {} no longer exists", show(root)),
+            why: format!("project {} no longer exists{q}", show(root)),
         };
     }
     // The note is written in whole seconds after the launch that touched `lock`.

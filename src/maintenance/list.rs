@@ -41,6 +41,8 @@ struct Row<'a> {
     /// The newest transcript of the project: `claudebox --resume <uuid>` from the
     /// project continues it. `null` when there is none.
     last_conversation: Option<LastConversation>,
+    /// Entries the exit review moved aside (`claudebox --restore ID` puts one back).
+    quarantined: usize,
 }
 
 /// A project's most recently written conversation.
@@ -178,6 +180,7 @@ fn row(e: &Entry, v: Verdict) -> Row<'_> {
             }
         },
         last_conversation: last_conversation(e),
+        quarantined: e.quarantined,
     }
 }
 
@@ -233,6 +236,14 @@ fn table(entries: &[Entry], margin: std::time::Duration, now: SystemTime) -> Str
                 "",
                 c.uuid,
                 utc(c.time_unix, ' ', false)
+            ));
+        }
+        if e.quarantined > 0 {
+            s.push_str(&format!(
+                "{:<16}  moved aside by the exit review\t{}\t{}\n",
+                "",
+                e.quarantined,
+                show(&e.dir.join(crate::policy::layout::QUARANTINE_DIR))
             ));
         }
         for n in &e.sessions {

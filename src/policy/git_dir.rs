@@ -211,6 +211,25 @@ pub const GIT_DIR_FILES: &[GitDirFile] = &[
     },
 ];
 
+/// The files of a git dir of `kind` the exit review reads and hands to
+/// [`git_dir_finding`], from [`GIT_DIR_FILES`]: the code-bearing rows naming one file (or
+/// `hooks/`, whose entries are judged one by one) for that kind. `made_in_session`: the git
+/// dir was not there at the launch (a nested repository, a submodule's or a worktree's
+/// made inside), so no launch mount guarded any of it; otherwise only the rows caught
+/// after the launch (what a mount there could not cover).
+pub fn judged_files(kind: GitDirKind, made_in_session: bool) -> Vec<&'static str> {
+    let mut out: Vec<&'static str> = Vec::new();
+    for r in GIT_DIR_FILES {
+        let concrete = !r.path.contains('<') && !r.path.starts_with('(') && !r.path.contains(',');
+        let wanted = made_in_session || r.guarding == Guarding::CaughtAfterLaunch;
+        if r.code_bearing && concrete && wanted && r.kinds.contains(&kind) && !out.contains(&r.path)
+        {
+            out.push(r.path);
+        }
+    }
+    out
+}
+
 /// Config keys that run a command or change where config and code come from:
 /// `(section, key)`, `key` `*` for the whole section; the subsection (`diff.<driver>`)
 /// is not looked at.
@@ -524,6 +543,40 @@ mod tests {
                 b"pick 1 a\n# exec x\n"
             ),
             None
+        );
+    }
+
+    #[test]
+    fn the_review_reads_what_the_table_says() {
+        assert_eq!(
+            judged_files(Nested, true),
+            [
+                "config",
+                "hooks/",
+                "config.worktree",
+                "commondir",
+                "rebase-merge/git-rebase-todo",
+                "sequencer/todo"
+            ]
+        );
+        // The main git dir: its config and hooks are read-only binds (a change there is
+        // the user's own, on the host); what the launch could not cover is judged.
+        assert_eq!(
+            judged_files(Common, false),
+            [
+                "commondir",
+                "rebase-merge/git-rebase-todo",
+                "sequencer/todo"
+            ]
+        );
+        assert_eq!(
+            judged_files(Linked, true),
+            [
+                "config.worktree",
+                "commondir",
+                "rebase-merge/git-rebase-todo",
+                "sequencer/todo"
+            ]
         );
     }
 

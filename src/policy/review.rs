@@ -4,12 +4,15 @@
 //!
 //! A rule matches a name found anywhere in the work tree (below its top-level `.claude`,
 //! a scratch directory, and its `.git`); names shared with `protected::WORK_TREE_ENTRIES`
-//! take that table's reason. The project's git dirs have their own rules, behind one
-//! function ([`git_dir_rule`]) that another table of git's code-bearing files can replace.
+//! take that table's reason. A nested repository's `.git`, and the project's git dirs,
+//! are judged by their content through [`git_dir_judgement`], which asks
+//! `policy::git_dir` (`GIT_DIR_FILES`, what git reads, and `git_dir_finding`): the table
+//! that also drives the launch's mounts.
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
 
+use super::git_dir::{git_dir_finding, GitDirKind};
 use super::protected::{CLAUDE_DIR, WORK_TREE_ENTRIES};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,8 +102,8 @@ pub const WORK_TREE_RULES: &[Rule] = &[
     Rule {
         pattern: Pattern::NestedGit,
         severity: Severity::High,
-        reason: "a nested repository (or gitlink): git runs its config's core.fsmonitor and its \
-                 hooks, also from a git status at the project's top",
+        reason: "a nested repository (or gitlink): judged by what git reads in its git dir \
+                 (policy::git_dir), moved aside only when that bears code",
     },
 ];
 
@@ -139,53 +142,45 @@ pub fn is_claude_dir(name: &OsStr) -> bool {
     name.as_bytes() == CLAUDE_DIR.as_bytes()
 }
 
-/// What a file found in one of the project's git dirs after the session is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GitRow {
-    /// Reported when it was created or changed during the session.
-    Changed(Severity, &'static str),
-    /// `worktrees/<id>`: reported when created or changed during the session and its
-    /// `commondir` does not lead back to this common dir.
-    Worktree(&'static str),
+/// The exit review's judgement of a file found changed in a git dir after the session:
+/// [`git_dir_finding`]'s, from the one table of what git reads ([`super::git_dir`]), as
+/// High; except the main git dir's `commondir`, Critical whatever it holds: git reads one
+/// there (measured), and even `.`, which git treats as absent, changes what
+/// `git rev-parse --git-common-dir` prints, so any new one is moved aside. `rel` is
+/// relative to the git dir of `kind`; `content` the file's bytes (empty for a hook).
+pub fn git_dir_judgement(
+    kind: GitDirKind,
+    rel: &str,
+    content: &[u8],
+) -> Option<(Severity, String)> {
+    if kind == GitDirKind::Common && rel == "commondir" {
+        let why = git_dir_finding(kind, rel, content).unwrap_or_else(|| {
+            "commondir: \".\" in the main git dir changes what `git rev-parse \
+             --git-common-dir` prints"
+                .into()
+        });
+        return Some((
+            Severity::Critical,
+            format!("{why}: the next host git status runs that directory's core.fsmonitor"),
+        ));
+    }
+    git_dir_finding(kind, rel, content).map(|w| (Severity::High, w))
 }
 
-/// The rule of a path relative to a git dir (`main`: the project's common dir, where
-/// `worktrees/` and `modules/` live). `None`: not code-bearing, or not looked at here.
-/// The one function the exit review asks about git dirs.
-pub fn git_dir_rule(rel: &[&OsStr], main: bool) -> Option<GitRow> {
-    let names: Vec<&[u8]> = rel.iter().map(|n| n.as_bytes()).collect();
-    match names.as_slice() {
-        [b"commondir"] if main => Some(GitRow::Changed(
-            Severity::Critical,
-            "a commondir in the main git dir moves its config and hooks to a directory of \
-             the agent's choice: the next host git status runs its core.fsmonitor",
-        )),
-        [b"commondir"] => Some(GitRow::Changed(
-            Severity::High,
-            "commondir moves this git dir's config and hooks elsewhere",
-        )),
-        [b"config.worktree"] => Some(GitRow::Changed(
-            Severity::High,
-            "config.worktree is read by git (extensions.worktreeConfig): core.fsmonitor, hooksPath",
-        )),
-        [b"worktrees", _] if main => Some(GitRow::Worktree(
-            "a linked worktree's git dir whose commondir leads elsewhere: git in that \
-             worktree reads another config and hooks",
-        )),
-        [b"worktrees", _, b"config.worktree"] if main => Some(GitRow::Changed(
-            Severity::High,
-            "a linked worktree's config.worktree: git there reads core.fsmonitor, hooksPath",
-        )),
-        [b"modules", .., b"config"] if main && names.len() >= 3 => Some(GitRow::Changed(
-            Severity::High,
-            "a submodule's config: git status at the top runs its core.fsmonitor",
-        )),
-        [b"modules", .., b"hooks"] if main && names.len() >= 3 => Some(GitRow::Changed(
-            Severity::High,
-            "a submodule's hooks: git in the submodule runs them",
-        )),
-        _ => None,
-    }
+/// Why a file the review must judge was moved aside unread: git would read it, the
+/// review cannot (`what`: a symlink git follows, not a regular file, too large), and
+/// what cannot be judged is not kept.
+pub fn unjudged(rel: &str, what: &str) -> String {
+    format!("{rel}: {what}, so it was not judged")
+}
+
+/// A nested repository's finding, as its line says it (`finding` from
+/// [`git_dir_judgement`] of its `.git`, or of the git dir its gitlink file names).
+pub fn nested_reason(finding: &str) -> String {
+    format!(
+        "a nested repository (git status at the project's top enters it once staged as a \
+         gitlink): {finding}"
+    )
 }
 
 #[cfg(test)]
@@ -243,29 +238,27 @@ mod tests {
     }
 
     #[test]
-    fn git_dir_rows() {
-        fn p(s: &str) -> Vec<&OsStr> {
-            s.split('/').map(OsStr::new).collect()
+    fn git_dir_judgements() {
+        use GitDirKind::*;
+        // Any new main commondir, even ".", is critical.
+        for c in [&b"."[..], b"/tmp/x", b""] {
+            assert!(matches!(
+                git_dir_judgement(Common, "commondir", c),
+                Some((Severity::Critical, _))
+            ));
         }
-        assert!(matches!(
-            git_dir_rule(&p("commondir"), true),
-            Some(GitRow::Changed(Severity::Critical, _))
-        ));
-        assert!(matches!(
-            git_dir_rule(&p("worktrees/w1"), true),
-            Some(GitRow::Worktree(_))
-        ));
-        assert!(git_dir_rule(&p("modules/a/config"), true).is_some());
-        assert!(git_dir_rule(&p("modules/a/modules/b/hooks"), true).is_some());
-        assert!(git_dir_rule(&p("config.worktree"), false).is_some());
-        for n in [
-            "HEAD",
-            "index",
-            "objects/ab",
-            "refs/heads/main",
-            "worktrees/w1/HEAD",
-        ] {
-            assert_eq!(git_dir_rule(&p(n), true), None, "{n}");
-        }
+        // Elsewhere the table's judgement: a benign config stays, a code key goes.
+        let plain = b"[core]\n\tbare = false\n[remote \"origin\"]\n\turl = /x\n";
+        assert_eq!(git_dir_judgement(Nested, "config", plain), None);
+        assert_eq!(git_dir_judgement(Module, "config", plain), None);
+        let (sev, why) = git_dir_judgement(Nested, "config", b"[core]\n\tfsmonitor = x\n").unwrap();
+        assert_eq!(sev, Severity::High);
+        assert!(why.contains("core.fsmonitor"), "{why}");
+        assert!(git_dir_judgement(Common, "rebase-merge/git-rebase-todo", b"exec x\n").is_some());
+        assert_eq!(
+            git_dir_judgement(Module, "hooks/pre-commit.sample", b""),
+            None
+        );
+        assert_eq!(git_dir_judgement(Linked, "commondir", b"../..\n"), None);
     }
 }

@@ -60,6 +60,9 @@ pub struct Entry {
     /// project's conversations, and when it was last written (found by the same walk as
     /// the size; only a UUID is kept, never a name the agent chose).
     pub last_conversation: Option<(SystemTime, String)>,
+    /// Entries the exit review moved aside (`quarantine/<ID>/`), each restorable with
+    /// `claudebox --restore ID` while the project exists.
+    pub quarantined: usize,
 }
 
 /// Something in `projects/` that is not a project directory: left alone.
@@ -192,8 +195,10 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
         sessions: Vec::new(),
         missing_since: read_missing_since(&dir),
         last_conversation: None,
+        quarantined: 0,
         dir,
     };
+    e.quarantined = quarantined(&e.dir);
     if !(detail.size || detail.running) {
         e.last_used = fs::symlink_metadata(e.dir.join(state::LOCK_FILE))
             .or_else(|_| fs::symlink_metadata(&e.dir))
@@ -212,6 +217,19 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
     }
     e.sessions = sessions(&e.dir);
     e
+}
+
+/// How many entries the exit review moved aside in the project's state (its
+/// `quarantine/<ID>/` directories; read beneath the state directory, never followed).
+pub fn quarantined(dir: &Path) -> usize {
+    let q = Path::new(crate::policy::layout::QUARANTINE_DIR);
+    crate::state::beneath::Dir::open(dir)
+        .and_then(|d| d.entries(q))
+        .map_or(0, |l| {
+            l.iter()
+                .filter(|(n, t)| t.is_dir() && !n.as_bytes().starts_with(b"."))
+                .count()
+        })
 }
 
 /// The project's named sessions, for `--list`: name, conversation uuid, whether it runs

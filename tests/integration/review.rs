@@ -301,3 +301,210 @@ fn real_claude_planting_a_nested_hook_is_reviewed() {
         }
     }
 }
+
+/// git, inside, with an identity and local clones allowed.
+const G: &str = "git -c user.name=T -c user.email=t@example.com -c init.defaultBranch=main \
+                 -c protocol.file.allow=always";
+
+/// A repository `up` made inside, with one commit (shell).
+fn upstream() -> String {
+    format!("mkdir up && {G} -C up init -q && echo a > up/f && {G} -C up add f && {G} -C up commit -qm a")
+}
+
+/// The review's line for `rel`, if any.
+fn line_for<'a>(err: &'a str, rel: &str) -> Option<&'a str> {
+    err.lines()
+        .find(|l| l.starts_with("claudebox: review: ") && l.split_whitespace().nth(3) == Some(rel))
+}
+
+/// A repository cloned (and one `git init`ed) inside, staged as a gitlink, with a benign
+/// config: the user's work stays. With `core.fsmonitor` planted in the clone it is moved
+/// aside, and the host's `git status` at the top runs nothing; the control, with the
+/// opt-out, runs the planted fsmonitor.
+#[test]
+fn a_nested_repository_is_moved_aside_only_when_its_config_bears_code() {
+    for (plant, protected) in [(false, true), (true, true), (true, false)] {
+        let w = World::new();
+        let p = project(&w);
+        let marker = w.root().join("fsmonitor-ran");
+        let mut script = format!(
+            "{} && {G} clone -q up vendorx && {G} add vendorx",
+            upstream()
+        );
+        if plant {
+            script += &format!(
+                " && git -C vendorx config core.fsmonitor 'touch {}; false'",
+                marker.display()
+            );
+        }
+        let mut c = w.cmd(&p);
+        if !protected {
+            c.arg("--writable-project-config");
+        }
+        let o = c.args(["--exec", "sh", "-c", &script]).output().unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        // The untracked `up`, made with git init, is benign: kept in every case.
+        assert!(p.join("up/.git/config").exists(), "{err}");
+        assert_eq!(line_for(&err, "up/.git"), None, "{err}");
+        let moved = line_for(&err, "vendorx/.git");
+        assert_eq!(moved.is_some(), plant && protected, "plant={plant}: {err}");
+        assert_eq!(p.join("vendorx/.git").exists(), !(plant && protected));
+        if let Some(l) = moved {
+            assert!(l.contains("core.fsmonitor"), "{l}");
+        }
+        // Staged as a gitlink.
+        let staged = git(&p, &["ls-files", "-s", "vendorx"]);
+        assert!(staged.starts_with("160000"), "{staged}");
+        let st = Command::new("git")
+            .args(["status", "--short"])
+            .current_dir(&p)
+            .output()
+            .unwrap();
+        if !plant {
+            // The user's work: the clone is whole, and the host's git sees it clean.
+            assert!(st.status.success(), "{}", stderr(&st));
+            let log = git(&p.join("vendorx"), &["log", "--oneline"]);
+            assert_eq!(log.lines().count(), 1, "{log}");
+        }
+        assert_eq!(
+            marker.exists(),
+            plant && !protected,
+            "plant={plant} protected={protected}: {err}"
+        );
+    }
+}
+
+/// `git submodule add` of a repository made inside: its `.git` file and
+/// `.git/modules/<name>` (a config with core.worktree, sample hooks) are git's own: kept.
+/// A hook planted there is moved aside (that file only).
+#[test]
+fn a_benign_submodule_add_is_kept_and_a_planted_module_hook_is_not() {
+    for plant in [false, true] {
+        let w = World::new();
+        let p = project(&w);
+        let mut script = format!("{} && {G} submodule add -q \"$PWD/up\" libs/x", upstream());
+        if plant {
+            script += " && printf '#!/bin/sh\\necho PLANTED\\n' > .git/modules/libs/x/hooks/post-checkout && chmod +x .git/modules/libs/x/hooks/post-checkout";
+        }
+        let o = w
+            .cmd(&p)
+            .args(["--exec", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        assert!(p.join("libs/x/.git").is_file(), "{err}");
+        let cfg = fs::read_to_string(p.join(".git/modules/libs/x/config")).unwrap();
+        assert!(cfg.contains("worktree"), "{cfg}");
+        assert!(p
+            .join(".git/modules/libs/x/hooks/pre-commit.sample")
+            .exists());
+        let hook = p.join(".git/modules/libs/x/hooks/post-checkout");
+        // Planted: moved aside (the control is the benign round: nothing to move).
+        assert!(!hook.exists(), "{err}");
+        assert_eq!(review_lines(&err).len(), plant as usize, "{err}");
+        if plant {
+            assert!(
+                err.contains("HIGH .git/modules/libs/x/hooks/post-checkout"),
+                "{err}"
+            );
+        }
+        // The submodule works on the host.
+        let head = git(&p.join("libs/x"), &["log", "--oneline"]);
+        assert_eq!(head.lines().count(), 1, "{head}");
+    }
+}
+
+/// A rebase stopped inside with an `exec` line planted in its todo list: the host's
+/// `git rebase --continue` would run it. Moved aside; the control keeps it and the host's
+/// continue runs it.
+#[test]
+fn an_exec_line_planted_in_a_rebase_todo_is_caught() {
+    for protected in [true, false] {
+        let w = World::new();
+        let p = project(&w);
+        let marker = w.root().join("exec-ran");
+        git(&p, &["commit", "-q", "--allow-empty", "-m", "two"]);
+        let script = format!(
+            "GIT_SEQUENCE_EDITOR='sed -i 1s/^pick/edit/' {G} rebase -q -i HEAD~1 >/dev/null 2>&1; \
+             test -f .git/rebase-merge/git-rebase-todo && \
+             echo 'exec touch {}' >> .git/rebase-merge/git-rebase-todo",
+            marker.display()
+        );
+        let mut c = w.cmd(&p);
+        if !protected {
+            c.arg("--writable-project-config");
+        }
+        let o = c.args(["--exec", "sh", "-c", &script]).output().unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(
+            err.contains("HIGH .git/rebase-merge/git-rebase-todo"),
+            protected,
+            "{err}"
+        );
+        let _ = Command::new("git")
+            .args(["-c", "user.name=T", "-c", "user.email=t@example.com"])
+            .args(["rebase", "--continue"])
+            .current_dir(&p)
+            .env("GIT_EDITOR", "true")
+            .output()
+            .unwrap();
+        assert_eq!(marker.exists(), !protected, "protected={protected}: {err}");
+    }
+}
+
+/// `--list` counts a project's quarantined entries (JSON and a line under its row);
+/// `--gc` removes a gone project's quarantine with it and says so. The control: a
+/// project with nothing moved aside shows 0 and no line.
+#[test]
+fn list_counts_the_quarantine_and_gc_says_it_goes_with_the_project() {
+    let w = World::new();
+    let p = project(&w);
+    let o = w
+        .cmd(&p)
+        .args([
+            "--exec",
+            "sh",
+            "-c",
+            "echo x > sub/.envrc && echo y > .mise.toml",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(review_lines(&stderr(&o)).len(), 2, "{}", stderr(&o));
+    let clean = w.dir("clean");
+    init_repo(&clean);
+    let o = w.cmd(&clean).args(["--exec", "true"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let l = w.cmd(&p).args(["--list", "--json"]).output().unwrap();
+    let rows: serde_json::Value = serde_json::from_slice(&l.stdout).unwrap();
+    let mut counts: Vec<u64> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["quarantined"].as_u64().unwrap())
+        .collect();
+    counts.sort();
+    assert_eq!(counts, [0, 2], "{rows}");
+    let t = stdout(&w.cmd(&p).arg("--list").output().unwrap());
+    assert_eq!(
+        t.matches("moved aside by the exit review\t2\t").count(),
+        1,
+        "{t}"
+    );
+    assert!(!t.contains("review\t0"), "{t}");
+    fs::remove_dir_all(&p).unwrap();
+    let g = w
+        .cmd(&w.root())
+        .args(["--gc", "--gc-margin", "0"])
+        .output()
+        .unwrap();
+    let err = stderr(&g);
+    assert!(g.status.success(), "{err}");
+    assert!(
+        err.contains("no longer exists; the 2 entries its exit review moved aside go with it)"),
+        "{err}"
+    );
+    assert!(err.contains("1 of 2 project directories removed"), "{err}");
+}

@@ -38,7 +38,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/state/inventory.rs", 12, "--list's and --gc's reads: project-root, sizes; read-only (lstat, then read_dir by name: a directory an agent swaps for a symlink mid-walk can only miscount --list's size and last-used date; nothing is written or removed by name, and nothing read reaches a sandbox)"),
     ("src/state/mod.rs", 19, "the state home and a new project dir made under a temporary name before any sandbox; remove_unused before any sandbox ran"),
     ("src/state/review/mod.rs", 3, "File::from_raw_fd wraps a descriptor opened beneath; review-pending/ is listed in the project's state dir, which no sandbox sees"),
-    ("src/state/review/walk.rs", 2, "File::from_raw_fd wraps a descriptor; a read-only canonicalize of a worktree's commondir target, compared, never written"),
+    ("src/state/review/walk.rs", 1, "File::from_raw_fd wraps a descriptor opened with O_NOFOLLOW to read a git dir's file for judging"),
     ("src/state/sessions/list.rs", 1, "sessions/: not bound into any sandbox"),
     ("src/state/sessions/lock.rs", 7, "sessions/<name>.lock and .running: not bound into any sandbox"),
     ("src/state/sessions/mod.rs", 13, "sessions/: not bound into any sandbox; the conversations (lookups, the move, --continue's newest) are by descriptor (transcripts)"),

@@ -200,12 +200,19 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
         let mut on_found = |f: Found<'_>| {
             moved += q.take(&f, &work_tree, err) as usize;
         };
-        walk::work_tree(&work_tree, since, &mut on_found, &mut unread);
+        // The common dir's modules/ and worktrees/: git dirs judged by walk::git_dir, so
+        // a gitlink file naming one is not judged twice.
+        let judged_there: Vec<walk::Ino> = target
+            .common_dir
+            .iter()
+            .flat_map(|c| ["modules", "worktrees"].map(|d| path(c).join(d)))
+            .filter_map(|d| walk::dir_ino(&d))
+            .collect();
+        walk::work_tree(&work_tree, since, &judged_there, &mut on_found, &mut unread);
         if let Some(common) = &target.common_dir {
-            let common = path(common);
-            walk::git_dir(&common, true, &common, since, &mut on_found, &mut unread);
+            walk::git_dir(&path(common), false, since, &mut on_found, &mut unread);
             if let Some(g) = &target.git_dir {
-                walk::git_dir(&path(g), false, &common, since, &mut on_found, &mut unread);
+                walk::git_dir(&path(g), true, since, &mut on_found, &mut unread);
             }
         }
     }
@@ -226,6 +233,7 @@ pub fn scan(target: &Target, since: Since) -> (usize, usize) {
     walk::work_tree(
         &path(&target.work_tree),
         since,
+        &[],
         &mut |_| n += 1,
         &mut unread,
     );
@@ -282,7 +290,7 @@ impl Quarantine {
                     "claudebox: review: {} {shown} was created or changed in the sandbox ({}): \
                      moved aside; to put it back: claudebox --restore {id}",
                     f.severity.label(),
-                    f.reason
+                    f.reason.shown()
                 );
                 true
             }
@@ -293,7 +301,7 @@ impl Quarantine {
                      and could not be moved aside: {e:#}; remove it before running host tools \
                      there",
                     f.severity.label(),
-                    f.reason
+                    f.reason.shown()
                 );
                 false
             }
@@ -335,7 +343,7 @@ impl Quarantine {
             dir: f.dir.as_os_str().as_bytes().to_vec(),
             name: f.name.as_bytes().to_vec(),
             severity: f.severity.label().into(),
-            reason: f.reason.into(),
+            reason: f.reason.clone(),
             in_place,
         };
         let mut file = open_in(

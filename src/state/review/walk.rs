@@ -1,7 +1,10 @@
 //! The exit review's walk: every directory of the work tree read once by descriptor
 //! (`openat` with `O_NOFOLLOW`, so no symlink the agent planted is followed), and only the
 //! names `policy::review` has a rule for looked at (`fstatat` without following), then the
-//! project's git dirs' code-bearing files.
+//! project's git dirs' code-bearing files. Files git reads in a git dir (the rows of
+//! `policy::git_dir::GIT_DIR_FILES`) are read through the descriptor of their directory
+//! (`O_NOFOLLOW`, regular files only, at most [`MAX_JUDGED`] bytes) and judged by their
+//! content (`policy::review::git_dir_judgement`); never by name.
 //!
 //! Minimal descriptor helpers are local to this module; the general descriptor module of
 //! `state` is meant to take them over.
@@ -16,7 +19,8 @@ use nix::errno::Errno;
 use nix::fcntl::{self, OFlag};
 use nix::sys::stat::{self, FileStat, Mode};
 
-use crate::policy::review::{self, GitRow, Rule, Severity};
+use crate::policy::git_dir::{judged_files, GitDirKind};
+use crate::policy::review::{self, Severity};
 
 /// A point in the file system's clock: what a file's ctime is compared with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
@@ -49,7 +53,7 @@ pub struct Found<'a> {
     pub dir: &'a Path,
     pub name: &'a OsStr,
     pub severity: Severity,
-    pub reason: &'static str,
+    pub reason: String,
 }
 
 /// What the walk could not look at (a directory it could not open): reported, never
@@ -123,121 +127,377 @@ fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
 /// entry a rule matches that changed at or after `since`. Entries are handed over before
 /// the walk goes on, so `found` may move them away: a matched entry is never descended
 /// into.
+///
+/// `judged_there`: the directories (`modules/`, `worktrees/` of the common dir) whose git
+/// dirs [`git_dir`] judges; a gitlink file naming one of them is not judged again.
 pub fn work_tree(
     root: &Path,
     since: Since,
+    judged_there: &[Ino],
     found: &mut dyn FnMut(Found<'_>),
     unread: &mut Vec<Unread>,
 ) {
+    let mut w = Walk {
+        since,
+        judged_there,
+        found,
+        unread,
+    };
     match open_dir(None, root) {
-        Ok(fd) => walk(fd, root.to_path_buf(), 0, false, since, found, unread),
-        Err(error) => unread.push(Unread {
+        Ok(fd) => w.walk(fd, root.to_path_buf(), 0, false),
+        Err(error) => w.unread.push(Unread {
             path: root.to_path_buf(),
             error,
         }),
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn walk(
-    fd: OwnedFd,
-    path: PathBuf,
-    depth: usize,
-    in_claude_dir: bool,
+/// A directory's identity: `(st_dev, st_ino)`.
+pub type Ino = (u64, u64);
+
+fn ino(st: &FileStat) -> Ino {
+    (st.st_dev, st.st_ino)
+}
+
+/// The identity of a directory, opened without following symlinks (None when missing).
+pub fn dir_ino(p: &Path) -> Option<Ino> {
+    let fd = open_dir(None, p).ok()?;
+    stat::fstat(fd.as_raw_fd()).ok().map(|st| ino(&st))
+}
+
+struct Walk<'a> {
     since: Since,
-    found: &mut dyn FnMut(Found<'_>),
-    unread: &mut Vec<Unread>,
-) {
-    let list = match entries(&fd) {
-        Ok(l) => l,
-        Err(error) => {
-            unread.push(Unread { path, error });
-            return;
-        }
-    };
-    let raw = fd.as_raw_fd();
-    // A `.claude` directory that is itself new or renamed here makes its settings files
-    // count as new, whatever their own ctime (a whole old directory moved into place).
-    let claude_dir_new = in_claude_dir && stat::fstat(raw).is_ok_and(|st| since.precedes(&st));
-    for (name, kind) in list {
-        if depth == 0 && (name == ".git" || review::is_claude_dir(&name)) {
-            continue;
-        }
-        if let Some(rule) = review::work_tree_rule(&name, depth, in_claude_dir) {
-            let hit = match rule.pattern {
-                review::Pattern::NestedGit => nested_git_changed(raw, &name, since),
-                review::Pattern::InClaudeDir(_) => claude_dir_new || changed(raw, &name, since),
-                _ => changed(raw, &name, since),
-            };
-            if hit {
-                report(raw, &path, &name, &rule, found);
+    judged_there: &'a [Ino],
+    found: &'a mut dyn FnMut(Found<'_>),
+    unread: &'a mut Vec<Unread>,
+}
+
+impl Walk<'_> {
+    fn walk(&mut self, fd: OwnedFd, path: PathBuf, depth: usize, in_claude_dir: bool) {
+        let since = self.since;
+        let list = match entries(&fd) {
+            Ok(l) => l,
+            Err(error) => {
+                self.unread.push(Unread { path, error });
+                return;
             }
-            // A matched entry is not walked (a nested .git's files are git's).
-            continue;
-        }
-        let is_dir = match kind {
-            Some(Type::Directory) => true,
-            Some(_) => false,
-            None => lstat_at(raw, name.as_os_str()).is_ok_and(|st| is_dir(&st)),
         };
-        if !is_dir {
-            continue;
-        }
-        match open_dir(Some(raw), name.as_os_str()) {
-            Ok(child) => walk(
-                child,
-                path.join(&name),
-                depth + 1,
-                review::is_claude_dir(&name),
-                since,
-                found,
-                unread,
-            ),
-            // Replaced by a non-directory or removed meanwhile: nothing to walk.
-            Err(Errno::ENOTDIR | Errno::ENOENT | Errno::ELOOP) => {}
-            Err(error) => unread.push(Unread {
-                path: path.join(&name),
-                error,
-            }),
+        let raw = fd.as_raw_fd();
+        // A `.claude` directory that is itself new or renamed here makes its settings files
+        // count as new, whatever their own ctime (a whole old directory moved into place).
+        let claude_dir_new = in_claude_dir && stat::fstat(raw).is_ok_and(|st| since.precedes(&st));
+        for (name, kind) in list {
+            if depth == 0 && (name == ".git" || review::is_claude_dir(&name)) {
+                continue;
+            }
+            if let Some(rule) = review::work_tree_rule(&name, depth, in_claude_dir) {
+                let hit = match rule.pattern {
+                    review::Pattern::NestedGit => nested_git(raw, &name, since, self.judged_there)
+                        .map(|why| review::nested_reason(&why)),
+                    review::Pattern::InClaudeDir(_) => (claude_dir_new
+                        || changed(raw, &name, since))
+                    .then(|| rule.reason.to_string()),
+                    _ => changed(raw, &name, since).then(|| rule.reason.to_string()),
+                };
+                if let Some(reason) = hit {
+                    (self.found)(Found {
+                        dirfd: raw,
+                        dir: &path,
+                        name: &name,
+                        severity: rule.severity,
+                        reason,
+                    });
+                }
+                // A matched entry is not walked (a nested .git's files are git's).
+                continue;
+            }
+            let is_dir = match kind {
+                Some(Type::Directory) => true,
+                Some(_) => false,
+                None => lstat_at(raw, name.as_os_str()).is_ok_and(|st| is_dir(&st)),
+            };
+            if !is_dir {
+                continue;
+            }
+            match open_dir(Some(raw), name.as_os_str()) {
+                Ok(child) => self.walk(
+                    child,
+                    path.join(&name),
+                    depth + 1,
+                    review::is_claude_dir(&name),
+                ),
+                // Replaced by a non-directory or removed meanwhile: nothing to walk.
+                Err(Errno::ENOTDIR | Errno::ENOENT | Errno::ELOOP) => {}
+                Err(error) => self.unread.push(Unread {
+                    path: path.join(&name),
+                    error,
+                }),
+            }
         }
     }
 }
 
-fn report(raw: RawFd, dir: &Path, name: &OsStr, rule: &Rule, found: &mut dyn FnMut(Found<'_>)) {
-    found(Found {
-        dirfd: raw,
-        dir,
-        name,
-        severity: rule.severity,
-        reason: rule.reason,
-    });
+/// The most of a file the review reads to judge it; a larger one is not judged, and so
+/// moved aside (git would read it all).
+pub const MAX_JUDGED: u64 = 1 << 20;
+
+/// A file of a git dir, as read for judging.
+enum Content {
+    Missing,
+    Bytes(Vec<u8>),
+    /// Git would read it, the review cannot: why.
+    Unjudged(&'static str),
 }
 
-/// The files of a nested repository git runs code from: a new gitlink file, or in a
-/// `.git` directory its config, config.worktree, commondir or hooks.
-fn nested_git_changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
-    let Ok(st) = lstat_at(dirfd, name) else {
+/// Reads `name` in `dirfd` through its descriptor: a regular file only, never through a
+/// symlink, at most [`MAX_JUDGED`] bytes.
+fn read_at(dirfd: RawFd, name: &OsStr) -> Content {
+    use std::io::Read;
+    let flags = OFlag::O_RDONLY
+        | OFlag::O_NOFOLLOW
+        | OFlag::O_NONBLOCK
+        | OFlag::O_NOCTTY
+        | OFlag::O_CLOEXEC;
+    let fd = match fcntl::openat(Some(dirfd), name, flags, Mode::empty()) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT) => return Content::Missing,
+        Err(Errno::ELOOP) => return Content::Unjudged("a symlink, which git follows"),
+        Err(_) => return Content::Unjudged("it cannot be opened"),
+    };
+    // SAFETY: openat just returned this descriptor.
+    let f = unsafe { std::fs::File::from_raw_fd(fd) };
+    match stat::fstat(f.as_raw_fd()) {
+        Ok(st) if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFREG => {}
+        _ => return Content::Unjudged("not a regular file"),
+    }
+    let mut out = Vec::new();
+    if (&f).take(MAX_JUDGED + 1).read_to_end(&mut out).is_err() {
+        return Content::Unjudged("it cannot be read");
+    }
+    if out.len() as u64 > MAX_JUDGED {
+        return Content::Unjudged("larger than the review reads (1 MiB)");
+    }
+    Content::Bytes(out)
+}
+
+/// One finding in a git dir: the entry `name` in its subdirectory `sub` (`""`: the git
+/// dir itself; `hooks`, `rebase-merge`, `sequencer`).
+struct Hit {
+    sub: &'static str,
+    name: OsString,
+    rel: &'static str,
+    severity: Severity,
+    reason: String,
+}
+
+/// Judges the git dir open as `fd`, of `kind`: each file `policy::git_dir::judged_files`
+/// names for it, when changed at or after `since` (`None`: all of them), read through
+/// its descriptor and handed to `policy::review::git_dir_judgement`.
+fn judge(fd: RawFd, kind: GitDirKind, made: bool, since: Option<Since>) -> Vec<Hit> {
+    let fresh = |dir: RawFd, name: &OsStr| since.is_none_or(|s| changed(dir, name, s));
+    let mut hits = Vec::new();
+    for rel in judged_files(kind, made) {
+        let (sub, leaf) = rel.rsplit_once('/').unwrap_or(("", rel));
+        let subfd = if sub.is_empty() {
+            None
+        } else {
+            match open_dir(Some(fd), sub) {
+                Ok(d) => Some(d),
+                Err(Errno::ENOENT) => continue,
+                Err(_) => {
+                    if fresh(fd, OsStr::new(sub)) {
+                        hits.push(Hit {
+                            sub: "",
+                            name: sub.into(),
+                            rel,
+                            severity: Severity::High,
+                            reason: review::unjudged(
+                                sub,
+                                "not a directory git reads (a symlink it follows?)",
+                            ),
+                        });
+                    }
+                    continue;
+                }
+            }
+        };
+        let dfd = subfd.as_ref().map_or(fd, |d| d.as_raw_fd());
+        if leaf.is_empty() {
+            // hooks/: each entry; git runs any that is not a sample (or follows it).
+            let list = subfd.as_ref().map(entries).and_then(Result::ok);
+            for (n, _) in list.unwrap_or_default() {
+                if !fresh(dfd, &n) {
+                    continue;
+                }
+                let r = format!("{sub}/{}", n.to_string_lossy());
+                if let Some((severity, reason)) = review::git_dir_judgement(kind, &r, b"") {
+                    hits.push(Hit {
+                        sub,
+                        name: n,
+                        rel,
+                        severity,
+                        reason,
+                    });
+                }
+            }
+            continue;
+        }
+        let leaf = OsStr::new(leaf);
+        if !fresh(dfd, leaf) {
+            continue;
+        }
+        let judged = match read_at(dfd, leaf) {
+            Content::Missing => None,
+            Content::Bytes(b) => review::git_dir_judgement(kind, rel, &b),
+            Content::Unjudged(what) => Some((
+                // As severe as the file would be with any content.
+                review::git_dir_judgement(kind, rel, b"\0").map_or(Severity::High, |j| j.0),
+                review::unjudged(rel, what),
+            )),
+        };
+        if let Some((severity, reason)) = judged {
+            hits.push(Hit {
+                sub,
+                name: leaf.to_os_string(),
+                rel,
+                severity,
+                reason,
+            });
+        }
+    }
+    hits
+}
+
+/// Hands each hit over to be moved aside, `root` being the git dir open as `fd`.
+fn report_hits(fd: RawFd, root: &Path, hits: Vec<Hit>, found: &mut dyn FnMut(Found<'_>)) {
+    for h in hits {
+        let sub = if h.sub.is_empty() {
+            None
+        } else {
+            match open_dir(Some(fd), h.sub) {
+                Ok(d) => Some(d),
+                Err(_) => continue, // gone meanwhile
+            }
+        };
+        let dir = if h.sub.is_empty() {
+            root.to_path_buf()
+        } else {
+            root.join(h.sub)
+        };
+        found(Found {
+            dirfd: sub.as_ref().map_or(fd, |d| d.as_raw_fd()),
+            dir: &dir,
+            name: &h.name,
+            severity: h.severity,
+            reason: h.reason,
+        });
+    }
+}
+
+/// A nested `.git` in the work tree: why it must be moved aside, or None. A directory is
+/// judged as a nested repository's git dir (every file the table names when the `.git`
+/// itself is new or was moved in, otherwise those changed during the session); a gitlink
+/// file made during the session is judged through the git dir it names, unless that is
+/// one of `judged_there` (the common dir's `modules/`, `worktrees/`: judged there);
+/// anything else new in its place (a symlink git would follow) is moved aside.
+fn nested_git(dirfd: RawFd, name: &OsStr, since: Since, judged_there: &[Ino]) -> Option<String> {
+    let st = lstat_at(dirfd, name).ok()?;
+    let new = since.precedes(&st);
+    if is_dir(&st) {
+        let Ok(fd) = open_dir(Some(dirfd), name) else {
+            return new.then(|| review::unjudged(".git", "it cannot be opened"));
+        };
+        let hits = judge(
+            fd.as_raw_fd(),
+            GitDirKind::Nested,
+            true,
+            (!new).then_some(since),
+        );
+        return hits.into_iter().next().map(|h| h.reason);
+    }
+    if !new {
+        return None;
+    }
+    let bytes = match read_at(dirfd, name) {
+        Content::Bytes(b) => b,
+        Content::Missing => return None,
+        Content::Unjudged(what) => return Some(review::unjudged(".git", what)),
+    };
+    // What git does not read as a gitlink file makes git stop: nothing runs.
+    let target = bytes.trim_ascii().strip_prefix(b"gitdir:")?.trim_ascii();
+    let target = Path::new(OsStr::from_bytes(target));
+    let gd = match open_path(dirfd, target) {
+        Ok(fd) => fd,
+        Err(Errno::ENOENT | Errno::ENOTDIR) => return None,
+        Err(_) => {
+            return Some(review::unjudged(
+                "the git dir its .git file names",
+                "it cannot be opened without following a symlink",
+            ))
+        }
+    };
+    if beneath(&gd, judged_there) {
+        return None;
+    }
+    let hits = judge(gd.as_raw_fd(), GitDirKind::Nested, true, None);
+    hits.into_iter()
+        .next()
+        .map(|h| format!("the git dir its .git file names: {}", h.reason))
+}
+
+/// Opens the directory `p` (relative to `dirfd` unless absolute) one component at a
+/// time, never through a symlink (so a `..` is the real parent).
+fn open_path(dirfd: RawFd, p: &Path) -> nix::Result<OwnedFd> {
+    use std::path::Component;
+    let mut cur = if p.is_absolute() {
+        open_dir(None, "/")?
+    } else {
+        open_dir(Some(dirfd), ".")?
+    };
+    for c in p.components() {
+        cur = match c {
+            Component::RootDir | Component::CurDir => continue,
+            Component::ParentDir => open_dir(Some(cur.as_raw_fd()), "..")?,
+            Component::Normal(n) => open_dir(Some(cur.as_raw_fd()), n)?,
+            Component::Prefix(_) => return Err(Errno::EINVAL),
+        };
+    }
+    Ok(cur)
+}
+
+/// Whether the directory `fd` is one of `dirs` or below one (going up by `..`).
+fn beneath(fd: &OwnedFd, dirs: &[Ino]) -> bool {
+    let Ok(mut st) = stat::fstat(fd.as_raw_fd()) else {
         return false;
     };
-    if !is_dir(&st) {
-        return since.precedes(&st);
+    let mut cur = None::<OwnedFd>;
+    for _ in 0..4096 {
+        if dirs.contains(&ino(&st)) {
+            return true;
+        }
+        let at = cur.as_ref().map_or(fd.as_raw_fd(), |c| c.as_raw_fd());
+        let Ok(parent) = open_dir(Some(at), "..") else {
+            return false;
+        };
+        let Ok(pst) = stat::fstat(parent.as_raw_fd()) else {
+            return false;
+        };
+        if ino(&pst) == ino(&st) {
+            return false; // the root
+        }
+        st = pst;
+        cur = Some(parent);
     }
-    let Ok(fd) = open_dir(Some(dirfd), name) else {
-        return true;
-    };
-    ["config", "config.worktree", "commondir", "hooks"]
-        .iter()
-        .any(|n| changed(fd.as_raw_fd(), OsStr::new(n), since))
+    false
 }
 
-/// Reviews one of the project's git dirs (`main`: the common dir, which holds
-/// `worktrees/` and `modules/`) through `policy::review::git_dir_rule`, the one question
-/// asked about git dirs. `common` is the common dir's canonical path, which a linked
-/// worktree's `commondir` must lead back to.
+/// Reviews one of the project's git dirs: the common dir (`linked`: false), which also
+/// holds `worktrees/` and `modules/`, or a linked worktree's own. What the launch's mounts
+/// could not cover is judged there (a new commondir, todo lists with exec lines); the git
+/// dirs made inside it (worktrees, modules) are judged whole.
 pub fn git_dir(
     root: &Path,
-    main: bool,
-    common: &Path,
+    linked: bool,
     since: Since,
     found: &mut dyn FnMut(Found<'_>),
     unread: &mut Vec<Unread>,
@@ -253,134 +513,79 @@ pub fn git_dir(
         }
     };
     let raw = fd.as_raw_fd();
-    for top in ["commondir", "config.worktree"] {
-        let rel = [OsStr::new(top)];
-        if let Some(GitRow::Changed(sev, why)) = review::git_dir_rule(&rel, main) {
-            if changed(raw, rel[0], since) {
-                found(Found {
-                    dirfd: raw,
-                    dir: root,
-                    name: rel[0],
-                    severity: sev,
-                    reason: why,
-                });
-            }
-        }
-    }
-    if !main {
+    let kind = if linked {
+        GitDirKind::Linked
+    } else {
+        GitDirKind::Common
+    };
+    report_hits(raw, root, judge(raw, kind, false, Some(since)), found);
+    if linked {
         return;
     }
     if let Ok(wt) = open_dir(Some(raw), "worktrees") {
         let wt_path = root.join("worktrees");
+        let w = wt.as_raw_fd();
         for (id, _) in entries(&wt).unwrap_or_default() {
-            let w = wt.as_raw_fd();
             if !changed(w, &id, since) {
                 continue;
             }
-            let rel = [OsStr::new("worktrees"), id.as_os_str()];
-            let leads_home = leads_to(&wt_path.join(&id), common);
-            match review::git_dir_rule(&rel, true) {
-                Some(GitRow::Worktree(why)) if !leads_home => found(Found {
+            let Ok(d) = open_dir(Some(w), id.as_os_str()) else {
+                continue;
+            };
+            let hits = judge(d.as_raw_fd(), GitDirKind::Linked, true, Some(since));
+            // A commondir leading elsewhere: the whole entry goes (git in that worktree
+            // would read another config and hooks).
+            if let Some(h) = hits.iter().find(|h| h.rel == "commondir") {
+                let reason = format!("a linked worktree's git dir: {}", h.reason);
+                drop(d);
+                found(Found {
                     dirfd: w,
                     dir: &wt_path,
                     name: &id,
-                    severity: Severity::High,
-                    reason: why,
-                }),
-                _ => {
-                    let cw = [rel[0], rel[1], OsStr::new("config.worktree")];
-                    if let (Some(GitRow::Changed(sev, why)), Ok(d)) = (
-                        review::git_dir_rule(&cw, true),
-                        open_dir(Some(w), id.as_os_str()),
-                    ) {
-                        if changed(d.as_raw_fd(), cw[2], since) {
-                            found(Found {
-                                dirfd: d.as_raw_fd(),
-                                dir: &wt_path.join(&id),
-                                name: cw[2],
-                                severity: sev,
-                                reason: why,
-                            });
-                        }
-                    }
-                }
+                    severity: h.severity,
+                    reason,
+                });
+                continue;
             }
+            report_hits(d.as_raw_fd(), &wt_path.join(&id), hits, found);
         }
     }
     if let Ok(m) = open_dir(Some(raw), "modules") {
-        modules(
-            m,
-            root.join("modules"),
-            &mut vec![OsString::from("modules")],
-            since,
-            found,
-        );
+        modules(m, root.join("modules"), 0, since, found);
     }
 }
 
-/// `modules/<name>/...`: each module's config and hooks, and modules nested in it.
+/// `modules/<name>/...`: each submodule's git dir (a directory with a `HEAD` or a
+/// `config`; a name with slashes is a path of directories) judged as a module, and the modules nested in it.
 fn modules(
     fd: OwnedFd,
     path: PathBuf,
-    rel: &mut Vec<OsString>,
+    depth: usize,
     since: Since,
     found: &mut dyn FnMut(Found<'_>),
 ) {
+    if depth > 64 {
+        return;
+    }
     for (name, kind) in entries(&fd).unwrap_or_default() {
-        if kind.is_some_and(|k| k != Type::Directory) || rel.len() > 64 {
+        if kind.is_some_and(|k| k != Type::Directory) {
             continue;
         }
         let Ok(module) = open_dir(Some(fd.as_raw_fd()), name.as_os_str()) else {
             continue;
         };
         let mpath = path.join(&name);
-        rel.push(name);
-        for leaf in ["config", "hooks"] {
-            let mut r: Vec<&OsStr> = rel.iter().map(|s| s.as_os_str()).collect();
-            r.push(OsStr::new(leaf));
-            if let Some(GitRow::Changed(sev, why)) = review::git_dir_rule(&r, true) {
-                if changed(module.as_raw_fd(), OsStr::new(leaf), since) {
-                    found(Found {
-                        dirfd: module.as_raw_fd(),
-                        dir: &mpath,
-                        name: OsStr::new(leaf),
-                        severity: sev,
-                        reason: why,
-                    });
-                }
-            }
+        let git_dir = ["HEAD", "config"]
+            .iter()
+            .any(|n| lstat_at(module.as_raw_fd(), *n).is_ok());
+        if !git_dir {
+            modules(module, mpath, depth + 1, since, found);
+            continue;
         }
+        let hits = judge(module.as_raw_fd(), GitDirKind::Module, true, Some(since));
+        report_hits(module.as_raw_fd(), &mpath, hits, found);
         if let Ok(sub) = open_dir(Some(module.as_raw_fd()), "modules") {
-            rel.push("modules".into());
-            modules(sub, mpath.join("modules"), rel, since, found);
-            rel.pop();
+            modules(sub, mpath.join("modules"), depth + 1, since, found);
         }
-        rel.pop();
     }
-}
-
-/// Whether the linked worktree's git dir at `wt` names `common` as its common dir (a
-/// missing or unreadable `commondir` does not).
-fn leads_to(wt: &Path, common: &Path) -> bool {
-    let Ok(bytes) = read_small(wt, "commondir") else {
-        return false;
-    };
-    let rel = Path::new(OsStr::from_bytes(bytes.trim_ascii()));
-    std::fs::canonicalize(wt.join(rel)).is_ok_and(|p| p == common)
-}
-
-fn read_small(dir: &Path, name: &str) -> std::io::Result<Vec<u8>> {
-    use std::io::Read;
-    let d = open_dir(None, dir)?;
-    let fd = fcntl::openat(
-        Some(d.as_raw_fd()),
-        name,
-        OFlag::O_RDONLY | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC,
-        Mode::empty(),
-    )?;
-    // SAFETY: openat just returned this descriptor.
-    let f = unsafe { std::fs::File::from_raw_fd(fd) };
-    let mut out = Vec::new();
-    f.take(4096).read_to_end(&mut out)?;
-    Ok(out)
 }

@@ -409,16 +409,17 @@ pub(super) fn attempts(a: &Arena) -> Vec<Attempt> {
         .env("CLAUDEBOX_HOME", state_in_claude(a))
         .refusal_stops_it(),
     );
+    // Planted with the opt-out, so that the exit review (which moves any new main
+    // commondir aside: review.rs) leaves it for the next launch to meet.
     v.push(
-        attempt(
-            "plant .git/commondir (main git dir): moved aside at exit, or the next launch refuses it",
-            COMMONDIR_SCRIPT,
-        )
+        Attempt {
+            args: vec!["--writable-project-config".into()],
+            ..attempt(
+                "plant .git/commondir (main git dir, the exit review off): the next launch must refuse it",
+                COMMONDIR_SCRIPT,
+            )
+        }
         .host_check(|a| {
-            // The exit review moved it aside: the host's git never reads it.
-            if !a.proj.join(".git/commondir").exists() {
-                return false;
-            }
             let o = next_launch(a);
             remove_commondir(a);
             let e = stderr(&o);

@@ -32,7 +32,7 @@ pub struct Prepared {
 
 pub fn prepare(cli: &Cli) -> Result<Prepared> {
     let cwd = host::current_dir()?;
-    let home = host::home_dir()?;
+    let (home, home_alias) = host::home::resolve(&host::home_dir()?, host::SYSTEM_PATHS);
     let project = project::discover(&cwd)?;
     refuse_dangerous_root(&project.work_tree, &home, cli.yes)?;
     guard::check_outside_git_dirs(&project, cli.yes)?;
@@ -108,6 +108,8 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     }
     let inputs = Inputs {
         gpu,
+        home_claude_json: home.join(".claude.json").symlink_metadata().is_ok(),
+        home_alias,
         claude,
         command,
         host: HostFacts::probe(),

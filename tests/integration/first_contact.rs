@@ -1,0 +1,111 @@
+//! What a newcomer meets first (issue 24): a home reached through a symlink, `--yes` in
+//! the home, a local gateway the network mode cannot reach, a hook's own log under
+//! `~/.claude`, the read-only notice, near-misses of claudebox's options, `--dry-run`'s
+//! summary and session-name completion.
+
+use crate::common::*;
+use std::fs;
+use std::os::unix::fs::symlink;
+use std::path::PathBuf;
+
+/// A world whose HOME and project are named through a symlink (`root/link -> root`), as
+/// on Fedora Silverblue (`/home -> var/home`) or with a home linked onto another disk.
+fn linked(w: &World) -> (PathBuf, PathBuf) {
+    symlink(w.root(), w.root().join("link")).unwrap();
+    let proj = w.dir("proj");
+    init_repo(&proj);
+    (w.root().join("link/home"), w.root().join("link/work/proj"))
+}
+
+#[test]
+fn a_home_and_a_project_reached_through_a_symlink_launch() {
+    let w = World::new();
+    let (home, proj) = linked(&w);
+    // A source under ~/.claude, named through the link: what was refused as tampering.
+    fs::write(
+        w.home().join(".claude/settings.json"),
+        "{\"mark\":\"SETUP\"}",
+    )
+    .unwrap();
+    let out = w
+        .cmd(&proj)
+        .env("HOME", &home)
+        .env(
+            "FAKE_CLAUDE_SCRIPT",
+            "pwd; echo HOME=$HOME; cat $HOME/.claude/settings.json; echo; \
+             test -L \"$HOME\" && echo HOME-IS-LINK; echo x > $HOME/scratch && echo WROTE",
+        )
+        .output()
+        .unwrap();
+    let out = ok(&out);
+    assert!(
+        out.contains(&format!("{}\n", w.root().join("work/proj").display())),
+        "{out}"
+    );
+    assert!(out.contains(&format!("HOME={}", home.display())), "{out}");
+    assert!(out.contains("SETUP"), "{out}");
+    assert!(
+        out.contains("HOME-IS-LINK") && out.contains("WROTE"),
+        "{out}"
+    );
+    assert!(
+        !w.home().join("scratch").exists(),
+        "the home inside is scratch"
+    );
+
+    // The source check still runs under the linked home: a host file that leads into a
+    // place a sandbox writes (here the project) is refused, not mounted.
+    fs::write(w.root().join("work/proj/planted"), "[alias]\n").unwrap();
+    symlink(
+        w.root().join("work/proj/planted"),
+        w.home().join(".gitconfig"),
+    )
+    .unwrap();
+    let refused = w.cmd(&proj).env("HOME", &home).output().unwrap();
+    assert!(!refused.status.success());
+    let err = stderr(&refused);
+    assert!(
+        err.contains("now leads to") && err.contains("tampering"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+}
+
+/// `cd ~ && claudebox --yes`: the home is the project. The real `~/.claude.json` (every
+/// project's trust and MCP servers) lies in the read-write project; the project's copy
+/// covers it, and `~/.claude` is the project's own as in every launch.
+#[test]
+fn yes_in_the_home_launches_without_showing_or_writing_the_real_claude_json() {
+    let w = World::new();
+    let home = w.home();
+    let real = r#"{"projects":{"/elsewhere":{"mcpServers":{"s":{"env":{"TOKEN":"OTHER-PROJECT-SECRET"}}}}}}"#;
+    fs::write(home.join(".claude.json"), real).unwrap();
+    // The host's backups of it: a Project entry of ~/.claude, so never the real one.
+    fs::create_dir_all(home.join(".claude/backups")).unwrap();
+    fs::write(
+        home.join(".claude/backups/.claude.json.backup.1"),
+        "REAL-CLAUDE-DIR",
+    )
+    .unwrap();
+    // The control: the same bytes under another name in the home are the project's.
+    fs::write(home.join("copy.json"), real).unwrap();
+    let script = "cat ~/.claude.json; echo; cat ~/copy.json; echo; \
+                  cat ~/.claude/backups/* 2>/dev/null; \
+                  echo '{\"planted\":1}' > ~/.claude.json && echo WROTE-JSON";
+    let out = w.run_claude(&home, ["--yes"], script);
+    let out = ok(&out);
+    assert_eq!(
+        out.matches("OTHER-PROJECT-SECRET").count(),
+        1,
+        "only the control shows it: {out}"
+    );
+    assert!(!out.contains("REAL-CLAUDE-DIR"), "{out}");
+    assert!(out.contains("WROTE-JSON"), "{out}");
+    assert_eq!(fs::read_to_string(home.join(".claude.json")).unwrap(), real);
+
+    // Without a real ~/.claude.json nothing is left in the real home.
+    fs::remove_file(home.join(".claude.json")).unwrap();
+    let out = w.run_claude(&home, ["--yes"], "echo RAN");
+    assert!(ok(&out).contains("RAN"));
+    assert!(fs::symlink_metadata(home.join(".claude.json")).is_err());
+}

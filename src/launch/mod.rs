@@ -70,7 +70,15 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         },
     )?;
     // Refuses a forward on the proxy's port, or too many, before anything is made.
-    crate::policy::forward::in_mode(&settings.network, &settings.forward_ports)?;
+    let forwards = crate::policy::forward::in_mode(&settings.network, &settings.forward_ports)?;
+    let base_url = std::env::var_os(crate::policy::base_url::VAR);
+    if let Some(w) =
+        crate::policy::base_url::in_force(&settings.env, base_url.as_deref()).and_then(|u| {
+            crate::policy::base_url::unreachable_warning(&u, &settings.network, &forwards)
+        })
+    {
+        eprintln!("claudebox: {w}");
+    }
     if let crate::policy::network::NetworkMode::Allowlist(list) = &settings.network {
         for e in crate::policy::network::portless_loopback(list) {
             eprintln!(

@@ -109,3 +109,62 @@ fn yes_in_the_home_launches_without_showing_or_writing_the_real_claude_json() {
     assert!(ok(&out).contains("RAN"));
     assert!(fs::symlink_metadata(home.join(".claude.json")).is_err());
 }
+
+/// A local gateway the network mode cannot reach: one warning line naming the flag, and
+/// none once that flag opens it (the control), nor in open mode.
+#[test]
+fn an_unreachable_base_url_gets_one_warning_line_and_an_opened_one_none() {
+    let w = World::new();
+    let proj = w.dir("gw");
+    init_repo(&proj);
+    let launch = |url: &str, args: &[&str]| {
+        let o = w
+            .cmd(&proj)
+            .env("ANTHROPIC_BASE_URL", url)
+            .args(args)
+            .args(["--exec", "true"])
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "{args:?}: {err}");
+        err.lines()
+            .filter(|l| l.contains("ANTHROPIC_BASE_URL"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let local = "http://127.0.0.1:47999";
+    let warned = launch(local, &["--network", "none"]);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].starts_with("claudebox: network: warning:"),
+        "{warned:?}"
+    );
+    assert!(
+        warned[0].contains("--forward-port 127.0.0.1:47999"),
+        "{warned:?}"
+    );
+    let warned = launch(local, &["--network", "allowlist"]);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(launch(local, &["--network", "none", "--forward-port", "47999"]).is_empty());
+    assert!(launch(local, &["--allow-host", "127.0.0.1:47999"]).is_empty());
+    assert!(launch(local, &["--network", "open"]).is_empty());
+
+    let lan = "http://gateway.lan:8080/v1";
+    let warned = launch(lan, &["--network", "allowlist"]);
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(
+        warned[0].contains("--allow-host gateway.lan:8080"),
+        "{warned:?}"
+    );
+    assert!(launch(lan, &["--allow-host", "gateway.lan:8080"]).is_empty());
+    // --env sets the value claude sees: it is the one judged, not the host's.
+    let env = "ANTHROPIC_BASE_URL=https://api.anthropic.com";
+    assert!(launch(local, &["--network", "allowlist", "--env", env]).is_empty());
+    let env = "ANTHROPIC_BASE_URL=http://localhost:4000";
+    let warned = launch(
+        "https://api.anthropic.com",
+        &["--network", "allowlist", "--env", env],
+    );
+    assert_eq!(warned.len(), 1, "{warned:?}");
+    assert!(warned[0].contains("localhost:4000"), "{warned:?}");
+}

@@ -168,3 +168,54 @@ fn an_unreachable_base_url_gets_one_warning_line_and_an_opened_one_none() {
     assert_eq!(warned.len(), 1, "{warned:?}");
     assert!(warned[0].contains("localhost:4000"), "{warned:?}");
 }
+
+/// A user's hook that appends to its own log under `~/.claude` keeps working inside once
+/// the host has that log: a data file is the project's own (the host's is neither shown
+/// nor written). The control: the same hook appending to a file not named as data (the
+/// setup, read-only) fails inside.
+#[test]
+fn a_hooks_own_log_under_dot_claude_stays_writable_and_the_setup_does_not() {
+    let _heavy = crate::common::heavy();
+    use crate::common::lab::{claude_versions, ok_run, world_with, MockApi, API_KEY};
+    for c in claude_versions() {
+        let w = world_with(&c);
+        let p = w.dir("proj");
+        init_repo(&p);
+        let claude = w.home().join(".claude");
+        fs::write(claude.join("hook.log"), "HOST-LOG\n").unwrap();
+        fs::write(claude.join("hook-state"), "HOST-STATE\n").unwrap();
+        let log = p.join("appended");
+        let hook = format!(
+            "echo tool >> \"$HOME/.claude/hook.log\" && echo log-ok >> '{0}'; \
+             echo tool >> \"$HOME/.claude/hook-state\" && echo state-ok >> '{0}'; exit 0",
+            log.display()
+        );
+        let settings = serde_json::json!({"hooks": {"PreToolUse": [{"matcher": "Bash",
+            "hooks": [{"type": "command", "command": hook}]}]}});
+        fs::write(claude.join("settings.json"), settings.to_string()).unwrap();
+        let mock = MockApi::start(&serde_json::json!([
+            {"bash": {"command": "echo tool-ran", "description": "x"}},
+            "DONE"
+        ]));
+        let o = w
+            .cmd(&p)
+            .env("ANTHROPIC_BASE_URL", mock.base_url())
+            .env("ANTHROPIC_API_KEY", API_KEY)
+            .args(["-p", "go", "--allowedTools", "Bash"])
+            .output()
+            .unwrap();
+        ok_run(&c, &o, &mock);
+        let appended = fs::read_to_string(&log).unwrap_or_default();
+        assert!(appended.contains("log-ok"), "[{}] {appended:?}", c.label);
+        assert!(!appended.contains("state-ok"), "[{}] {appended:?}", c.label);
+        // The host's files are as they were: what the sandbox wrote stayed the project's.
+        assert_eq!(
+            fs::read_to_string(claude.join("hook.log")).unwrap(),
+            "HOST-LOG\n"
+        );
+        assert_eq!(
+            fs::read_to_string(claude.join("hook-state")).unwrap(),
+            "HOST-STATE\n"
+        );
+    }
+}

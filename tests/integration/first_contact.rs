@@ -219,3 +219,32 @@ fn a_hooks_own_log_under_dot_claude_stays_writable_and_the_setup_does_not() {
         );
     }
 }
+
+/// Read-only files: an append fails "Read-only file system" (EROFS), a rename over one
+/// fails "Device or resource busy" (EBUSY, the kernel refuses a rename over a mount
+/// point before it looks at read-only; only a read-only parent directory gives EROFS,
+/// and the project's `.git` must stay writable). The note appended to claude's system
+/// prompt says EBUSY means read-only. The control: the same rename over a file that is
+/// not protected succeeds.
+#[test]
+fn a_rename_over_a_read_only_file_fails_ebusy_and_the_note_says_it_means_read_only() {
+    let w = World::new();
+    let p = w.dir("ro");
+    init_repo(&p);
+    fs::write(p.join("plain"), "x\n").unwrap();
+    let script = r#"
+ap() { sh -c 'echo x >> "$1"' ap "$1" 2>&1 | sed 's/.*: //'; }
+echo "APPEND<$(ap .git/config)>"
+echo t > .git/t; echo "RENAME<$(mv .git/t .git/config 2>&1 | sed 's/.*: //')>"
+echo t > p.tmp; mv p.tmp plain && echo CONTROL-RENAMED
+"#;
+    let out = ok(&w.run_claude(&p, Vec::<&str>::new(), script));
+    assert!(out.contains("APPEND<Read-only file system>"), "{out}");
+    assert!(out.contains("RENAME<Device or resource busy>"), "{out}");
+    assert!(out.contains("CONTROL-RENAMED"), "{out}");
+    let note = fake_args(&out).join("\n");
+    assert!(
+        note.contains("\"Device or resource busy\" (EBUSY)") && note.contains("means read-only"),
+        "{note}"
+    );
+}

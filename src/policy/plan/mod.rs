@@ -880,8 +880,10 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
           project's copy), and the temporary /tmp and home directory (both discarded when \
           the sandbox exits). The rest of the system is read-only; the rest of the real \
           home directory (ssh keys, other projects) is not visible. Files you create \
-          outside the project and ~/.claude are lost at exit. If a command fails for lack \
-          of access, say so instead of working around the sandbox.",
+          outside the project and ~/.claude are lost at exit. A single read-only file \
+          that a program replaces by rename fails with \"Device or resource busy\" \
+          (EBUSY), not \"Read-only file system\": it means read-only. If a command fails \
+          for lack of access, say so instead of working around the sandbox.",
     );
     for (kind, label) in [
         (ExtraKind::Ro, " Also readable (read-only):"),

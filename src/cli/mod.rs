@@ -3,6 +3,7 @@
 //! claude's (`-n/--name`, `-r/--resume`, `-c`, `-p`, `-w` are claude's).
 
 pub mod shell;
+pub mod typo;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

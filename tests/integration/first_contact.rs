@@ -248,3 +248,30 @@ echo t > p.tmp; mv p.tmp plain && echo CONTROL-RENAMED
         "{note}"
     );
 }
+
+/// A typo in a claudebox option is refused with one line naming the option meant, before
+/// anything is made; the same word after `--` (the control) reaches claude, as do claude's
+/// own options.
+#[test]
+fn a_near_miss_of_a_claudebox_option_is_refused_with_did_you_mean() {
+    let w = World::new();
+    let p = w.dir("typo");
+    init_repo(&p);
+    let o = w.run_claude(&p, ["--no-netwrok"], "echo RAN");
+    assert_eq!(o.status.code(), Some(2));
+    let err = stderr(&o);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(
+        err.starts_with("claudebox: unknown option --no-netwrok: did you mean --no-network?"),
+        "{err}"
+    );
+    assert!(!stdout(&o).contains("RAN"));
+    assert!(!w.state().join("projects").exists(), "nothing made");
+    let out = ok(&w.run_claude(&p, ["--", "--no-netwrok"], "echo RAN"));
+    assert_eq!(
+        fake_args(&out).last().map(String::as_str),
+        Some("--no-netwrok")
+    );
+    let out = ok(&w.run_claude(&p, ["--ide"], "echo RAN"));
+    assert!(fake_args(&out).iter().any(|a| a == "--ide"), "{out}");
+}

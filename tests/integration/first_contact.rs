@@ -275,3 +275,83 @@ fn a_near_miss_of_a_claudebox_option_is_refused_with_did_you_mean() {
     let out = ok(&w.run_claude(&p, ["--ide"], "echo RAN"));
     assert!(fake_args(&out).iter().any(|a| a == "--ide"), "{out}");
 }
+
+/// `--dry-run` starts with what a person reads first, and explains every kind of row it
+/// prints below: each first column of the listing has its line in the legend.
+#[test]
+fn dry_run_starts_with_a_summary_and_explains_every_kind_it_prints() {
+    let w = World::new();
+    let p = w.dir("dry");
+    init_repo(&p);
+    let extra = w.dir("extra");
+    let out = ok(&w
+        .cmd(&p)
+        .args(["--dry-run", "--allow-host", "127.0.0.1:5432", "--hide"])
+        .arg(p.join("README"))
+        .arg("--ro")
+        .arg(&extra)
+        .output()
+        .unwrap());
+    let head: Vec<&str> = out.lines().take(9).collect();
+    assert!(
+        head[0].starts_with("# claudebox --dry-run: nothing was started"),
+        "{out}"
+    );
+    for (i, row) in [
+        "project",
+        "state",
+        "network",
+        "writable",
+        "scratch",
+        "read-only",
+        "hidden",
+        "opt-ins",
+    ]
+    .iter()
+    .enumerate()
+    {
+        assert!(
+            head[i + 1].starts_with(&format!("#   {row} ")),
+            "{row}: {head:?}"
+        );
+    }
+    assert!(head[1].contains(&p.display().to_string()));
+    assert!(head[3].contains("allowlist"), "{head:?}");
+    assert!(
+        head[6].contains(&format!("{} (command line)", extra.display())),
+        "{head:?}"
+    );
+    assert!(head[7].contains("README (command line)"), "{head:?}");
+    assert_eq!(head[8], "#   opt-ins    none");
+    // Every kind of row below has its line in the legend.
+    let legend: Vec<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("# kinds of row"))
+        .skip(1)
+        .take_while(|l| l.starts_with("#   "))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .collect();
+    // Rows of the listing, but the settings table (its first column names a setting).
+    let mut in_settings = false;
+    let rows: std::collections::BTreeSet<&str> = out
+        .lines()
+        .skip_while(|l| !l.starts_with("# mounts"))
+        .take_while(|l| !l.starts_with("# command"))
+        .filter(|l| {
+            if l.starts_with("# settings") || l.starts_with("# environment") {
+                in_settings = l.starts_with("# settings");
+            }
+            !in_settings
+        })
+        .filter(|l| !l.starts_with('#') && l.contains('\t'))
+        .filter_map(|l| l.split('\t').next())
+        .collect();
+    for kind in [
+        "ro?", "empty-ro", "tmpfs", "symlink", "allow", "forward", "seccomp",
+    ] {
+        assert!(rows.contains(kind), "{kind} not printed: {rows:?}");
+    }
+    for kind in &rows {
+        assert!(legend.contains(kind), "{kind} is not explained: {legend:?}");
+    }
+}

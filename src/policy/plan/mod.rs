@@ -84,6 +84,40 @@ pub enum MountKind {
     DevBind,
 }
 
+impl MountKind {
+    /// Every kind, in the order `--dry-run`'s legend explains them.
+    pub const ALL: &'static [MountKind] = &[
+        MountKind::Ro,
+        MountKind::RoTry,
+        MountKind::Rw,
+        MountKind::File,
+        MountKind::Tmpfs,
+        MountKind::EmptyRo,
+        MountKind::Symlink,
+        MountKind::Dev,
+        MountKind::Proc,
+        MountKind::DevBind,
+    ];
+
+    /// What the kind means, for `--dry-run`'s legend.
+    pub fn meaning(&self) -> &'static str {
+        match self {
+            MountKind::Ro => "the host's path, read-only",
+            MountKind::RoTry => "the host's path, read-only; skipped when the host has none",
+            MountKind::Rw => "the host's directory, read-write: writes reach the host",
+            MountKind::File => "the host's file, read-write: writes reach the host",
+            MountKind::Tmpfs => "an empty writable directory in memory, gone at exit",
+            MountKind::EmptyRo => "an empty read-only directory: what is there is hidden",
+            MountKind::Symlink => "a symlink made inside, pointing at the source",
+            MountKind::Dev => "a minimal /dev (null, zero, random, tty, ...)",
+            MountKind::Proc => "a /proc of the sandbox's own processes",
+            MountKind::DevBind => {
+                "the host's device node, usable (--gpu); skipped when the host has none"
+            }
+        }
+    }
+}
+
 impl fmt::Display for MountKind {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(match self {
@@ -342,6 +376,10 @@ fn settings_rows(s: &Settings) -> Vec<SettingRow> {
 /// The typed sandbox plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The project's work tree (for `--dry-run`'s summary).
+    pub project: PathBuf,
+    /// The project's state directory (for `--dry-run`'s summary).
+    pub state_dir: PathBuf,
     pub bwrap: PathBuf,
     /// Namespace and process flags, in order.
     pub flags: Vec<&'static str>,
@@ -627,6 +665,8 @@ pub fn build(inp: &Inputs) -> Plan {
     let claude_dir = home.join(".claude");
     let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &claude_dir);
     Plan {
+        project: p.work_tree.clone(),
+        state_dir: inp.state.dir.clone(),
         bwrap: inp.bwrap.clone(),
         flags,
         mounts: m,

@@ -2,6 +2,7 @@
 //! claude unchanged (or is the command for `--exec`). Option names never take one of
 //! claude's (`-n/--name`, `-r/--resume`, `-c`, `-p`, `-w` are claude's).
 
+pub mod complete;
 pub mod shell;
 pub mod typo;
 

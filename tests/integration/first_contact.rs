@@ -355,3 +355,88 @@ fn dry_run_starts_with_a_summary_and_explains_every_kind_it_prints() {
         assert!(legend.contains(kind), "{kind} is not explained: {legend:?}");
     }
 }
+
+/// `--session <TAB>` completes the project's session names, not file names: bash's
+/// completion function from `claudebox completions bash`, run for real (and fish's when
+/// fish is installed). The control: `--ro <TAB>` in the same shell completes file names.
+#[test]
+fn session_names_complete_in_bash_and_fish() {
+    let w = World::new();
+    let p = w.dir("comp");
+    init_repo(&p);
+    for name in ["alpha", "beta-2"] {
+        ok(&w.run_claude(&p, ["--session", name], "true"));
+    }
+    let bin_dir = std::path::Path::new(BIN).parent().unwrap();
+    let mut path = bin_dir.as_os_str().to_owned();
+    path.push(":/usr/bin:/bin");
+    let script = |shell: &str| {
+        let s = ok(&w.cmd(&p).args(["completions", shell]).output().unwrap());
+        let f = w.root().join(format!("completion.{shell}"));
+        fs::write(&f, s).unwrap();
+        f
+    };
+    let bash = |words: &str, cur: &str| {
+        let code = format!(
+            "source \"$1\"; COMP_WORDS=({words} \"{cur}\"); COMP_CWORD=${{#COMP_WORDS[@]}}; \
+             COMP_CWORD=$((COMP_CWORD-1)); COMP_LINE=\"{words} {cur}\"; COMP_POINT=${{#COMP_LINE}}; \
+             _claudebox claudebox \"{cur}\" \"${{COMP_WORDS[COMP_CWORD-1]}}\"; \
+             printf '%s\\n' \"${{COMPREPLY[@]}}\""
+        );
+        let o = std::process::Command::new("bash")
+            .args(["--norc", "-c", &code, "bash"])
+            .arg(script("bash"))
+            .current_dir(&p)
+            .env_clear()
+            .env("HOME", w.home())
+            .env("PATH", &path)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        let mut got: Vec<String> = stdout(&o).lines().map(str::to_string).collect();
+        got.sort();
+        got
+    };
+    assert_eq!(bash("claudebox --session", ""), ["alpha", "beta-2"]);
+    assert_eq!(bash("claudebox --yes --forget", "b"), ["beta-2"]);
+    // The control: a path option still completes file names.
+    assert!(bash("claudebox --ro", "REA").contains(&"README".to_string()));
+    assert!(!bash("claudebox --session", "REA").contains(&"README".to_string()));
+
+    let Ok(fish) = which_fish() else {
+        eprintln!("skipping the fish half: fish is not installed");
+        return;
+    };
+    let o = std::process::Command::new(fish)
+        .args([
+            "--no-config",
+            "-c",
+            "source $argv[1]; complete -C 'claudebox --session '",
+        ])
+        .arg(script("fish"))
+        .current_dir(&p)
+        .env_clear()
+        .env("HOME", w.home())
+        .env("PATH", &path)
+        .output()
+        .unwrap();
+    let fish_out = stdout(&o);
+    let got: Vec<&str> = fish_out
+        .lines()
+        .map(|l| l.split('\t').next().unwrap_or(l))
+        .collect();
+    assert!(
+        got.contains(&"alpha") && got.contains(&"beta-2"),
+        "{got:?} {}",
+        stderr(&o)
+    );
+    assert!(!got.contains(&"README"), "{got:?}");
+}
+
+fn which_fish() -> Result<PathBuf, ()> {
+    ["/usr/bin/fish", "/bin/fish", "/usr/local/bin/fish"]
+        .iter()
+        .map(PathBuf::from)
+        .find(|p| p.exists())
+        .ok_or(())
+}

@@ -19,10 +19,14 @@ pub fn main(args: Vec<OsString>) -> ExitCode {
     if let Some(code) = shell::dispatch(&args) {
         return code;
     }
-    let cli = match cli::Cli::try_parse_from(args) {
+    let cli = match cli::Cli::try_parse_from(&args) {
         Ok(cli) => cli,
         Err(e) => return usage_error(e),
     };
+    if let Some(line) = cli::typo::near_miss(&args, &cli) {
+        eprintln!("claudebox: {line}");
+        return ExitCode::from(2);
+    }
     match run(&cli) {
         Ok(code) => code,
         Err(e) => {

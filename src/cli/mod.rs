@@ -2,7 +2,9 @@
 //! claude unchanged (or is the command for `--exec`). Option names never take one of
 //! claude's (`-n/--name`, `-r/--resume`, `-c`, `-p`, `-w` are claude's).
 
+pub mod complete;
 pub mod shell;
+pub mod typo;
 
 use std::ffi::OsString;
 use std::path::PathBuf;

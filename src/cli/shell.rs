@@ -32,11 +32,15 @@ struct Manpage {}
 /// Runs `completions` or `manpage` when `args[1]` names one; `None` otherwise.
 pub fn dispatch(args: &[OsString]) -> Option<ExitCode> {
     let out = match args.get(1)?.to_str()? {
+        crate::cli::complete::SESSION_NAMES => {
+            return Some(crate::cli::complete::print_session_names())
+        }
         "completions" => {
             let c = Completions::parse_from(&args[1..]);
             let mut buf = Vec::new();
             clap_complete::generate(c.shell, &mut Cli::command(), "claudebox", &mut buf);
-            Ok(buf)
+            let script = String::from_utf8_lossy(&buf);
+            Ok(crate::cli::complete::with_session_names(c.shell, &script).into_bytes())
         }
         "manpage" => {
             Manpage::parse_from(&args[1..]);

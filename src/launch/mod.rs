@@ -33,7 +33,7 @@ pub struct Prepared {
 
 pub fn prepare(cli: &Cli) -> Result<Prepared> {
     let cwd = host::current_dir()?;
-    let home = host::home_dir()?;
+    let (home, home_alias) = host::home::resolve(&host::home_dir()?, host::SYSTEM_PATHS);
     let project = project::discover(&cwd)?;
     refuse_dangerous_root(&project.work_tree, &home, cli.yes)?;
     let shared = guard::check_shared_dir(&project.work_tree, cli.yes)?;
@@ -75,7 +75,15 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         },
     )?;
     // Refuses a forward on the proxy's port, or too many, before anything is made.
-    crate::policy::forward::in_mode(&settings.network, &settings.forward_ports)?;
+    let forwards = crate::policy::forward::in_mode(&settings.network, &settings.forward_ports)?;
+    let base_url = std::env::var_os(crate::policy::base_url::VAR);
+    if let Some(w) =
+        crate::policy::base_url::in_force(&settings.env, base_url.as_deref()).and_then(|u| {
+            crate::policy::base_url::unreachable_warning(&u, &settings.network, &forwards)
+        })
+    {
+        eprintln!("claudebox: {w}");
+    }
     if let crate::policy::network::NetworkMode::Allowlist(list) = &settings.network {
         for e in crate::policy::network::portless_loopback(list) {
             eprintln!(
@@ -113,6 +121,8 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     }
     let inputs = Inputs {
         gpu,
+        home_claude_json: home.join(".claude.json").symlink_metadata().is_ok(),
+        home_alias,
         claude,
         command,
         host: HostFacts::probe(),

@@ -201,9 +201,37 @@ pub const WITHIN: &[Within] = &[
 /// Where `claude migrate-installer` puts claude: read-only whatever the options.
 const INSTALLATION: &str = "local";
 
-/// The class of an entry of the real `~/.claude`; unknown entries are Setup.
+/// The class of an entry of the real `~/.claude`: its row of [`TABLE`]; an unknown entry
+/// named as data ([`is_data`]) is Project, any other unknown entry Setup.
 pub fn class_of(name: &OsStr) -> Class {
-    entry(name).map_or(Setup, |e| e.class)
+    match entry(name) {
+        Some(e) => e.class,
+        None if is_data(name) => Project,
+        None => Setup,
+    }
+}
+
+/// Name endings of the user's own data at the top of `~/.claude`, not in [`TABLE`]: a
+/// hook's log or record (`echo ... >> ~/.claude/hook.log`). Such an entry is this
+/// project's (class Project), so a hook that appends to it keeps working inside once the
+/// host has one (a Setup entry would be bound read-only over it): the sandbox writes the
+/// project's own copy in claudebox's state, which the host never reads or runs, and the
+/// host's own is neither shown nor written. Scripts (`.sh`, `.py`, no ending, ...) and
+/// configuration (`.json`, which claude may read as settings) stay Setup, read-only.
+pub const DATA_ENDINGS: &[&str] = &[".log", ".jsonl", ".ndjson", ".txt", ".csv", ".tsv"];
+
+/// Unknown directories of `~/.claude` that hold data only, by the same reasoning.
+pub const DATA_DIRS: &[&str] = &["logs"];
+
+/// `name` (an entry of `~/.claude` not in [`TABLE`]) is the user's data: see
+/// [`DATA_ENDINGS`].
+pub fn is_data(name: &OsStr) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let b = name.as_bytes();
+    DATA_DIRS.iter().any(|d| b == d.as_bytes())
+        || DATA_ENDINGS
+            .iter()
+            .any(|e| b.len() > e.len() && b.ends_with(e.as_bytes()))
 }
 
 pub fn entry(name: &OsStr) -> Option<&'static Entry> {

@@ -2,6 +2,7 @@
 //! policy, the IPC variables table, the `~/.claude` table, the state's layout, the escaper for untrusted text.
 
 pub mod apparmor;
+pub mod base_url;
 pub mod claude_home;
 pub mod confinement;
 pub mod credsync;

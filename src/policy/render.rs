@@ -1,6 +1,8 @@
 //! The one renderer from a [`Plan`] to bwrap's argv, used both to exec and to print
 //! (`--dry-run`), plus the human-readable mount table and the shell-quoted command line.
 
+mod summary;
+
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
@@ -281,10 +283,12 @@ pub fn settings_table(plan: &Plan) -> Vec<u8> {
     out
 }
 
-/// The full `--dry-run` output: the mount table, the settings, the environment changes,
+/// The full `--dry-run` output: a short summary and the legend of the kinds (see
+/// `summary`), the mount table, the settings, the environment changes,
 /// the command.
 pub fn dry_run(plan: &Plan) -> Vec<u8> {
-    let mut out = mount_table(plan);
+    let mut out = summary::summary(plan);
+    out.extend_from_slice(&mount_table(plan));
     out.extend_from_slice(&settings_table(plan));
     out.extend_from_slice(
         b"# environment: the host's, plus (unset: variables naming host sockets and buses)\n",

@@ -6,7 +6,8 @@
 //! here the I/O. One table, one row per entry of `~/.claude`, each with its class and why.
 //! It was taken from `strace -f -e trace=file` of claude 2.1.330 and 2.1.197 (`-p` with a
 //! Bash tool call, `mcp add`, plugin commands), not from memory. An entry of the real
-//! directory that no row names is [`Class::Setup`]: visible, read-only.
+//! directory that no row names is [`Class::Setup`]: visible, read-only; unless its name
+//! says it is data (a hook's `*.log`, see `policy::claude_home::is_data`): the project's.
 //!
 //! Inside, `~/.claude` is the project's own directory in claudebox's state
 //! (`projects/<id>/claude-config/`, read-write, shared by the project's sandboxes), with

@@ -13,6 +13,7 @@ mod conversations;
 mod e2e_claude;
 mod escape;
 mod faults;
+mod first_contact;
 mod forward_ports;
 mod gc;
 mod gpu;

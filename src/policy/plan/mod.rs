@@ -8,7 +8,8 @@
 //!    with merged-usr symlinks recreated as symlinks;
 //! 2. `/dev`, a new `/proc`, a fresh `/tmp`; with `--gpu`, the GPUs' device nodes over
 //!    that `/dev` and the parts of `/sys` their drivers read (see `gpu`);
-//! 3. an empty writable tmpfs over `$HOME`;
+//! 3. an empty writable tmpfs over `$HOME` (its canonical path; `$HOME`'s own name, when
+//!    it goes through a symlink, as a symlink to it: see `host::home`);
 //! 4. the project's work tree read-write at its real path, then its git dirs that lie
 //!    outside it, then over them (parents first) the code-bearing paths made read-only
 //!    (`.git/hooks`, `.git/config`, ..., see `protect`) unless the user opted out;
@@ -21,7 +22,9 @@
 //!    empty read-only stand-ins for setup the user has none of, the login's credentials
 //!    file, a tmpfs per launch-private entry, and the claude installation again when it
 //!    lies under `~/.claude`;
-//! 7. `~/.claude.json`, a symlink to the project's copy in `~/.claude`;
+//! 7. `~/.claude.json`, a symlink to the project's copy in `~/.claude` (with the home as
+//!    the project, `--yes`: that copy bound over the real file when there is one, else
+//!    nothing, since a mount point would be left in the real home);
 //! 8. the user's extra mounts (`ro`, `rw`, `hide` from the config file and the command
 //!    line), parents before children.
 //! 9. in allowlist mode, claudebox's one step inside (see `inside::confine`) also opens
@@ -79,6 +82,40 @@ pub enum MountKind {
     /// A host device node (or a directory of them) with device access, skipped when
     /// missing: `--gpu` only (see `gpu`), named, since bwrap has no `--dev-bind-fd`.
     DevBind,
+}
+
+impl MountKind {
+    /// Every kind, in the order `--dry-run`'s legend explains them.
+    pub const ALL: &'static [MountKind] = &[
+        MountKind::Ro,
+        MountKind::RoTry,
+        MountKind::Rw,
+        MountKind::File,
+        MountKind::Tmpfs,
+        MountKind::EmptyRo,
+        MountKind::Symlink,
+        MountKind::Dev,
+        MountKind::Proc,
+        MountKind::DevBind,
+    ];
+
+    /// What the kind means, for `--dry-run`'s legend.
+    pub fn meaning(&self) -> &'static str {
+        match self {
+            MountKind::Ro => "the host's path, read-only",
+            MountKind::RoTry => "the host's path, read-only; skipped when the host has none",
+            MountKind::Rw => "the host's directory, read-write: writes reach the host",
+            MountKind::File => "the host's file, read-write: writes reach the host",
+            MountKind::Tmpfs => "an empty writable directory in memory, gone at exit",
+            MountKind::EmptyRo => "an empty read-only directory: what is there is hidden",
+            MountKind::Symlink => "a symlink made inside, pointing at the source",
+            MountKind::Dev => "a minimal /dev (null, zero, random, tty, ...)",
+            MountKind::Proc => "a /proc of the sandbox's own processes",
+            MountKind::DevBind => {
+                "the host's device node, usable (--gpu); skipped when the host has none"
+            }
+        }
+    }
 }
 
 impl fmt::Display for MountKind {
@@ -160,7 +197,14 @@ pub enum Command {
 #[derive(Debug, Clone)]
 pub struct Inputs {
     pub project: Project,
+    /// The home, canonical (see `host::home`).
     pub home: PathBuf,
+    /// `$HOME` as the host names it, through a symlink: recreated inside as a symlink to
+    /// `home` (see `host::home`).
+    pub home_alias: Option<PathBuf>,
+    /// The host's `~/.claude.json` exists: with the home as the project (`--yes`), the
+    /// project's copy is bound over it (see `claude_home`).
+    pub home_claude_json: bool,
     pub state: ProjectState,
     pub claude: Option<ClaudeInstall>,
     pub command: Command,
@@ -223,6 +267,8 @@ impl Inputs {
             },
             project,
             home,
+            home_alias: None,
+            home_claude_json: false,
             state,
             claude: None,
             command: Command::Claude(Vec::new()),
@@ -333,6 +379,10 @@ fn settings_rows(s: &Settings) -> Vec<SettingRow> {
 /// The typed sandbox plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// The project's work tree (for `--dry-run`'s summary).
+    pub project: PathBuf,
+    /// The project's state directory (for `--dry-run`'s summary).
+    pub state_dir: PathBuf,
     pub bwrap: PathBuf,
     /// Namespace and process flags, in order.
     pub flags: Vec<&'static str>,
@@ -421,6 +471,14 @@ pub fn build(inp: &Inputs) -> Plan {
         home,
         "empty writable home: nothing of the real home unless listed below",
     ));
+    if let Some(alias) = &inp.home_alias {
+        m.push(Mount::new(
+            MountKind::Symlink,
+            Some(home),
+            alias,
+            "$HOME as the host names it, through a symlink to the real home",
+        ));
+    }
 
     let p = &inp.project;
     let (extra_before, extra_after) =
@@ -619,6 +677,8 @@ pub fn build(inp: &Inputs) -> Plan {
     let claude_dir = home.join(".claude");
     let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &claude_dir);
     Plan {
+        project: p.work_tree.clone(),
+        state_dir: inp.state.dir.clone(),
         bwrap: inp.bwrap.clone(),
         flags,
         mounts: m,
@@ -692,13 +752,27 @@ fn claude_home(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
             ));
         }
     }
-    m.push(Mount::new(
-        MountKind::Symlink,
-        Some(Path::new(".claude/.claude.json")),
-        &home.join(".claude.json"),
-        "this project's config (CLAUDE_CONFIG_DIR=~/.claude keeps it in ~/.claude), \
-         for tools that read ~/.claude.json",
-    ));
+    let json = home.join(".claude.json");
+    if !home.starts_with(&inp.project.work_tree) {
+        m.push(Mount::new(
+            MountKind::Symlink,
+            Some(Path::new(".claude/.claude.json")),
+            &json,
+            "this project's config (CLAUDE_CONFIG_DIR=~/.claude keeps it in ~/.claude), \
+             for tools that read ~/.claude.json",
+        ));
+    } else if inp.home_claude_json {
+        // The home is (in) the project (`--yes`): the real file lies in the read-write
+        // project, where no symlink can be made. The project's copy covers it: the real
+        // one (every project's trust and MCP servers) is neither shown nor written.
+        m.push(Mount::new(
+            MountKind::File,
+            Some(&inp.state.claude_json()),
+            &json,
+            "this project's config over your real ~/.claude.json, which lies in the \
+             project (the home): the real one is neither shown nor written",
+        ));
+    }
     if inp.writable_claude_setup {
         notes.push(
             "opt-in --writable-claude-setup: your ~/.claude setup (settings.json, hooks, \
@@ -858,8 +932,10 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
           project's copy), and the temporary /tmp and home directory (both discarded when \
           the sandbox exits). The rest of the system is read-only; the rest of the real \
           home directory (ssh keys, other projects) is not visible. Files you create \
-          outside the project and ~/.claude are lost at exit. If a command fails for lack \
-          of access, say so instead of working around the sandbox.",
+          outside the project and ~/.claude are lost at exit. A single read-only file \
+          that a program replaces by rename fails with \"Device or resource busy\" \
+          (EBUSY), not \"Read-only file system\": it means read-only. If a command fails \
+          for lack of access, say so instead of working around the sandbox.",
     );
     for (kind, label) in [
         (ExtraKind::Ro, " Also readable (read-only):"),

@@ -62,6 +62,14 @@ fn every_name_is_in_the_table_once() {
 fn unknown_entries_are_setup() {
     assert_eq!(class_of(OsStr::new("statusline.sh")), Setup);
     assert_eq!(class_of(OsStr::new("something-new")), Setup);
+    // A hook's own data is the project's; its scripts and unknown JSON stay the setup.
+    assert_eq!(class_of(OsStr::new("hook.log")), Project);
+    assert_eq!(class_of(OsStr::new("tool-calls.jsonl")), Project);
+    assert_eq!(class_of(OsStr::new("logs")), Project);
+    assert_eq!(class_of(OsStr::new(".log")), Setup);
+    assert_eq!(class_of(OsStr::new("log-tool.sh")), Setup);
+    assert_eq!(class_of(OsStr::new("hook-state.json")), Setup);
+    assert_eq!(class_of(OsStr::new("history.jsonl")), Project);
     assert_eq!(class_of(OsStr::new("shell-snapshots")), Launch);
     assert_eq!(class_of(OsStr::new("file-history")), Project);
     assert_eq!(class_of(OsStr::new(".credentials.json")), Login);

@@ -6,6 +6,7 @@ pub mod companion;
 pub mod exec;
 pub mod gpu;
 pub mod holders;
+pub mod limits;
 pub mod mounts;
 pub mod project;
 pub mod protect;

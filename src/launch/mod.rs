@@ -106,6 +106,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             crate::policy::gpu::no_devices_line()
         );
     }
+    let limits = crate::policy::limits::decide(&settings.limits, &host::limits::probe())?;
     let inputs = Inputs {
         gpu,
         claude,
@@ -126,6 +127,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             .collect(),
         ssh_agent,
         landlock_abi: host::landlock_abi(),
+        limits,
         log_denied: cli.log_denied,
         ..Inputs::new(
             project,
@@ -305,6 +307,11 @@ fn exec_registered(
         keep.push(std::os::fd::AsRawFd::as_raw_fd(&**lock));
     }
     sources::keep_only(&keep)?;
+    // The sandbox's limits: its own cgroup entered now (or the systemd-run prefix).
+    if let Some(w) = &plan.limits.warning {
+        crate::host::limits::warn_once(&p.state_home.dir, w);
+    }
+    let argv = crate::host::limits::before_exec(&plan.limits, &inp.instance_id, argv)?;
     let err = crate::host::exec::replace_with(&argv);
     drop((in_use, session, opened));
     Err(err).with_context(|| format!("cannot run {}", argv[0].shown()))

@@ -12,6 +12,7 @@ pub mod forward;
 pub mod gpu;
 pub mod ipc;
 pub mod layout;
+pub mod limits;
 pub mod network;
 pub mod plan;
 pub mod protected;

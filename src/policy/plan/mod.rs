@@ -195,6 +195,8 @@ pub struct Inputs {
     pub log_denied: bool,
     /// With the GPU opt-in (`settings.gpu`): what of `gpu::TABLE` this host has.
     pub gpu: GpuHost,
+    /// The limits decided from `settings.limits` and the host's support (see `limits`).
+    pub limits: crate::policy::limits::Decided,
 }
 
 impl Inputs {
@@ -240,6 +242,7 @@ impl Inputs {
             landlock_abi: 0,
             log_denied: false,
             gpu: GpuHost::default(),
+            limits: Default::default(),
         }
     }
 }
@@ -352,6 +355,8 @@ pub struct Plan {
     pub notes: Vec<String>,
     /// Allowlist mode: the proxy that the launcher starts on the host before bwrap.
     pub proxy: Option<ProxySpec>,
+    /// The sandbox's limits and how they are applied (see `limits`).
+    pub limits: crate::policy::limits::Decided,
 }
 
 pub const NAMESPACE_FLAGS: &[&str] = &[
@@ -625,6 +630,7 @@ pub fn build(inp: &Inputs) -> Plan {
         settings_rows: settings_rows(&inp.settings),
         notes,
         proxy,
+        limits: inp.limits.clone(),
     }
 }
 

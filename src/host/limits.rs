@@ -44,7 +44,7 @@ pub fn probe() -> Support {
             .unwrap_or_default()
     };
     let mount = cgroup2_mount();
-    if let Some(runtime) = runtime_dir(uid) {
+    if let Some(runtime) = runtime_dir() {
         if runtime.join("systemd/private").exists() && which::which("systemd-run").is_ok() {
             let service = mount
                 .as_ref()
@@ -91,11 +91,12 @@ pub fn probe() -> Support {
     ))
 }
 
-fn runtime_dir(uid: u32) -> Option<PathBuf> {
+/// `$XDG_RUNTIME_DIR`: systemd-run finds the user's manager through it, so without it
+/// there is none to use.
+fn runtime_dir() -> Option<PathBuf> {
     std::env::var_os("XDG_RUNTIME_DIR")
         .map(PathBuf::from)
         .filter(|p| p.is_absolute())
-        .or_else(|| Some(PathBuf::from(format!("/run/user/{uid}"))))
 }
 
 /// Where the cgroup v2 hierarchy is mounted (`/sys/fs/cgroup`, or `/sys/fs/cgroup/unified`

@@ -61,7 +61,7 @@ vm_fetch() {
     }
 }
 
-# vm_root DIR CLAUDEBOX: busybox, bwrap, setpriv, claudebox and their libraries, a user
+# vm_root DIR CLAUDEBOX: busybox, bash, bwrap, setpriv, claudebox and their libraries, a user
 # (uid 1000, home /home/user with a project at /home/user/proj) and a second one (uid 1001,
 # /home/other/proj).
 vm_root() {
@@ -70,9 +70,9 @@ vm_root() {
     for l in bin sbin lib lib64; do ln -s "usr/$l" "$p/$l"; done
     cp "$vm_cache/busybox" "$p/usr/bin/busybox"
     for a in sh true cat echo id; do ln -s busybox "$p/usr/bin/$a"; done
-    cp /usr/bin/bwrap /usr/bin/setpriv "$p/usr/bin/"
+    cp /usr/bin/bwrap /usr/bin/setpriv /bin/bash "$p/usr/bin/"
     if command -v strip >/dev/null; then strip -o "$p/usr/local/bin/claudebox" "$claudebox"; else cp "$claudebox" "$p/usr/local/bin/claudebox"; fi
-    for lib in $(ldd /usr/bin/bwrap /usr/bin/setpriv "$claudebox" | awk '/=>/ {print $3}' | sort -u); do
+    for lib in $(ldd /usr/bin/bwrap /usr/bin/setpriv /bin/bash "$claudebox" | awk '/=>/ {print $3}' | sort -u); do
         cp -L "$lib" "$p/usr/lib/x86_64-linux-gnu/"
     done
     cp -L /lib64/ld-linux-x86-64.so.2 "$p/usr/lib/x86_64-linux-gnu/"

@@ -11,11 +11,12 @@ use std::path::PathBuf;
 use crate::policy::error::Fixable;
 use crate::policy::settings::Origin;
 
-/// The default process limit (threads count: the kernel's pids controller counts tasks).
-/// Measured (README, "Limits"): a real Claude Code session peaks at 60 tasks, the same
-/// session with `cargo build -j2` of claudebox inside at 95 and with `make -j` of a C
-/// project of 300 files at 330. 4096 leaves twelve times that for a big machine's
-/// `make -j$(nproc)`, and a fork bomb stops there, far below the kernel's pid_max.
+/// The default process limit (tasks: the kernel's pids controller counts threads too).
+/// Measured (README, "Limits"): Claude Code 2.1.197 and 2.1.330 in `-p` with a Bash tool
+/// call peak at 14 to 17 tasks in the sandbox, the same with `cargo build -j2` of
+/// claudebox as the tool call at 33 (about 8 per job). 4096 leaves room for a 256-job
+/// build on a big machine, is systemd's own order for a service (15% of the default
+/// pid_max: 4915), and stops a fork bomb far below the kernel's pid_max.
 pub const DEFAULT_PIDS: u64 = 4096;
 
 /// Below this many tasks bwrap, the step inside and claude cannot start.

@@ -120,9 +120,10 @@ r mem unlimited-out "$(cat /tmp/mem.out)"
 r mem unlimited-line "$(line /tmp/mem.err)"
 
 # The default: a plain launch gets the default process limit; no line after it.
-u claudebox --exec sh -c 'sleep 2; exit 7' 2>/tmp/def.err &
+u claudebox --exec sh -c 'sleep 4; exit 7' 2>/tmp/def.err &
 d=$!
-sleep 1
+i=0
+while [ $i -lt 100 ] && ! cat $C/u1000/claudebox-*/pids.max >/dev/null 2>&1; do sleep 0.1; i=$((i+1)); done
 r default pids-max "$(cat $C/u1000/claudebox-*/pids.max)"
 r default memory-max "$(cat $C/u1000/claudebox-*/memory.max)"
 wait $d; r default rc $?

@@ -176,12 +176,8 @@ pub fn apply(d: &Decided, instance_id: &str) -> Result<Applied> {
         Support::Cgroup { parent, .. } => match make_cgroup(parent, d, instance_id) {
             Ok(a) => Ok(a),
             Err(e) => {
-                let requested = d
-                    .limits
-                    .iter()
-                    .any(|a| a.origin != crate::policy::settings::Origin::Default);
                 let what = format!("limits: cannot set up the sandbox's cgroup: {e:#}");
-                if requested {
+                if requested(d) {
                     anyhow::bail!(Fixable::new(what, limits::FIX).at(parent));
                 }
                 eprintln!("claudebox: {what}; the sandbox starts without a process limit");
@@ -230,13 +226,21 @@ fn write(path: &Path, content: &str) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot write {content} to {}: {e}", path.shown()))
 }
 
-/// Removes the empty cgroups of sandboxes that ended (a populated one refuses: EBUSY).
+/// Removes the empty cgroups of sandboxes that ended without their watcher (a populated
+/// one refuses: EBUSY). Only those made a minute ago or more: a sibling launch may have
+/// made its own and not entered it yet.
 fn remove_stale(parent: &Path) {
     let Ok(entries) = fs::read_dir(parent) else {
         return;
     };
     for e in entries.flatten() {
-        if e.file_name().as_bytes().starts_with(PREFIX.as_bytes()) {
+        let old = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_some_and(|age| age >= Duration::from_secs(60));
+        if old && e.file_name().as_bytes().starts_with(PREFIX.as_bytes()) {
             let _ = fs::remove_dir(e.path());
         }
     }
@@ -249,13 +253,25 @@ fn remove_stale(parent: &Path) {
 pub fn before_exec(d: &Decided, instance_id: &str, argv: Vec<OsString>) -> Result<Vec<OsString>> {
     let applied = apply(d, instance_id)?;
     applied.start_watcher(d);
-    applied.enter().map_err(|e| {
-        anyhow::anyhow!(Fixable::new(
-            format!("limits: cannot move into the sandbox's cgroup: {e}"),
-            limits::FIX
-        ))
-    })?;
+    if let Err(e) = applied.enter() {
+        if let Some(dir) = &applied.cgroup {
+            let _ = fs::remove_dir(dir);
+        }
+        let what = format!("limits: cannot move into the sandbox's cgroup: {e}");
+        if requested(d) {
+            anyhow::bail!(Fixable::new(what, limits::FIX));
+        }
+        eprintln!("claudebox: {what}; the sandbox starts without a process limit");
+        return Ok(argv);
+    }
     Ok(applied.prefix.into_iter().chain(argv).collect())
+}
+
+/// Whether any limit in force was asked for (not only the default).
+fn requested(d: &Decided) -> bool {
+    d.limits
+        .iter()
+        .any(|a| a.origin != crate::policy::settings::Origin::Default)
 }
 
 /// Prints the default limit's warning once per user (a mark in claudebox's state).

@@ -287,11 +287,12 @@ fn on_a_kernel_with_cgroup_v2_delegated() {
         c.starts_with("warn") && c.contains("your cgroup /nodeleg"),
         "{c}"
     );
-    // The fork tree: held at 64 (counted from inside, so a few exiting ones more), the
-    // control far above.
+    // The fork tree: held near 64 (counted from inside /proc, which also lists exiting
+    // processes the controller already let go: 63 to 79 seen), the control far above;
+    // the cgroup's own count is the bomb's below.
     let limited = num("tree", "limited");
     let unlimited = num("tree", "unlimited");
-    assert!(limited <= 72, "{limited}");
+    assert!(limited <= 100, "{limited}");
     assert!(unlimited >= 500, "{unlimited}");
     assert!(one("tree", "limited-line").contains("reached its process limit (--pids 64)"));
     // The endless fork bomb: the cgroup at its maximum, processes outside start.

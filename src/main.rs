@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         Some(a) if a == confine::INIT_FLAG => confine::main(&args[2..]),
         Some(a) if a == INTERNAL_PROXY => netbridge::main(&args[2..]),
         Some(a) if a == INTERNAL_CREDENTIALS_SYNC => claudebox::state::credsync::main(&args[2..]),
+        Some(a) if a == host::limits::INTERNAL_LIMITS_WATCH => host::limits::watch_main(&args[2..]),
         _ => run::main(args),
     }
 }

@@ -25,7 +25,7 @@ use crate::policy::network::{ModeName, NetworkChoice};
         (claude's version, from inside the sandbox); `claudebox -- --help` shows claude's help.",
     after_long_help = "Configuration: $XDG_CONFIG_HOME/claudebox/config.toml \
         (default ~/.config/claudebox/config.toml) can list the same things as --ro, --rw, \
-        --hide, --env, --network, --allow-host, --forward-port and --gpu, default arguments \
+        --hide, --env, --network, --allow-host, --forward-port, --gpu, --memory, --pids and --cpu, default arguments \
         for claude, and [[project]] sections for one project. The command line wins over the \
         file. Nothing inside a project is read as configuration.\n\n\
         Shell integration: `claudebox completions bash|zsh|fish` prints a completion \
@@ -107,6 +107,21 @@ pub struct Cli {
     #[arg(long)]
     pub gpu: bool,
 
+    /// Bound the memory of the whole sandbox to SIZE (e.g. 8G; swap none): past it the
+    /// sandbox is ended. `max` for none. Also `memory` in the config file.
+    #[arg(long, value_name = "SIZE")]
+    pub memory: Option<String>,
+
+    /// Bound the processes and threads of the whole sandbox to N (default 4096, so a fork
+    /// bomb cannot take the machine; `max` for none). Also `pids` in the config file.
+    #[arg(long, value_name = "N")]
+    pub pids: Option<String>,
+
+    /// Bound the CPU time of the whole sandbox to FRACTION CPUs (e.g. 1.5 or 150%; `max`
+    /// for none). Also `cpu` in the config file.
+    #[arg(long, value_name = "FRACTION")]
+    pub cpu: Option<String>,
+
     /// Check whether this machine can run claudebox (bwrap, user namespaces, a nested
     /// sandbox, claude, credentials, state; with --gpu, the GPU device nodes); exit
     /// non-zero when a check fails.
@@ -183,6 +198,14 @@ impl Cli {
             writable_project_config: self.writable_project_config,
             writable_claude_setup: self.writable_claude_setup,
             gpu: self.gpu,
+            limits: [
+                (crate::policy::limits::Kind::Memory, &self.memory),
+                (crate::policy::limits::Kind::Pids, &self.pids),
+                (crate::policy::limits::Kind::Cpu, &self.cpu),
+            ]
+            .into_iter()
+            .filter_map(|(k, v)| Some((k, v.clone()?)))
+            .collect(),
         }
     }
 

@@ -13,6 +13,9 @@
 //! pass_env = ["GITHUB_TOKEN"]               # the host's value, passed explicitly
 //! env = { RUST_BACKTRACE = "1" }            # set inside the sandbox
 //! gc_margin = "7d"                          # --gc: how long a missing root is waited for
+//! memory = "8G"                             # the sandbox's limits (as --memory, --pids,
+//! pids = 4096                               #   --cpu; "max" for none), per project too
+//! cpu = 2
 //!
 //! [[project]]                               # applies only to this project
 //! root = "~/src/website"
@@ -79,6 +82,14 @@ pub struct Section {
     pub writable_claude_setup: Option<Spanned<bool>>,
     /// Opt-in: the GPUs' device nodes and the /sys parts drivers read (as `--gpu`).
     pub gpu: Option<Spanned<bool>>,
+    /// The sandbox's limits (as `--memory`, `--pids`, `--cpu`): `"8G"`, `4096`, `1.5`,
+    /// or `"max"` for none; checked by `policy::limits::parse`.
+    #[serde(default, deserialize_with = "scalar")]
+    pub memory: Option<Spanned<String>>,
+    #[serde(default, deserialize_with = "scalar")]
+    pub pids: Option<Spanned<String>>,
+    #[serde(default, deserialize_with = "scalar")]
+    pub cpu: Option<Spanned<String>>,
     /// Only at the top level: how long `--gc` waits before removing the state of a
     /// project whose root is missing (`"7d"`, `"12h"`, `"0"`).
     pub gc_margin: Option<Spanned<String>>,
@@ -243,6 +254,38 @@ fn port_list<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<Spanned<String>>, D:
         .collect())
 }
 
+/// A number or a string, kept as written (the limits' values).
+fn scalar<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Spanned<String>>, D::Error> {
+    struct Scalar(String);
+    impl<'de> Deserialize<'de> for Scalar {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Scalar, D::Error> {
+            struct V;
+            impl Visitor<'_> for V {
+                type Value = Scalar;
+                fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                    f.write_str(r#"a number (4096, 1.5) or a string ("8G", "max")"#)
+                }
+                fn visit_i64<E: de::Error>(self, n: i64) -> Result<Scalar, E> {
+                    Ok(Scalar(n.to_string()))
+                }
+                fn visit_u64<E: de::Error>(self, n: u64) -> Result<Scalar, E> {
+                    Ok(Scalar(n.to_string()))
+                }
+                fn visit_f64<E: de::Error>(self, n: f64) -> Result<Scalar, E> {
+                    Ok(Scalar(n.to_string()))
+                }
+                fn visit_str<E: de::Error>(self, s: &str) -> Result<Scalar, E> {
+                    Ok(Scalar(s.to_string()))
+                }
+            }
+            d.deserialize_any(V)
+        }
+    }
+    let v: Spanned<Scalar> = Deserialize::deserialize(d)?;
+    let span = v.span();
+    Ok(Some(Spanned::new(span, v.into_inner().0)))
+}
+
 /// Facts about the launch that resolving needs.
 pub struct Context<'a> {
     pub home: &'a Path,
@@ -277,7 +320,7 @@ mod tests {
         assert_eq!(
             err("ro = []\nrox = 1\n"),
             "/c/config.toml:2:1: unknown field `rox`, expected one of `ro`, `rw`, `hide`, \
-             `env`, `pass_env`, `network`, `allow_hosts`, `forward_ports`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `gpu`, `gc_margin`, `root`, `project`"
+             `env`, `pass_env`, `network`, `allow_hosts`, `forward_ports`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `gpu`, `memory`, `pids`, `cpu`, `gc_margin`, `root`, `project`"
         );
         assert_eq!(
             err("ro = 5\n"),

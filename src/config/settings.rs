@@ -19,6 +19,7 @@ use anyhow::{anyhow, Result};
 
 use crate::config::guard;
 use crate::config::{self, Section};
+use crate::policy::limits;
 use crate::policy::network::{self, NetworkChoice};
 use crate::policy::render::Shown;
 
@@ -147,6 +148,22 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
                     *flag = v.get_ref().then(|| Where::Config(file, v.span()).origin());
                 }
             }
+            for (kind, value) in [
+                (limits::Kind::Memory, &sec.memory),
+                (limits::Kind::Pids, &sec.pids),
+                (limits::Kind::Cpu, &sec.cpu),
+            ] {
+                if let Some(v) = value {
+                    let at = Where::Config(file, v.span());
+                    let setting = limits::parse(kind, v.get_ref())
+                        .map_err(|e| at.error(format!("{kind}: {e}")))?;
+                    s.limits.set(limits::Asked {
+                        kind,
+                        setting,
+                        origin: at.origin(),
+                    });
+                }
+            }
             if let Some(a) = &sec.claude_args {
                 s.claude_args.push(ClaudeArgs {
                     args: a.get_ref().iter().map(OsString::from).collect(),
@@ -203,6 +220,15 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
     }
     if cli.gpu {
         s.gpu = Some(Origin::CommandLine);
+    }
+    for (kind, value) in &cli.limits {
+        let setting = limits::parse(*kind, value)
+            .map_err(|e| anyhow!("{} {}: {e}", limits::row(*kind).flag, value.shown()))?;
+        s.limits.set(limits::Asked {
+            kind: *kind,
+            setting,
+            origin: Origin::CommandLine,
+        });
     }
 
     s.mounts = resolve_mounts(requests, cx)?;

@@ -7,6 +7,7 @@ pub mod exec;
 pub mod gpu;
 pub mod holders;
 pub mod home;
+pub mod limits;
 pub mod mounts;
 pub mod project;
 pub mod protect;

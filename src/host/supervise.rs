@@ -6,7 +6,8 @@
 //! group, so Ctrl-C (SIGINT, ignored by both as before; the agent gets it) and Ctrl-Z
 //! (SIGTSTP stops both, `fg`'s SIGCONT continues both; the wait ignores stops) reach them
 //! as the terminal sends them; bwrap's `--die-with-parent` ends the sandbox when this
-//! process is killed. It is also a child subreaper: a bwrap child orphaned by a bwrap
+//! process is killed, and this process gets SIGTERM (a parent-death signal, forwarded to
+//! bwrap) when its own parent dies, as bwrap did when claudebox exec'd it. It is also a child subreaper: a bwrap child orphaned by a bwrap
 //! killed in its first milliseconds (bubblewrap issue #633, blocked for ever) becomes its
 //! child and is killed once bwrap has exited.
 
@@ -36,7 +37,12 @@ extern "C" fn forward(sig: libc::c_int) {
 
 /// Starts `argv` as a child and waits for it to end. `Err`: it could not be started (the
 /// exec failed in the child: its error).
-pub fn run<S: AsRef<OsStr>>(argv: &[S]) -> io::Result<WaitStatus> {
+/// `pre_exec` runs in the child right before the exec (async-signal-safe calls only); its
+/// error is the launch's.
+pub fn run<S: AsRef<OsStr>>(
+    argv: &[S],
+    pre_exec: &dyn Fn() -> io::Result<()>,
+) -> io::Result<WaitStatus> {
     let mut args = Vec::with_capacity(argv.len());
     for a in argv {
         args.push(CString::new(a.as_ref().as_bytes()).map_err(|_| {
@@ -71,6 +77,14 @@ pub fn run<S: AsRef<OsStr>>(argv: &[S]) -> io::Result<WaitStatus> {
         // SAFETY: the handler only calls kill(2).
         previous.push((s, unsafe { signal::sigaction(s, &action) }?));
     }
+    // As when claudebox exec'd bwrap (whose --die-with-parent then applied to this very
+    // process): the sandbox ends when claudebox's parent dies. SIGTERM, forwarded to bwrap
+    // like any other (blocked until the child's pid is known), so the review still runs.
+    let parent = nix::unistd::getppid();
+    let _ = nix::sys::prctl::set_pdeathsig(Signal::SIGTERM);
+    if nix::unistd::getppid() != parent {
+        let _ = signal::raise(Signal::SIGTERM);
+    }
     // The exec's error comes back through a close-on-exec pipe.
     let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     // SAFETY: the child only makes async-signal-safe calls before exec or _exit.
@@ -84,9 +98,14 @@ pub fn run<S: AsRef<OsStr>>(argv: &[S]) -> io::Result<WaitStatus> {
             let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
             // SAFETY: SIG_DFL installs no handler.
             let _ = unsafe { signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) };
-            // SAFETY: a NUL-terminated array of valid C strings, made before the fork.
-            unsafe { libc::execvp(program.as_ptr(), ptrs.as_ptr()) };
-            let e = nix::errno::Errno::last_raw();
+            let e = match pre_exec() {
+                Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+                Ok(()) => {
+                    // SAFETY: a NUL-terminated array of valid C strings, made before the fork.
+                    unsafe { libc::execvp(program.as_ptr(), ptrs.as_ptr()) };
+                    nix::errno::Errno::last_raw()
+                }
+            };
             let _ = nix::unistd::write(&wr, &e.to_ne_bytes());
             // SAFETY: leaving the forked child without running the parent's destructors.
             unsafe { libc::_exit(127) }

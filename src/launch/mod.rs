@@ -119,6 +119,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             crate::policy::gpu::no_devices_line()
         );
     }
+    let limits = crate::policy::limits::decide(&settings.limits, &host::limits::probe())?;
     let inputs = Inputs {
         gpu,
         home_claude_json: home.join(".claude.json").symlink_metadata().is_ok(),
@@ -142,6 +143,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             .collect(),
         ssh_agent,
         landlock_abi: host::landlock_abi(),
+        limits,
         log_denied: cli.log_denied,
         ..Inputs::new(
             project,
@@ -328,8 +330,14 @@ fn exec_registered(
     } else {
         None
     };
+    // The sandbox's limits: its own cgroup, entered by bwrap's process between fork and
+    // exec (or the systemd-run prefix).
+    if let Some(w) = &plan.limits.warning {
+        crate::host::limits::warn_once(&p.state_home.dir, w);
+    }
+    let (argv, limits) = crate::host::limits::prepare(&plan.limits, &inp.instance_id, argv)?;
     // claudebox stays bwrap's parent (`host::supervise`), for the review at the end.
-    let status = match crate::host::supervise::run(&argv) {
+    let status = match crate::host::supervise::run(&argv, &|| limits.enter()) {
         Ok(status) => status,
         Err(err) => {
             drop((in_use, session, opened, pending));

@@ -153,7 +153,33 @@ fn checks() -> Result<Vec<Row>> {
     rows.push(credentials_row(&home));
     rows.push(state_row(&StateHome::from_env(&home)));
     rows.push(config_row(&home));
+    rows.push(limits_row(&crate::host::limits::probe()));
     Ok(rows)
+}
+
+/// Whether `--memory`, `--pids`, `--cpu` and the default process limit can be applied.
+fn limits_row(support: &crate::policy::limits::Support) -> Row {
+    use crate::policy::limits::{Support, FIX, TABLE};
+    let detail = support.describe();
+    match support {
+        Support::Systemd { controllers } | Support::Cgroup { controllers, .. } => {
+            let missing: Vec<&str> = TABLE
+                .iter()
+                .filter(|r| !controllers.iter().any(|c| c == r.controller))
+                .map(|r| r.flag)
+                .collect();
+            if missing.is_empty() {
+                ok("limits", detail)
+            } else {
+                warn(
+                    "limits",
+                    format!("{detail}; {} cannot be applied", missing.join(", ")),
+                    FIX.to_string(),
+                )
+            }
+        }
+        _ => warn("limits", detail, FIX.to_string()),
+    }
 }
 
 /// The config file as a launch from the current directory would read it, and the network

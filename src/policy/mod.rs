@@ -14,6 +14,7 @@ pub mod git_dir;
 pub mod gpu;
 pub mod ipc;
 pub mod layout;
+pub mod limits;
 pub mod network;
 pub mod plan;
 pub mod protected;

@@ -338,6 +338,12 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
             );
         }
     }
+    out.extend_from_slice(b"# limits of the sandbox as a whole\n");
+    for cells in crate::policy::limits::dry_run_rows(&plan.limits, "INSTANCE") {
+        let cells: Vec<Vec<u8>> = cells.iter().map(|c| escape_bytes(c.as_bytes())).collect();
+        out.extend_from_slice(&cells.join(&b'\t'));
+        out.push(b'\n');
+    }
     if !plan.notes.is_empty() {
         out.extend_from_slice(b"# opt-ins and gaps\n");
         for n in &plan.notes {

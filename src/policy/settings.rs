@@ -89,6 +89,8 @@ pub struct Settings {
     pub writable_claude_setup: Option<Origin>,
     /// Opt-in: the GPUs' device nodes and the /sys parts drivers read (see `gpu`).
     pub gpu: Option<Origin>,
+    /// `--memory`, `--pids`, `--cpu` and their config keys, the last layer winning.
+    pub limits: crate::policy::limits::Requested,
 }
 
 /// What claudebox's own command-line options ask for.
@@ -103,4 +105,6 @@ pub struct CliRequest {
     pub writable_project_config: bool,
     pub writable_claude_setup: bool,
     pub gpu: bool,
+    /// `--memory`, `--pids`, `--cpu` as written.
+    pub limits: Vec<(crate::policy::limits::Kind, String)>,
 }

@@ -21,6 +21,7 @@ mod hardening;
 mod identity;
 mod lab_findings;
 mod launch;
+mod limits;
 mod list;
 mod network;
 mod no_git;

@@ -152,3 +152,57 @@ fn a_job_started_with_sigint_ignored_keeps_it_ignored_inside() {
     assert_eq!(mask(&default) & (int | quit), 0, "default: {default}");
     assert_eq!(mask(&ign) & (int | quit), int | quit, "ignored: {ign}");
 }
+
+/// claudebox stays bwrap's parent; when claudebox's own parent dies (a wrapper killed, a
+/// terminal's process gone) the sandbox ends, as it did when claudebox exec'd bwrap and
+/// bwrap's `--die-with-parent` applied to that process. Control: the same agent under a
+/// parent that stays alive is still running after the same wait.
+#[test]
+fn the_sandbox_ends_when_claudebox_s_parent_dies() {
+    let _heavy = crate::common::heavy();
+    let w = World::new();
+    let proj = w.dir("proj");
+    init_repo(&proj);
+    let run = |kill_parent: bool| -> bool {
+        let beat = proj.join(if kill_parent {
+            "beat-killed"
+        } else {
+            "beat-alive"
+        });
+        let _ = fs::remove_file(&beat);
+        let inner = format!(
+            "{} --exec sh -c 'while :; do date +%s%N > \"$0\"; sleep 0.1; done' '{}' & wait",
+            BIN,
+            beat.display()
+        );
+        let mut parent = sh_like(&w, &proj)
+            .args(["-c", &inner])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !beat.exists() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(beat.exists(), "the agent never started");
+        if kill_parent {
+            parent.kill().unwrap();
+        }
+        std::thread::sleep(Duration::from_secs(2));
+        let a = fs::read_to_string(&beat).unwrap();
+        std::thread::sleep(Duration::from_millis(600));
+        let b = fs::read_to_string(&beat).unwrap();
+        let alive = a != b;
+        if !kill_parent {
+            parent.kill().unwrap();
+        }
+        let _ = parent.wait();
+        alive
+    };
+    assert!(run(false), "control: the agent runs under a living parent");
+    // The agent of the killed parent's sandbox: left running, the control's agent ends
+    // with claudebox's --die-with-parent once its parent is killed above.
+    assert!(!run(true), "the agent outlived claudebox's parent");
+}

@@ -15,9 +15,8 @@
 #   UBUNTU_SUITE=resolute-updates RESTRICT_UNCONFINED=1 tests/vm/apparmor.sh CLAUDEBOX_BINARY
 #
 # Needs: qemu-system-x86_64 (Debian: qemu-system-x86), apt-get and dpkg-deb. It fetches
-# with apt, each index's signature checked: trixie's apparmor-profiles, busybox-static and
-# ubuntu-keyring (Debian's keyring vouches for it), then with that keyring Ubuntu noble's
-# kernel; and scripts/install-apparmor-parser.sh's parser. No KVM needed
+# the kernel and busybox as tests/vm/lib.sh says, and scripts/install-apparmor-parser.sh's
+# parser. No KVM needed
 # (TCG; about a minute on two cores). amd64 only.
 set -euo pipefail
 
@@ -35,78 +34,19 @@ aa_dir="$(dirname "$parser")"
 cache="$(dirname "$aa_dir")"
 # UBUNTU_SUITE picks the kernel: noble-updates (24.04, the default) or e.g. resolute-updates.
 suite="${UBUNTU_SUITE:-noble-updates}"
-vm_cache="$cache/apparmor-vm-$suite"
-mkdir -p "$vm_cache"
-
-# The packages, fetched once (the same apt setup as install-apparmor-parser.sh).
-apt_in() { # DIR SOURCES-LINE: a private apt state in DIR for one source
-    mkdir -p "$1/lists/partial" "$1/cache/archives/partial"
-    : >"$1/status"
-    printf '%s\n' "$2" >"$1/sources.list"
-    o=(-o "Dir::Etc::SourceList=$1/sources.list" -o "Dir::Etc::SourceParts=/nonexistent"
-       -o "Dir::State::Lists=$1/lists" -o "Dir::State::Status=$1/status"
-       -o "Dir::Cache=$1/cache" -o "APT::Architecture=amd64" -o "Acquire::Languages=none"
-       -o "Acquire::IndexTargets::deb::DEP-11::DefaultEnabled=false")
-    apt-get "${o[@]}" -q update </dev/null >&2
-}
-set +e
-(
-set -e
-if [[ ! -f "$vm_cache/ok" ]]; then
-    tmp="$(mktemp -d "$cache/.apparmor-vm-XXXXXX")"
-    mkdir -p "$tmp/debs" "$tmp/x"
-    apt_in "$tmp/debian" "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main"
-    (cd "$tmp/debs" && apt-get "${o[@]}" -q download apparmor-profiles busybox-static ubuntu-keyring </dev/null >&2)
-    for d in "$tmp"/debs/*.deb; do dpkg-deb -x "$d" "$tmp/x"; done
-    apt_in "$tmp/ubuntu" "deb [signed-by=$tmp/x/usr/share/keyrings/ubuntu-archive-keyring.gpg] http://archive.ubuntu.com/ubuntu $suite main"
-    kernel_pkg="$(apt-cache "${o[@]}" depends linux-image-generic | sed -n 's/^ *Depends: \(linux-image-[0-9].*\)$/\1/p' | head -n1)"
-    [[ -n "$kernel_pkg" ]] || die "no linux-image-generic in $suite's index"
-    (cd "$tmp/debs" && apt-get "${o[@]}" -q download "$kernel_pkg" </dev/null >&2)
-    dpkg-deb -x "$tmp"/debs/linux-image-*.deb "$tmp/x"
-    cp "$tmp"/x/boot/vmlinuz-* "$vm_cache/vmlinuz"
-    basename "$tmp"/x/boot/vmlinuz-* >"$vm_cache/kernel-version"
-    cp "$tmp/x/usr/bin/busybox" "$vm_cache/busybox"
-    cp "$tmp/x/usr/share/apparmor/extra-profiles/bwrap-userns-restrict" "$vm_cache/bwrap-userns-restrict"
-    chmod -R a+rX "$vm_cache"
-    rm -rf "$tmp"
-    touch "$vm_cache/ok"
-fi
-)
-fetched=$?
-set -e
-[[ $fetched -eq 0 ]] || {
-    rm -rf "$cache"/.apparmor-vm-*
-    rmdir "$vm_cache" 2>/dev/null
-    log "cannot fetch the packages for the VM (exit $fetched)"
-    exit 75
-}
+source "$ROOT/tests/vm/lib.sh"
+vm_fetch "$cache" "$suite"
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 p="$work/p"   # the guest's root
-mkdir -p "$p"/{usr/bin,usr/sbin,usr/local/bin,usr/lib/x86_64-linux-gnu,usr/lib64,etc/apparmor.d,opt,home/user,tmp,proc,sys,dev,run,var/tmp,root}
-for l in bin sbin lib lib64; do ln -s "usr/$l" "$p/$l"; done
-cp "$vm_cache/busybox" "$p/usr/bin/busybox"
-for a in sh true cat echo id; do ln -s busybox "$p/usr/bin/$a"; done
-cp /usr/bin/bwrap /usr/bin/setpriv "$p/usr/bin/"
-if command -v strip >/dev/null; then strip -o "$p/usr/local/bin/claudebox" "$claudebox"; else cp "$claudebox" "$p/usr/local/bin/claudebox"; fi
-for lib in $(ldd /usr/bin/bwrap /usr/bin/setpriv "$claudebox" | awk '/=>/ {print $3}' | sort -u); do
-    cp -L "$lib" "$p/usr/lib/x86_64-linux-gnu/"
-done
-cp -L /lib64/ld-linux-x86-64.so.2 "$p/usr/lib/x86_64-linux-gnu/"
-ln -s ../lib/x86_64-linux-gnu/ld-linux-x86-64.so.2 "$p/usr/lib64/ld-linux-x86-64.so.2"
+vm_root "$p" "$claudebox"
+mkdir -p "$p/etc/apparmor.d"
 mkdir -p "$p$aa_dir"
 cp -a "$aa_dir/." "$p$aa_dir/"
 # Debian's unprivileged_userns ships in complain mode; Ubuntu's enforces.
 sed 's/flags=(complain)/flags=(enforce)/' "$aa_dir/root/etc/apparmor.d/unprivileged_userns" >"$p/opt/unprivileged_userns"
 cp "$vm_cache/bwrap-userns-restrict" "$p/opt/bwrap-userns-restrict"
-printf 'root:x:0:0:root:/root:/bin/sh\nuser:x:1000:1000:user:/home/user:/bin/sh\n' >"$p/etc/passwd"
-printf 'root:x:0:\nuser:x:1000:\n' >"$p/etc/group"
-: >"$p/etc/resolv.conf"
-printf '127.0.0.1 localhost\n' >"$p/etc/hosts"
-mkdir -p "$p/home/user/proj"
-chown -R 1000:1000 "$p/home/user"
-chmod 1777 "$p/tmp" "$p/var/tmp"
 
 cat >"$p/test.sh" <<TEST
 #!/bin/busybox sh
@@ -157,21 +97,4 @@ poweroff -f
 TEST
 chmod 755 "$p/test.sh"
 
-# The initramfs: busybox copies the payload onto a tmpfs (bwrap cannot pivot_root out of
-# the initial rootfs) and switches to it.
-i="$work/i"
-mkdir -p "$i/bin" "$i/newroot"
-cp "$vm_cache/busybox" "$i/bin/busybox"
-cat >"$i/init" <<'INIT'
-#!/bin/busybox sh
-/bin/busybox mount -t tmpfs -o size=600m root /newroot
-/bin/busybox cp -a /payload/. /newroot/
-exec /bin/busybox switch_root /newroot /test.sh
-INIT
-chmod 755 "$i/init"
-mv "$p" "$i/payload"
-(cd "$i" && find . | "$vm_cache/busybox" cpio -o -H newc 2>/dev/null) >"$work/initrd"
-log "booting $(cat "$vm_cache/kernel-version") (TCG)"
-timeout 600 qemu-system-x86_64 -nographic -no-reboot -m 1536 -smp 2 \
-    -kernel "$vm_cache/vmlinuz" -initrd "$work/initrd" \
-    -append "console=ttyS0 quiet panic=-1 apparmor=1" </dev/null
+vm_boot "$work" "$p" apparmor=1

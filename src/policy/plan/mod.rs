@@ -241,6 +241,8 @@ pub struct Inputs {
     pub log_denied: bool,
     /// With the GPU opt-in (`settings.gpu`): what of `gpu::TABLE` this host has.
     pub gpu: GpuHost,
+    /// The limits decided from `settings.limits` and the host's support (see `limits`).
+    pub limits: crate::policy::limits::Decided,
 }
 
 impl Inputs {
@@ -289,6 +291,7 @@ impl Inputs {
             landlock_abi: 0,
             log_denied: false,
             gpu: GpuHost::default(),
+            limits: Default::default(),
         }
     }
 }
@@ -405,6 +408,8 @@ pub struct Plan {
     pub notes: Vec<String>,
     /// Allowlist mode: the proxy that the launcher starts on the host before bwrap.
     pub proxy: Option<ProxySpec>,
+    /// The sandbox's limits and how they are applied (see `limits`).
+    pub limits: crate::policy::limits::Decided,
 }
 
 pub const NAMESPACE_FLAGS: &[&str] = &[
@@ -697,6 +702,7 @@ pub fn build(inp: &Inputs) -> Plan {
         settings_rows: settings_rows(&inp.settings),
         notes,
         proxy,
+        limits: inp.limits.clone(),
     }
 }
 

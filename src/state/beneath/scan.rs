@@ -18,6 +18,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/host/gpu.rs", 7, "/dev, /sys, driver libraries: the system's"),
     ("src/host/holders.rs", 11, "/proc/<pid>/fd and /proc/<pid>/stat: read-only"),
     ("src/host/home.rs", 1, "the home's real path (canonicalize), read before any sandbox"),
+    ("src/host/limits.rs", 14, "the cgroup v2 file system (/sys/fs/cgroup, /proc/self/cgroup) and the state home's own .limits-warned mark: no sandbox mounts either"),
     ("src/host/mod.rs", 7, "the home, bwrap and claude's install, /proc/self: read-only"),
     ("src/host/mounts.rs", 6, "/proc/self/mountinfo: read-only"),
     ("src/host/project.rs", 7, "the project's root found before launch (canonicalize, git's files read-only)"),

@@ -266,7 +266,11 @@ pub fn read_root(id: &str, dir: &Path) -> Root {
             project_id(&root)
         ));
     }
-    let exists = exists(&root);
+    let mount = read_small(&dir.join(state::ROOT_MOUNT_FILE))
+        .ok()
+        .filter(|b| b.first() == Some(&b'/') && !b.contains(&0) && b.len() <= MAX_ROOT_LEN)
+        .map(|b| PathBuf::from(OsString::from_vec(b)));
+    let exists = exists_recorded(&root, mount.as_deref());
     Root::Recorded { path: root, exists }
 }
 
@@ -284,13 +288,19 @@ pub fn show(path: &Path) -> String {
 
 /// Whether a path exists, without following a final symlink.
 pub fn exists(path: &Path) -> Exists {
+    exists_recorded(path, None)
+}
+
+/// [`exists`] for a project root whose file system was mounted at `mount` at the
+/// project's last launch (`root-mount`).
+pub fn exists_recorded(path: &Path, mount: Option<&Path>) -> Exists {
     match fs::symlink_metadata(path) {
         Ok(_) => Exists::Yes,
         Err(e)
             if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(nix::libc::ENOTDIR) =>
         {
             // Missing, unless the file system it lives on is not there right now.
-            match crate::host::mounts::why_unknown(path) {
+            match crate::host::mounts::why_unknown(path, mount) {
                 Some(why) => Exists::Unknown(why),
                 None => Exists::No,
             }

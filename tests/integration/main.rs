@@ -25,5 +25,6 @@ mod network;
 mod no_git;
 mod oauth_refresh;
 mod plugins;
+mod proxy_flood;
 mod sessions;
 mod signals;

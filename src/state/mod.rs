@@ -31,6 +31,7 @@
 
 pub mod claude_home;
 pub mod credsync;
+pub mod du;
 pub mod inuse;
 pub mod inventory;
 pub mod sessions;

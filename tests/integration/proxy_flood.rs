@@ -285,3 +285,111 @@ fn a_slow_client_flood_does_not_starve_the_proxy() {
         "with every slot held by tunnels the request must wait:\n{out}"
     );
 }
+
+/// The flood for the real-claude test: `n` connections to the proxy, one byte each
+/// every 5 s, started by claude's own Bash tool and left running in the background.
+const FLOOD: &str = r#"
+import socket, sys, time
+n, forwarded = int(sys.argv[1]), int(sys.argv[2])
+flood = []
+for i in range(n):
+    c = socket.create_connection(("127.0.0.1", 3128))
+    c.send(b"G")
+    flood.append(c)
+time.sleep(0.5)
+# One idle connection to the forwarded port too: it takes the slot the forward's accept
+# loop holds ready, so claude's next connection needs a slot the flood holds.
+idle = socket.create_connection(("127.0.0.1", forwarded))
+time.sleep(0.5)
+est, queued = 0, 0
+for line in open("/proc/net/tcp").read().splitlines()[1:]:
+    f = line.split()
+    if f[1].endswith(":0C38"):
+        if f[3] == "0A":
+            queued = int(f[4].split(":")[1], 16)
+        elif f[3] == "01":
+            est += 1
+print("HELD accepted=%d" % (est - queued), flush=True)
+while True:
+    time.sleep(5)
+    for c in flood:
+        try:
+            c.send(b"E")
+        except OSError:
+            pass
+"#;
+
+/// The real Claude Code under the flood: its Bash tool starts 256 trickling connections
+/// (they hold every slot of the proxy, counted in the sandbox's TCP table) and one idle
+/// connection to the forwarded mock port, prints the time it ended, and claude's next
+/// API request (carrying that output, on a new connection: the mock closes each
+/// streamed answer's) reaches the mock through the proxy (claude's `ANTHROPIC_BASE_URL`
+/// is the allowed loopback address, forwarded by the proxy under the same slots). The
+/// time from the tool's end to the request's arrival is within 1 s of the same without
+/// the flood. (Measured against the proxy before issue 22: claude got no answer within
+/// the test's 60 s.)
+#[test]
+fn real_claude_is_answered_under_the_flood() {
+    let _heavy = heavy();
+    let Some(c) = crate::common::lab::claude_versions().into_iter().next() else {
+        return;
+    };
+    let mut gaps = Vec::new();
+    for flood in [false, true] {
+        let cmd = if flood {
+            "setsid python3 flood.py 256 $PORT > flood.log 2>&1 < /dev/null & \
+             for i in $(seq 200); do grep -q HELD flood.log && break; sleep 0.05; done; \
+             cat flood.log; echo TOOL-END $(date +%s.%N)"
+        } else {
+            "echo no flood; echo TOOL-END $(date +%s.%N)"
+        };
+        // The mock's port is known once it runs: the command names it as $PORT.
+        let mock = MockApi::start(&json!([
+            {"bash": {"command": format!("PORT=$(cat port); {cmd}"), "description": "flood"}},
+            "done"
+        ]));
+        let w = crate::common::lab::world_with(&c);
+        let proj = w.dir("proj");
+        fs::write(proj.join("flood.py"), FLOOD).unwrap();
+        fs::write(proj.join("port"), mock.port().to_string()).unwrap();
+        crate::common::lab::seed_claude_json(&w.home(), &[&proj]);
+        let allow = format!("127.0.0.1:{}", mock.port());
+        let o = crate::common::lab::run_claudebox(
+            &w,
+            &proj,
+            &mock,
+            &["--allow-host", &allow, "-p", "go", "--allowedTools", "Bash"],
+            &[],
+            Duration::from_secs(60),
+        );
+        let out = crate::common::lab::ok_run(&c, &o, &mock);
+        assert!(out.contains("done"), "{out}");
+        let conv = mock.conversation(0);
+        assert!(conv.len() >= 2, "{conv:#?}");
+        // The tool's output, as claude sent it back (in the request's JSON).
+        let text = conv[1]["body"].to_string();
+        if flood {
+            let accepted: usize = text
+                .split("HELD accepted=")
+                .nth(1)
+                .and_then(|t| t.split(|ch: char| !ch.is_ascii_digit()).next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            assert!(accepted >= 248, "the flood held {accepted} slots");
+        }
+        // The last mention is the output (the first is the command itself).
+        let end: f64 = text
+            .rsplit("TOOL-END ")
+            .next()
+            .and_then(|t| t.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no TOOL-END in the request:\n{}", &text[..2000]));
+        let arrived = conv[1]["time"].as_f64().unwrap();
+        gaps.push(arrived - end);
+    }
+    eprintln!(
+        "tool end to the next API request: {:.3} s without the flood, {:.3} s under it",
+        gaps[0], gaps[1]
+    );
+    assert!(gaps[1] < gaps[0] + 1.0, "{gaps:?}");
+}

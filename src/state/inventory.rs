@@ -1,10 +1,15 @@
 //! What state exists: one record per `projects/<id>/` directory, read without following
 //! symlinks and without changing anything. Shared by `--list` and `--gc`.
 
+use std::ffi::CStr;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
+
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{fstatat, FileStat, SFlag};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
@@ -365,31 +370,66 @@ fn shallow(dir: &Path, running: bool) -> Usage {
         stuck: Vec::new(),
         last_conversation: None,
     };
+    use crate::state::du::{self, DT_DIR, DT_REG, DT_UNKNOWN};
+    // The kind of an entry: `d_type`, or an lstat where the file system does not say.
+    let kind = |d: RawFd, name: &CStr, t: u8| -> Option<FileStat> {
+        (t == DT_UNKNOWN)
+            .then(|| fstatat(Some(d), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok())
+            .flatten()
+    };
+    let is = |d: RawFd, name: &CStr, t: u8, want: SFlag| -> bool {
+        if t != DT_UNKNOWN {
+            return (t == DT_DIR && want == SFlag::S_IFDIR)
+                || (t == DT_REG && want == SFlag::S_IFREG);
+        }
+        kind(d, name, t)
+            .is_some_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == want)
+    };
     if running {
         let slots = dir.join(inuse::RUNNING_DIR);
-        for e in fs::read_dir(&slots).into_iter().flatten().flatten() {
-            if !e.file_type().is_ok_and(|t| t.is_file()) {
-                continue;
-            }
-            match inuse::holder(&e.path()) {
-                crate::host::holders::Holder::Running => u.running += 1,
-                crate::host::holders::Holder::Stuck(pids) => u.stuck.push((e.path(), pids)),
-                _ => {}
+        if let Some(fd) = du::open_dir(None, &slots) {
+            for (name, t) in du::entries(&fd).unwrap_or_default() {
+                if !is(fd.as_raw_fd(), &name, t, SFlag::S_IFREG) {
+                    continue;
+                }
+                let path = slots.join(OsStr::from_bytes(name.as_bytes()));
+                match inuse::holder(&path) {
+                    crate::host::holders::Holder::Running => u.running += 1,
+                    crate::host::holders::Holder::Stuck(pids) => u.stuck.push((path, pids)),
+                    _ => {}
+                }
             }
         }
     }
-    let conversations = dir.join(state::CONVERSATIONS_DIR);
-    for d in fs::read_dir(&conversations).into_iter().flatten().flatten() {
-        if !d.file_type().is_ok_and(|t| t.is_dir()) {
+    let Some(conv) = du::open_dir(None, &dir.join(state::CONVERSATIONS_DIR)) else {
+        return u;
+    };
+    for (d, t) in du::entries(&conv).unwrap_or_default() {
+        if !is(conv.as_raw_fd(), &d, t, SFlag::S_IFDIR) {
             continue;
         }
-        for f in fs::read_dir(d.path()).into_iter().flatten().flatten() {
-            let name = f.file_name();
-            if transcript_uuid(&name).is_none() || !f.file_type().is_ok_and(|t| t.is_file()) {
+        let Some(sub) = du::open_dir(Some(conv.as_raw_fd()), d.as_c_str()) else {
+            continue;
+        };
+        for (f, _) in du::entries(&sub).unwrap_or_default() {
+            let name = OsStr::from_bytes(f.as_bytes());
+            if transcript_uuid(name).is_none() {
                 continue;
             }
-            if let Ok(m) = f.metadata() {
-                newer_transcript(&mut u.last_conversation, &name, &m);
+            let Ok(st) = fstatat(
+                Some(sub.as_raw_fd()),
+                f.as_c_str(),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            ) else {
+                continue;
+            };
+            if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG {
+                let t = SystemTime::UNIX_EPOCH
+                    + std::time::Duration::new(
+                        u64::try_from(st.st_mtime).unwrap_or(0),
+                        u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+                    );
+                newer_transcript(&mut u.last_conversation, name, t);
             }
         }
     }
@@ -404,11 +444,10 @@ fn transcript_uuid(file: &OsStr) -> Option<&str> {
 }
 
 /// Keeps `file` as the newest conversation if it is a `<uuid>.jsonl` newer than `best`.
-fn newer_transcript(best: &mut Option<(SystemTime, String)>, file: &OsStr, m: &fs::Metadata) {
+fn newer_transcript(best: &mut Option<(SystemTime, String)>, file: &OsStr, t: SystemTime) {
     let Some(uuid) = transcript_uuid(file) else {
         return;
     };
-    let t = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
     if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
         *best = Some((t, uuid.to_string()));
     }

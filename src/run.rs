@@ -66,7 +66,11 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
         Mode::Check => check::run(cli.gpu),
         Mode::AppArmorProfile => apparmor::print_profile(),
         Mode::Gc { dry_run, margin } => gc::run(dry_run, margin),
-        Mode::List { json, margin } => list::run(json, margin),
+        Mode::List {
+            json,
+            margin,
+            sizes,
+        } => list::run(json, margin, sizes),
         Mode::Forget { name, dry_run } => forget(name, dry_run),
         Mode::Restore(id) => {
             let home = host::home_dir()?;

@@ -146,13 +146,19 @@ pub struct Cli {
     #[arg(long, value_name = "DURATION", conflicts_with_all = ["exec", "args", "session", "forget", "check"])]
     pub gc_margin: Option<String>,
 
-    /// List the state of every project: root, size, last use, running sandboxes.
+    /// List the state of every project: root, last use, running sandboxes (with
+    /// --sizes, the size of each).
     #[arg(long, conflicts_with_all = ["exec", "dry_run", "args", "session", "forget"])]
     pub list: bool,
 
     /// With --list: print JSON for scripts.
     #[arg(long, requires = "list")]
     pub json: bool,
+
+    /// With --list: also the size on disk of each project's state (walks all of it:
+    /// ~1 s for 10,000 projects, where --list alone takes ~0.2 s).
+    #[arg(long, requires = "list")]
+    pub sizes: bool,
 
     /// Network: open (the host's, default), allowlist (only allowed hosts, through a
     /// proxy on the host) or none.
@@ -264,7 +270,11 @@ pub enum Mode<'a> {
         margin: Option<&'a str>,
     },
     /// `--list`.
-    List { json: bool, margin: Option<&'a str> },
+    List {
+        json: bool,
+        margin: Option<&'a str>,
+        sizes: bool,
+    },
     /// `--forget NAME`.
     Forget { name: &'a OsString, dry_run: bool },
     /// `--restore ID`.
@@ -299,6 +309,7 @@ impl Cli {
             Mode::List {
                 json: self.json,
                 margin,
+                sizes: self.sizes,
             }
         } else if let Some(id) = &self.restore {
             Mode::Restore(id)
@@ -344,7 +355,7 @@ mod tests {
         );
         assert_eq!(
             mode_of(&["--list", "--json"]),
-            "List { json: true, margin: None }"
+            "List { json: true, margin: None, sizes: false }"
         );
         assert_eq!(
             mode_of(&["--forget", "x"]),

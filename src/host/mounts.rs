@@ -3,7 +3,10 @@
 //! is unplugged. `--gc` never counts such a root as gone ("unknown" instead), so the
 //! conversations of a project on an unplugged disk survive any number of `--gc` runs.
 //!
-//! Read-only: `/proc/self/mountinfo`, `/etc/fstab` and `lstat`s of the root's ancestors.
+//! Read-only: `/proc/self/mountinfo`, `/etc/fstab`, `lstat`s of the root's ancestors, and
+//! the mount point the root's file system had at the project's last launch (recorded in
+//! its state as `root-mount`: a file system mounted by hand, anywhere, and since
+//! unmounted is not there now, not gone).
 
 use std::ffi::OsString;
 use std::fs;
@@ -38,8 +41,28 @@ const ON_DEMAND_FS: &[(&str, &str)] = &[
     ("fuse.sshfs", "a network file system that can drop"),
 ];
 
+/// The mount point of the file system `path` is on now: the longest mount point in
+/// `/proc/self/mountinfo` that is `path` or one of its ancestors. Recorded at each launch
+/// (`root-mount`) for [`why_unknown`].
+pub fn mount_point_of(path: &Path) -> Option<PathBuf> {
+    let mountinfo = fs::read("/proc/self/mountinfo").ok()?;
+    mount_point_in(path, &parse_mountinfo(&mountinfo))
+}
+
+/// [`mount_point_of`] with the mount table given.
+pub fn mount_point_in(path: &Path, mounted: &[(PathBuf, String)]) -> Option<PathBuf> {
+    mounted
+        .iter()
+        .map(|(m, _)| m)
+        .filter(|m| path.starts_with(m))
+        .max_by_key(|m| m.as_os_str().len())
+        .cloned()
+}
+
 /// Why a root that `lstat` says is missing may still exist, or `None` when it is gone.
-pub fn why_unknown(root: &Path) -> Option<String> {
+/// `recorded`: the mount point its file system had at the project's last launch
+/// (`root-mount`), if one was recorded.
+pub fn why_unknown(root: &Path, recorded: Option<&Path>) -> Option<String> {
     // Read once per run: `--gc` over thousands of missing roots asks again and again.
     type Tables = (Vec<(PathBuf, String)>, Vec<PathBuf>);
     static TABLES: std::sync::OnceLock<Tables> = std::sync::OnceLock::new();
@@ -48,7 +71,31 @@ pub fn why_unknown(root: &Path) -> Option<String> {
         let fstab = fs::read("/etc/fstab").unwrap_or_default();
         (parse_mountinfo(&mountinfo), parse_fstab(&fstab))
     });
-    why_unknown_with(root, mounted, fstab)
+    recorded
+        .and_then(|m| why_unmounted(root, m, mounted))
+        .or_else(|| why_unknown_with(root, mounted, fstab))
+}
+
+/// A root whose file system was mounted at `recorded` when the project was last launched
+/// (not the root file system) and is not mounted there now: a disk or tmpfs mounted by
+/// hand and since unmounted, not a deleted project. A mount point recorded that is not
+/// an ancestor of the root (a record from another root) says nothing.
+pub fn why_unmounted(
+    root: &Path,
+    recorded: &Path,
+    mounted: &[(PathBuf, String)],
+) -> Option<String> {
+    let show = |p: &Path| crate::policy::render::shown(p);
+    if recorded == Path::new("/") || !root.starts_with(recorded) {
+        return None;
+    }
+    if mounted.iter().any(|(m, _)| m == recorded) {
+        return None;
+    }
+    Some(format!(
+        "its file system was mounted at {} at its last launch and is not mounted now",
+        show(recorded)
+    ))
 }
 
 /// [`why_unknown`] with the mount table and fstab given (the decision, testable).
@@ -180,6 +227,28 @@ mod tests {
         assert_eq!(m[1], (PathBuf::from("/mnt/my disk"), "vfat".to_string()));
         let f = parse_fstab(b"# c\nUUID=x / ext4 defaults 0 1\n/dev/sdb1\t/data\\040x ext4 noauto 0 0\nnone swap swap sw 0 0\n");
         assert_eq!(f, vec![PathBuf::from("/"), PathBuf::from("/data x")]);
+    }
+
+    #[test]
+    fn a_recorded_mount_point_that_is_not_mounted_makes_its_paths_unknown() {
+        let root = Path::new("/srv/disk/app/.git");
+        let mounted = vec![
+            (PathBuf::from("/"), "ext4".to_string()),
+            (PathBuf::from("/srv"), "ext4".to_string()),
+        ];
+        assert_eq!(mount_point_in(root, &mounted), Some(PathBuf::from("/srv")));
+        let why = why_unmounted(root, Path::new("/srv/disk"), &mounted).unwrap();
+        assert!(
+            why.contains("mounted at /srv/disk at its last launch"),
+            "{why}"
+        );
+        // Mounted now (the root really gone from it), on `/`, or a record of another
+        // path: no say.
+        let mut with = mounted.clone();
+        with.push((PathBuf::from("/srv/disk"), "tmpfs".into()));
+        assert_eq!(why_unmounted(root, Path::new("/srv/disk"), &with), None);
+        assert_eq!(why_unmounted(root, Path::new("/"), &mounted), None);
+        assert_eq!(why_unmounted(root, Path::new("/mnt/x"), &mounted), None);
     }
 
     #[test]

@@ -21,6 +21,9 @@ pub const EMPTY_FILE: &str = "empty";
 pub const DENIED_LOG: &str = "network-denied.log";
 /// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
 pub const LOCAL_SETTINGS_FILE: &str = "claude-settings.local.json";
+/// The mount point of the file system the project's root was on at its last launch (raw
+/// bytes): `--gc` counts a missing root as unknown while that file system is not mounted.
+pub const ROOT_MOUNT_FILE: &str = "root-mount";
 /// When `--gc` first found the project's root missing (seconds since the epoch).
 pub const MISSING_FILE: &str = "root-missing-since";
 /// Prefix of a project directory being made (renamed into place when whole).

@@ -21,6 +21,12 @@
 //! of connections served at once is sized from it (at most [`MAX_CONNECTIONS`]);
 //! further connections wait in the listen queue: a connection is accepted only when a
 //! slot and its descriptors are free.
+//!
+//! Slow clients cannot hold the slots: a request head must arrive whole within
+//! [`HEAD_TIMEOUT`] of the accept (one deadline for the head, not one per byte), and when
+//! every slot is taken and a new connection waits, the connection that has been sending
+//! its head the longest (at least [`EVICT_AFTER`]) is closed to make room. Connections
+//! past their head (tunnels, requests being relayed) are never closed for room.
 
 pub mod netbridge;
 
@@ -46,7 +52,13 @@ pub const DENIED_LOG_CAP: u64 = 256 * 1024;
 /// counted and reported with the next line written for it.
 pub const REPEAT_WINDOW: Duration = Duration::from_secs(10);
 const MAX_HEAD: usize = 64 * 1024;
-const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// The whole request head must arrive within this time of the accept.
+pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// A connection still sending its head after this long is closed when every slot is
+/// taken and another connection waits (a client's own head takes microseconds).
+pub const EVICT_AFTER: Duration = Duration::from_millis(250);
+/// How often a full proxy looks again for a connection it may close.
+const EVICT_POLL: Duration = Duration::from_millis(50);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const STACK_SIZE: usize = 256 * 1024;
 /// Headers that belong to one hop and are not forwarded (RFC 9110 7.6.1).
@@ -74,7 +86,7 @@ pub fn serve(listener: TcpListener, cfg: Config) -> io::Result<()> {
     let cfg = Arc::new(cfg);
     let slots = shared_slots();
     loop {
-        slots.acquire();
+        slots.acquire(&listener);
         let slot = Slot(slots.clone());
         let conn = match listener.accept() {
             Ok((c, _)) => c,
@@ -139,7 +151,7 @@ pub fn serve_forward(listener: TcpListener, forward: network::LoopbackForward) {
     let _ = thread::Builder::new()
         .stack_size(STACK_SIZE)
         .spawn(move || loop {
-            slots.acquire();
+            slots.acquire(&listener);
             let slot = Slot(slots.clone());
             let conn = match listener.accept() {
                 Ok((c, _)) => c,
@@ -178,12 +190,88 @@ impl Slots {
             cv: Condvar::new(),
         }
     }
-    fn acquire(&self) {
+    /// Takes a slot for the next connection of `listener`. While none is free and a
+    /// connection waits in its queue, the connection slowest with its head is closed.
+    fn acquire(&self, listener: &TcpListener) {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         while *free == 0 {
-            free = self.cv.wait(free).unwrap_or_else(|e| e.into_inner());
+            drop(free);
+            if waiting(listener) {
+                Heads::evict_oldest();
+            }
+            free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+            if *free == 0 {
+                free = self
+                    .cv
+                    .wait_timeout(free, EVICT_POLL)
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0;
+            }
         }
         *free -= 1;
+    }
+}
+
+/// Whether a connection waits in `listener`'s queue (polled, not accepted).
+fn waiting(listener: &TcpListener) -> bool {
+    use std::os::fd::AsFd;
+    let mut fds = [nix::poll::PollFd::new(
+        listener.as_fd(),
+        nix::poll::PollFlags::POLLIN,
+    )];
+    nix::poll::poll(
+        &mut fds,
+        nix::poll::PollTimeout::from(EVICT_POLL.as_millis() as u16),
+    )
+    .is_ok_and(|n| n > 0)
+}
+
+/// The connections still sending their request head: when they were accepted, and their
+/// socket. A connection is listed only while its handler holds its `TcpStream` open (the
+/// entry goes before the stream does, under this lock), so the descriptor shut down by
+/// [`Heads::evict_oldest`] is always that connection's.
+struct Heads;
+
+static HEADS: Mutex<Vec<(u64, Instant, std::os::fd::RawFd)>> = Mutex::new(Vec::new());
+
+/// A connection's place in [`HEADS`] while its head is read.
+struct HeadPhase(u64);
+
+impl Heads {
+    fn enter(c: &TcpStream, since: Instant) -> HeadPhase {
+        use std::os::fd::AsRawFd;
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut heads = HEADS.lock().unwrap_or_else(|e| e.into_inner());
+        heads.push((id, since, c.as_raw_fd()));
+        HeadPhase(id)
+    }
+    /// Shuts down the connection that has sent its head the longest, if that is at least
+    /// [`EVICT_AFTER`]; its handler then sees the end of the stream and frees its slot.
+    fn evict_oldest() {
+        let mut heads = HEADS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = heads
+            .iter()
+            .enumerate()
+            .filter(|(_, (_, t, _))| t.elapsed() >= EVICT_AFTER)
+            .min_by_key(|(_, (_, t, _))| *t)
+            .map(|(i, _)| i)
+        else {
+            return;
+        };
+        let (_, _, fd) = heads.swap_remove(i);
+        // SAFETY: the descriptor is open: its handler removes the entry (under this lock)
+        // before it closes the stream, and the entry is gone now, so it is shut down once.
+        unsafe {
+            nix::libc::shutdown(fd, nix::libc::SHUT_RDWR);
+        }
+    }
+}
+
+impl Drop for HeadPhase {
+    fn drop(&mut self) {
+        let mut heads = HEADS.lock().unwrap_or_else(|e| e.into_inner());
+        heads.retain(|(id, _, _)| *id != self.0);
     }
 }
 
@@ -210,9 +298,13 @@ struct Head {
 }
 
 fn handle(mut client: TcpStream, cfg: &Config) {
-    let _ = client.set_read_timeout(Some(HEAD_TIMEOUT));
+    let start = Instant::now();
     let _ = client.set_write_timeout(Some(HEAD_TIMEOUT));
-    let (head, buf) = match read_head(&mut client) {
+    let read = {
+        let _phase = Heads::enter(&client, start);
+        read_head(&mut client, start + HEAD_TIMEOUT)
+    };
+    let (head, buf) = match read {
         Ok(Some(x)) => x,
         Ok(None) => return,
         Err(r) => return refuse(client, r),
@@ -230,11 +322,17 @@ fn handle(mut client: TcpStream, cfg: &Config) {
     }
 }
 
-/// Reads until the end of the request head. `Ok(None)`: the client left without a request.
-fn read_head(c: &mut TcpStream) -> Result<Option<(Head, Vec<u8>)>, Reject> {
+/// Reads until the end of the request head, which must be whole by `deadline`.
+/// `Ok(None)`: the client left without a request.
+fn read_head(c: &mut TcpStream, deadline: Instant) -> Result<Option<(Head, Vec<u8>)>, Reject> {
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 8192];
+    let late = || Reject(408, "Request Timeout", "no request head in time".into());
     loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() || c.set_read_timeout(Some(left)).is_err() {
+            return Err(late());
+        }
         let n = match c.read(&mut chunk) {
             Ok(0) => return Ok(None),
             Ok(n) => n,
@@ -245,11 +343,7 @@ fn read_head(c: &mut TcpStream) -> Result<Option<(Head, Vec<u8>)>, Reject> {
                     io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
                 ) =>
             {
-                return Err(Reject(
-                    408,
-                    "Request Timeout",
-                    "no request head in time".into(),
-                ))
+                return Err(late())
             }
             Err(_) => return Ok(None),
         };

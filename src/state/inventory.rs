@@ -1,12 +1,16 @@
 //! What state exists: one record per `projects/<id>/` directory, read without following
 //! symlinks and without changing anything. Shared by `--list` and `--gc`.
 
-use std::collections::HashSet;
+use std::ffi::CStr;
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
 use std::io::{ErrorKind, Read};
+use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+
+use nix::fcntl::AtFlags;
+use nix::sys::stat::{fstatat, FileStat, SFlag};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -46,12 +50,16 @@ pub struct Entry {
     pub id: String,
     pub dir: PathBuf,
     pub root: Root,
-    /// Bytes used on disk (st_blocks * 512), symlinks not followed, hard links once.
+    /// Bytes used on disk (st_blocks * 512), symlinks not followed, hard links once,
+    /// however deep (see `du`); only when asked for (`Detail::size`).
     pub size: Option<u64>,
     /// When a launch last registered (mtime of `lock`, else of the directory).
     pub last_used: Option<SystemTime>,
     /// Sandboxes running on it now.
     pub running: Option<usize>,
+    /// Slots of `running/` held by bwraps stuck at start, with their pids (with
+    /// `Detail::running`; found by the same look as `running`).
+    pub stuck: Vec<(PathBuf, Vec<i32>)>,
     /// Named sessions (issue 4 fills this in; see [`sessions`]).
     pub sessions: Vec<serde_json::Value>,
     /// When `--gc` first found the root missing (`root-missing-since`), if it did.
@@ -86,6 +94,8 @@ pub struct Inventory {
 /// How much to find out about each entry (`--gc` needs only the root).
 #[derive(Debug, Clone, Copy)]
 pub struct Detail {
+    /// Walk the whole state for its size (`--list --sizes`): 10,000 projects made by real
+    /// launches hold ~400,000 entries.
     pub size: bool,
     pub running: bool,
 }
@@ -192,6 +202,7 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
         size: None,
         last_used: None,
         running: None,
+        stuck: Vec::new(),
         sessions: Vec::new(),
         missing_since: read_missing_since(&dir),
         last_conversation: None,
@@ -205,14 +216,16 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
             .and_then(|m| m.modified())
             .ok();
     }
+    if detail.size {
+        e.size = Some(crate::state::du::usage(&e.dir).bytes);
+    }
     if detail.size || detail.running {
-        // One walk for all three: --list over 10,000 projects is syscall-bound.
-        let u = walk(&e.dir, detail.running);
-        e.size = Some(u.size);
+        let u = shallow(&e.dir, detail.running);
         e.last_used = u
             .lock_mtime
             .or_else(|| fs::symlink_metadata(&e.dir).and_then(|m| m.modified()).ok());
         e.running = detail.running.then_some(u.running);
+        e.stuck = u.stuck;
         e.last_conversation = u.last_conversation;
     }
     e.sessions = sessions(&e.dir);
@@ -284,7 +297,12 @@ pub fn read_root(id: &str, dir: &Path) -> Root {
             project_id(&root)
         ));
     }
-    let exists = exists(&root);
+    let exists = exists_recorded(&root, || {
+        read_small(&dir.join(state::ROOT_MOUNT_FILE))
+            .ok()
+            .filter(|b| b.first() == Some(&b'/') && !b.contains(&0) && b.len() <= MAX_ROOT_LEN)
+            .map(|b| PathBuf::from(OsString::from_vec(b)))
+    });
     Root::Recorded { path: root, exists }
 }
 
@@ -302,13 +320,19 @@ pub fn show(path: &Path) -> String {
 
 /// Whether a path exists, without following a final symlink.
 pub fn exists(path: &Path) -> Exists {
+    exists_recorded(path, || None)
+}
+
+/// [`exists`] for a project root whose file system was mounted at `mount()` at the
+/// project's last launch (`root-mount`; read only when the root is missing).
+pub fn exists_recorded(path: &Path, mount: impl FnOnce() -> Option<PathBuf>) -> Exists {
     match fs::symlink_metadata(path) {
         Ok(_) => Exists::Yes,
         Err(e)
             if e.kind() == ErrorKind::NotFound || e.raw_os_error() == Some(nix::libc::ENOTDIR) =>
         {
             // Missing, unless the file system it lives on is not there right now.
-            match crate::host::mounts::why_unknown(path) {
+            match crate::host::mounts::why_unknown(path, mount().as_deref()) {
                 Some(why) => Exists::Unknown(why),
                 None => Exists::No,
             }
@@ -344,82 +368,104 @@ fn read_small(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 struct Usage {
-    size: u64,
     lock_mtime: Option<SystemTime>,
     running: usize,
+    stuck: Vec<(PathBuf, Vec<i32>)>,
     last_conversation: Option<(SystemTime, String)>,
 }
 
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Level {
-    Top,
-    Running,
-    /// The project's conversations directory (`claude-projects/`).
-    Conversations,
-    /// One directory of it (`claude-projects/<encoded cwd>/`): transcripts.
-    Transcripts,
-    Below,
-}
-
-/// Walks a project directory once: its disk usage (du's count: st_blocks, symlinks not
-/// followed, hard links once), the mtime of its `lock`, and (with `running`) how many of
-/// its `running/` registrations are held.
-fn walk(dir: &Path, running: bool) -> Usage {
+/// Reads what `--list` shows of a project besides its size, from the few places that
+/// hold it (not a walk of the whole state): the mtime of its `lock`, (with `running`)
+/// how many of its `running/` registrations are held, and its newest transcript (a
+/// `<uuid>.jsonl` in a directory of `claude-projects/`). A project made by a real launch
+/// has ~40 entries in its state; this looks at about 10 of them.
+fn shallow(dir: &Path, running: bool) -> Usage {
     let mut u = Usage {
-        size: fs::symlink_metadata(dir).map_or(0, |m| m.blocks() * 512),
-        lock_mtime: None,
+        lock_mtime: fs::symlink_metadata(dir.join(state::LOCK_FILE))
+            .and_then(|m| m.modified())
+            .ok(),
         running: 0,
+        stuck: Vec::new(),
         last_conversation: None,
     };
-    let mut seen: HashSet<(u64, u64)> = HashSet::new();
-    let mut stack = vec![(dir.to_path_buf(), Level::Top)];
-    while let Some((d, level)) = stack.pop() {
-        let Ok(rd) = fs::read_dir(&d) else { continue };
-        for entry in rd.flatten() {
-            let Ok(m) = entry.metadata() else { continue };
-            if m.is_dir() {
-                let name = entry.file_name();
-                let next = match level {
-                    Level::Top if name == inuse::RUNNING_DIR => Level::Running,
-                    Level::Top if name == state::CONVERSATIONS_DIR => Level::Conversations,
-                    Level::Conversations => Level::Transcripts,
-                    _ => Level::Below,
-                };
-                stack.push((entry.path(), next));
-            } else {
-                if level == Level::Top && entry.file_name() == state::LOCK_FILE {
-                    u.lock_mtime = m.modified().ok();
-                }
-                if running
-                    && level == Level::Running
-                    && m.is_file()
-                    && inuse::is_locked(&entry.path())
-                {
-                    u.running += 1;
-                }
-                if level == Level::Transcripts && m.is_file() {
-                    newer_transcript(&mut u.last_conversation, &entry.file_name(), &m);
-                }
-                if m.nlink() > 1 && !seen.insert((m.dev(), m.ino())) {
+    use crate::state::du::{self, DT_DIR, DT_REG, DT_UNKNOWN};
+    // The kind of an entry: `d_type`, or an lstat where the file system does not say.
+    let kind = |d: RawFd, name: &CStr, t: u8| -> Option<FileStat> {
+        (t == DT_UNKNOWN)
+            .then(|| fstatat(Some(d), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok())
+            .flatten()
+    };
+    let is = |d: RawFd, name: &CStr, t: u8, want: SFlag| -> bool {
+        if t != DT_UNKNOWN {
+            return (t == DT_DIR && want == SFlag::S_IFDIR)
+                || (t == DT_REG && want == SFlag::S_IFREG);
+        }
+        kind(d, name, t)
+            .is_some_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == want)
+    };
+    if running {
+        let slots = dir.join(inuse::RUNNING_DIR);
+        if let Some(fd) = du::open_dir(None, &slots) {
+            for (name, t) in du::entries(&fd).unwrap_or_default() {
+                if !is(fd.as_raw_fd(), &name, t, SFlag::S_IFREG) {
                     continue;
                 }
+                let path = slots.join(OsStr::from_bytes(name.as_bytes()));
+                match inuse::holder(&path) {
+                    crate::host::holders::Holder::Running => u.running += 1,
+                    crate::host::holders::Holder::Stuck(pids) => u.stuck.push((path, pids)),
+                    _ => {}
+                }
             }
-            u.size += m.blocks() * 512;
+        }
+    }
+    let Some(conv) = du::open_dir(None, &dir.join(state::CONVERSATIONS_DIR)) else {
+        return u;
+    };
+    for (d, t) in du::entries(&conv).unwrap_or_default() {
+        if !is(conv.as_raw_fd(), &d, t, SFlag::S_IFDIR) {
+            continue;
+        }
+        let Some(sub) = du::open_dir(Some(conv.as_raw_fd()), d.as_c_str()) else {
+            continue;
+        };
+        for (f, _) in du::entries(&sub).unwrap_or_default() {
+            let name = OsStr::from_bytes(f.as_bytes());
+            if transcript_uuid(name).is_none() {
+                continue;
+            }
+            let Ok(st) = fstatat(
+                Some(sub.as_raw_fd()),
+                f.as_c_str(),
+                AtFlags::AT_SYMLINK_NOFOLLOW,
+            ) else {
+                continue;
+            };
+            if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFREG {
+                let t = SystemTime::UNIX_EPOCH
+                    + std::time::Duration::new(
+                        u64::try_from(st.st_mtime).unwrap_or(0),
+                        u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+                    );
+                newer_transcript(&mut u.last_conversation, name, t);
+            }
         }
     }
     u
 }
 
-/// Keeps `file` as the newest conversation if it is a `<uuid>.jsonl` newer than `best`.
-fn newer_transcript(best: &mut Option<(SystemTime, String)>, file: &OsStr, m: &fs::Metadata) {
-    let Some(uuid) = file
-        .to_str()
+/// The UUID of a transcript's file name (`<uuid>.jsonl`).
+fn transcript_uuid(file: &OsStr) -> Option<&str> {
+    file.to_str()
         .and_then(|n| n.strip_suffix(".jsonl"))
         .filter(|u| crate::state::sessions::is_uuid(u))
-    else {
+}
+
+/// Keeps `file` as the newest conversation if it is a `<uuid>.jsonl` newer than `best`.
+fn newer_transcript(best: &mut Option<(SystemTime, String)>, file: &OsStr, t: SystemTime) {
+    let Some(uuid) = transcript_uuid(file) else {
         return;
     };
-    let t = m.modified().unwrap_or(SystemTime::UNIX_EPOCH);
     if best.as_ref().is_none_or(|(bt, _)| t > *bt) {
         *best = Some((t, uuid.to_string()));
     }

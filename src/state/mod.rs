@@ -19,6 +19,7 @@
 //!         ├── running/0, 1, ...      slots: one flock per running sandbox, held by its pid 1
 //!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode),
 //!         │                       at most 256 KiB, plus one rotated `.1`
+//!         ├── root-mount    the mount point of the root's file system at the last launch
 //!         ├── root-missing-since  when `--gc` first found the root missing (see gc.rs)
 //!         ├── claude-settings.local.json  mounted at <project>/.claude/settings.local.json:
 //!         │                     "always allow" rules saved inside, never the host's file
@@ -31,6 +32,7 @@
 pub mod beneath;
 pub mod claude_home;
 pub mod credsync;
+pub mod du;
 pub mod inuse;
 pub mod inventory;
 pub mod review;
@@ -50,7 +52,7 @@ use anyhow::{bail, Context, Result};
 pub use crate::policy::layout::{
     ProjectState, CLAUDE_CONFIG_DIR, CLAUDE_JSON_BASE, CONVERSATIONS_DIR, DENIED_LOG, EMPTY_FILE,
     HISTORY_FILE, LOCAL_SETTINGS_FILE, LOCK_FILE, LOGIN_DIR, MISSING_FILE, NEW_PREFIX, ROOT_FILE,
-    SESSIONS_DIR,
+    ROOT_MOUNT_FILE, SESSIONS_DIR,
 };
 
 /// The paths of one state directory.
@@ -236,6 +238,7 @@ pub fn ensure_project_dir(home: &StateHome, state: &ProjectState, root: &Path) -
         mkdir_private(&state.dir)?;
         mkdir_private(&state.conversations())?;
         write_root_file(state, root)?;
+        write_root_mount(state, root);
         touch(&state.history(), 0o600)?;
         touch(&state.lock(), 0o600)?;
         Ok(made)
@@ -381,6 +384,20 @@ fn write_root_file(state: &ProjectState, root: &Path) -> Result<()> {
         return Ok(());
     }
     write_atomic(&path, root.as_os_str().as_bytes(), 0o600)
+}
+
+/// Records the mount point of the file system `root` is on (`root-mount`), when it changed:
+/// a root missing later while that file system is not mounted is unknown to `--gc`, not
+/// gone (a disk or tmpfs mounted by hand). Best effort: without a record `--gc` falls back
+/// to what the mount table and fstab say.
+fn write_root_mount(state: &ProjectState, root: &Path) {
+    let Some(mount) = crate::host::mounts::mount_point_of(root) else {
+        return;
+    };
+    let path = state.dir.join(ROOT_MOUNT_FILE);
+    if fs::read(&path).ok().as_deref() != Some(mount.as_os_str().as_bytes()) {
+        let _ = write_atomic(&path, mount.as_os_str().as_bytes(), 0o600);
+    }
 }
 
 /// Write to a temporary file beside `path`, fsync, rename over `path`, fsync the

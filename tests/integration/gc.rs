@@ -784,3 +784,91 @@ fn gc_removes_what_the_agent_locked_with_chmod_000() {
     assert!(trash.is_empty(), "left behind: {trash:?}");
     assert_same(&before, &snapshot(&w.work()));
 }
+
+/// A tmpfs mounted (for real, on the host) at `dir` for as long as it lives.
+struct Tmpfs(PathBuf);
+
+impl Tmpfs {
+    fn mount(dir: &Path) -> Tmpfs {
+        let st = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "claudebox-test"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success(), "mount -t tmpfs {}", dir.display());
+        Tmpfs(dir.to_path_buf())
+    }
+    fn unmount(self) {
+        drop(self);
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// Issue 22: a project on a file system mounted by hand (a tmpfs at a mount point that is
+/// in no fstab and under no removable-drive base) and since unmounted is unknown to
+/// `--gc`, never gone: each launch records the mount point of the root's file system
+/// (`root-mount`), and a root missing while that is not mounted is kept. Controls: the
+/// same unmounted project without the record (state from before it) is removed, as all
+/// were before; and once the file system is mounted again without the project, its
+/// state is removed.
+#[test]
+fn a_root_on_a_file_system_mounted_by_hand_and_unmounted_is_unknown_not_gone() {
+    if !is_root() {
+        println!("SKIP: mounting a tmpfs on the host needs root (the root run covers this)");
+        return;
+    }
+    let w = World::new();
+    let disk = w.dir("disk");
+    let m = Tmpfs::mount(&disk);
+    let (proj, id) = project(&w, &disk.join("proj").into_os_string());
+    let (_, old_id) = project(&w, &disk.join("old").into_os_string());
+    let state = projects(&w).join(&id);
+    let old_state = projects(&w).join(&old_id);
+    assert_eq!(
+        fs::read(state.join("root-mount")).unwrap(),
+        disk.as_os_str().as_bytes()
+    );
+    fs::remove_file(old_state.join("root-mount")).unwrap();
+    m.unmount();
+    assert!(!proj.exists() && disk.is_dir());
+
+    let err = stderr(&run(&w, &["--gc", "--gc-margin", "0"]));
+    assert!(
+        err.contains(&format!(
+            "kept {}: cannot tell whether {} exists: its file system was mounted at {} at \
+             its last launch and is not mounted now",
+            state.display(),
+            proj.display(),
+            disk.display()
+        )),
+        "{err}"
+    );
+    assert!(state.join("claude-projects").is_dir());
+    let rows = list_json(&w);
+    assert_eq!(
+        row(&rows, &id).unwrap()["root_exists"],
+        serde_json::Value::Null
+    );
+    // Control: the same root without the record counts as gone (today's rule).
+    assert!(err.contains("1 of 2 project directories removed"), "{err}");
+    assert!(!old_state.exists(), "{err}");
+
+    // Control: mounted again, and the project is not on it: gone.
+    let _m = Tmpfs::mount(&disk);
+    fs::write(disk.join("other"), "x").unwrap();
+    let err = stderr(&run(&w, &["--gc", "--gc-margin", "0"]));
+    assert!(
+        err.contains(&format!(
+            "removed {} (project {} no longer exists)",
+            state.display(),
+            proj.display()
+        )),
+        "{err}"
+    );
+    assert!(!state.exists());
+}

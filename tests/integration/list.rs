@@ -27,6 +27,74 @@ fn du(path: &Path) -> u64 {
         .unwrap()
 }
 
+/// `claudebox ARGS` (a `--list --json` variant), parsed.
+fn json_of(w: &World, args: &[&str]) -> Vec<serde_json::Value> {
+    let out = ok(&run(w, args));
+    serde_json::from_str::<serde_json::Value>(&out)
+        .unwrap()
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// Bytes on disk under `p` counted by paths, as `--list` did before issue 22: every
+/// directory read by its full path, so nothing below PATH_MAX is reached.
+fn by_paths(p: &Path) -> u64 {
+    let mut n = 0;
+    let Ok(rd) = fs::read_dir(p) else { return 0 };
+    for e in rd.flatten() {
+        let Ok(m) = e.metadata() else { continue };
+        n += m.blocks() * 512;
+        if m.is_dir() {
+            n += by_paths(&e.path());
+        }
+    }
+    n
+}
+
+/// Issue 22: every byte of a project's state is counted, however deep. The agent plants
+/// 4 MiB at the bottom of a chain of directories 10,000 bytes deep (more than twice
+/// PATH_MAX) in its `~/.claude` (the project's `claude-config/`), from inside, by
+/// `mkdirat` and `openat` (python's `dir_fd`). `--list --sizes` counts it (equal to `du`, which walks by
+/// descriptors too). Control: the same state counted by paths, as `--list` did before,
+/// misses the 4 MiB.
+#[test]
+fn sizes_count_data_nested_deeper_than_path_max() {
+    let w = World::new();
+    let p = w.dir("deep");
+    let plant = r#"
+import os
+fd = os.open(os.path.expanduser("~/.claude"), os.O_RDONLY | os.O_DIRECTORY)
+name = "d" * 100
+for _ in range(100):
+    os.mkdir(name, dir_fd=fd)
+    fd2 = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+    os.close(fd)
+    fd = fd2
+f = os.open("data", os.O_WRONLY | os.O_CREAT, 0o600, dir_fd=fd)
+os.write(f, os.urandom(4 << 20))
+os.close(f)
+print("PLANTED")
+"#;
+    let out = ok(&w
+        .cmd(&p)
+        .args(["--exec", "python3", "-c", plant])
+        .output()
+        .unwrap());
+    assert!(out.contains("PLANTED"), "{out}");
+    settle(&w.state());
+    let id = id_of(&w, &p);
+    let dir = projects(&w).join(&id);
+    let rows = json_of(&w, &["--list", "--json", "--sizes"]);
+    let size = row(&rows, &id).unwrap()["size_bytes"].as_u64().unwrap();
+    assert!(size > 4 << 20, "{size}");
+    assert_eq!(size, du(&dir));
+    // Control: by paths the data is out of reach.
+    let old = by_paths(&dir);
+    assert!(old < 1 << 20, "the path walk counted {old}");
+    assert!(size - old >= 4 << 20, "{size} against {old}");
+}
+
 #[test]
 fn one_row_per_project_with_root_existence_size_and_last_use() {
     let w = World::new();
@@ -60,6 +128,7 @@ fn one_row_per_project_with_root_existence_size_and_last_use() {
 
     let rows = list_json(&w);
     assert_eq!(rows.len(), 3, "{rows:#?}");
+    let sized = json_of(&w, &["--list", "--json", "--sizes"]);
     let roots = [
         fs::canonicalize(repo.join(".git")).unwrap(),
         plain.clone(),
@@ -71,14 +140,21 @@ fn one_row_per_project_with_root_existence_size_and_last_use() {
         assert_eq!(r["root"], root.to_str().unwrap());
         assert_eq!(r["root_exists"], root.exists());
         assert_eq!(r["state_dir"], dir.to_str().unwrap());
-        assert_eq!(r["size_bytes"], du(&dir), "{id}");
+        // Sizes only on request (--sizes).
+        assert!(r["size_bytes"].is_null(), "{id}");
+        assert_eq!(row(&sized, id).unwrap()["size_bytes"], du(&dir), "{id}");
         let lock_mtime = fs::metadata(dir.join("lock")).unwrap().mtime();
         assert_eq!(r["last_used_unix"], lock_mtime, "{id}");
         assert_eq!(r["running"], 0);
         assert_eq!(r["sessions"], serde_json::json!([]));
         assert!(r.get("root_bytes_hex").is_none());
     }
-    assert!(row(&rows, &ids[1]).unwrap()["size_bytes"].as_u64().unwrap() > 100_000);
+    assert!(
+        row(&sized, &ids[1]).unwrap()["size_bytes"]
+            .as_u64()
+            .unwrap()
+            > 100_000
+    );
 
     // The table: a header and one line per project, ids and roots in it.
     let table = ok(&run(&w, &["--list"]));

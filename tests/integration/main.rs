@@ -28,6 +28,7 @@ mod no_git;
 mod oauth_refresh;
 mod planted_locks;
 mod plugins;
+mod proxy_flood;
 mod review;
 mod sessions;
 mod signals;

@@ -1,0 +1,284 @@
+//! `cargo bench --bench list`: `--list`, `--list --sizes` and `--gc --dry-run` over a state
+//! of N projects shaped as real launches make them. One real launch of the Claude Code in
+//! `CLAUDEBOX_TEST_CLAUDE` (`claude -p hi` in claudebox, against the lab's mock API,
+//! tests/lab/mock_api.py) makes one project's state (~40 entries: claude's own
+//! `~/.claude` files, the transcript, the lock, the slot...); it is copied N times, each
+//! copy with its own `project-root` (half still existing, half gone). Without
+//! `CLAUDEBOX_TEST_CLAUDE` the bench says so and stops. Cases run interleaved, and with
+//! `--compare` another build runs in the same rounds. Prints min / median / p90 / spread
+//! (p90 - min) per case, the user it ran as, and the load.
+//!
+//! Options (after `cargo bench --bench list --`):
+//!   --bin PATH      the claudebox binary to measure (default: the one cargo just built)
+//!   --compare PATH  another claudebox build, measured in the same rounds
+//!   --runs N        runs of each case (default 10)
+//!   --projects N    project directories (default 10000)
+
+use std::fs;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use claudebox::host::project;
+
+// Shared with the other benches; this one needs only part of it.
+#[allow(dead_code)]
+mod support;
+use support::{die, install, load, number};
+
+const MOCK_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/mock_api.py");
+const API_KEY: &str = "sk-ant-api03-claudebox-lab-key-0123456789";
+
+struct Opts {
+    bin: PathBuf,
+    compare: Option<PathBuf>,
+    runs: usize,
+    projects: usize,
+}
+
+fn opts() -> Opts {
+    let mut o = Opts {
+        bin: PathBuf::from(env!("CARGO_BIN_EXE_claudebox")),
+        compare: None,
+        runs: 10,
+        projects: 10_000,
+    };
+    let mut args = std::env::args_os().skip(1);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().unwrap_or_else(|| die("missing value"));
+        match a.to_str() {
+            Some("--bin") => o.bin = value().into(),
+            Some("--compare") => o.compare = Some(value().into()),
+            Some("--runs") => o.runs = number(&value()).max(1),
+            Some("--projects") => o.projects = number(&value()),
+            Some("--bench") => {}
+            _ => die(&format!("unknown option {}", a.to_string_lossy())),
+        }
+    }
+    o
+}
+
+/// One project's state made by a real launch of the real Claude Code against the mock.
+fn real_state(root: &Path, bin: &Path, claude: &Path) -> PathBuf {
+    let (home, bins, proj) = (root.join("home"), root.join("bin"), root.join("proj"));
+    for d in [&home, &bins, &proj] {
+        fs::create_dir_all(d).unwrap();
+    }
+    symlink(claude, bins.join("claude")).unwrap();
+    let git = Command::new("git")
+        .args(["init", "-q"])
+        .current_dir(&proj)
+        .status();
+    assert!(git.is_ok_and(|s| s.success()), "git init");
+    let tail = &API_KEY[API_KEY.len() - 20..];
+    let seed = format!(
+        r#"{{"hasCompletedOnboarding":true,"lastOnboardingVersion":"2.1.330","theme":"dark",
+        "customApiKeyResponses":{{"approved":["{tail}"],"rejected":[]}},
+        "hasSeenAutoDefaultNotice":true,
+        "projects":{{"{}":{{"hasTrustDialogAccepted":true}}}}}}"#,
+        proj.display()
+    );
+    fs::write(home.join(".claude.json"), seed).unwrap();
+    fs::write(root.join("script.json"), r#"["hello from the mock"]"#).unwrap();
+    let mut mock = Command::new("python3")
+        .arg(MOCK_API)
+        .arg("--port-file")
+        .arg(root.join("port"))
+        .arg("--script")
+        .arg(root.join("script.json"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap_or_else(|e| die(&format!("python3 {MOCK_API}: {e}")));
+    let t = Instant::now();
+    let port = loop {
+        if let Some(p) = fs::read_to_string(root.join("port"))
+            .ok()
+            .and_then(|s| s.trim().parse::<u16>().ok())
+        {
+            break p;
+        }
+        if t.elapsed() > Duration::from_secs(15) {
+            let _ = mock.kill();
+            die("the mock API did not start");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut path = bins.into_os_string();
+    path.push(":/usr/local/bin:/usr/bin:/bin");
+    let out = Command::new(bin)
+        .args(["-p", "hi"])
+        .current_dir(&proj)
+        .env_clear()
+        .env("HOME", &home)
+        .env("PATH", path)
+        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
+        .env("ANTHROPIC_API_KEY", API_KEY)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let _ = mock.kill();
+    let _ = mock.wait();
+    if !out.status.success() || !String::from_utf8_lossy(&out.stdout).contains("hello") {
+        die(&format!(
+            "the real launch failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    let projects = home.join(".claudebox/projects");
+    let mut dirs = fs::read_dir(&projects).unwrap().flatten();
+    let state = dirs.next().unwrap().path();
+    assert!(dirs.next().is_none());
+    state
+}
+
+/// Copies a tree (files, directories, symlinks), keeping modes.
+fn copy_tree(from: &Path, to: &Path) -> usize {
+    let mut n = 0;
+    fs::create_dir(to).unwrap();
+    for e in fs::read_dir(from).unwrap().flatten() {
+        let (src, dst) = (e.path(), to.join(e.file_name()));
+        let t = e.file_type().unwrap();
+        if t.is_dir() {
+            n += copy_tree(&src, &dst);
+        } else if t.is_symlink() {
+            symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
+        } else if t.is_file() {
+            fs::copy(&src, &dst).unwrap();
+        }
+        n += 1;
+    }
+    let mode = fs::metadata(from).unwrap().permissions().mode();
+    fs::set_permissions(to, fs::Permissions::from_mode(mode)).unwrap();
+    n
+}
+
+struct Case {
+    name: String,
+    bin: PathBuf,
+    args: Vec<&'static str>,
+    times: Vec<Duration>,
+}
+
+fn main() {
+    let o = opts();
+    let Some(claude) = std::env::var_os("CLAUDEBOX_TEST_CLAUDE").filter(|c| !c.is_empty()) else {
+        println!(
+            "list bench: set CLAUDEBOX_TEST_CLAUDE to a Claude Code binary (scripts/test \
+             installs one): the projects are copies of one real launch's state"
+        );
+        return;
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix("claudebox-list-bench-")
+        .tempdir()
+        .unwrap();
+    let root = fs::canonicalize(tmp.path()).unwrap();
+    let bin = install(&fs::canonicalize(&o.bin).unwrap(), &root.join("installed"));
+    let compare = o
+        .compare
+        .as_deref()
+        .map(|c| install(c, &root.join("installed-compared")));
+    eprintln!("list bench: one real launch...");
+    let one = real_state(&root.join("real"), &bin, Path::new(&claude));
+    eprintln!("list bench: {} copies of its state...", o.projects);
+    let home = root.join("state");
+    let projects = home.join("projects");
+    fs::create_dir_all(&projects).unwrap();
+    let mut entries = 0;
+    for i in 0..o.projects {
+        let exists = i % 2 == 0;
+        let work = root
+            .join(if exists { "roots" } else { "gone" })
+            .join(format!("p{i:05}"));
+        let common = work.join(".git");
+        if exists {
+            fs::create_dir_all(&common).unwrap();
+        }
+        let dir = projects.join(project::project_id(&common));
+        entries += copy_tree(&one, &dir);
+        fs::write(dir.join("project-root"), common.as_os_str().as_bytes()).unwrap();
+    }
+    let user = String::from_utf8_lossy(
+        &Command::new("id")
+            .arg("-un")
+            .output()
+            .map(|o| o.stdout)
+            .unwrap_or_default(),
+    )
+    .trim()
+    .to_string();
+    println!("claudebox list benchmark");
+    println!(
+        "state: {} projects, {} entries ({} per project, from one real launch of {})",
+        o.projects,
+        entries,
+        entries / o.projects.max(1),
+        Path::new(&claude).display()
+    );
+    println!("user: {user}; load average at start: {}", load());
+    let mut cases = Vec::new();
+    for (label, b) in std::iter::once(("", &bin)).chain(compare.iter().map(|c| ("compared: ", c))) {
+        for args in [
+            vec!["--list"],
+            vec!["--list", "--sizes"],
+            vec!["--gc", "--dry-run"],
+        ] {
+            cases.push(Case {
+                name: format!("{label}claudebox {}", args.join(" ")),
+                bin: b.clone(),
+                args,
+                times: Vec::new(),
+            });
+        }
+    }
+    for _ in 0..o.runs {
+        for c in &mut cases {
+            let mut cmd = Command::new(&c.bin);
+            cmd.args(&c.args)
+                .current_dir(&root)
+                .env_clear()
+                .env("HOME", root.join("real/home"))
+                .env("CLAUDEBOX_HOME", &home)
+                .env("PATH", "/usr/bin:/bin")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::null());
+            let t = Instant::now();
+            let st = cmd.status();
+            let dt = t.elapsed();
+            match st {
+                Ok(s) if s.success() => c.times.push(dt),
+                // An older build without --sizes: not measured.
+                _ => c.times.clear(),
+            }
+        }
+    }
+    println!();
+    println!(
+        "{:<52} {:>5} {:>9} {:>9} {:>9} {:>9}",
+        "case (wall time per run, ms)", "runs", "min", "median", "p90", "spread"
+    );
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
+    for c in &mut cases {
+        if c.times.is_empty() {
+            println!("{:<52} not available in this build", c.name);
+            continue;
+        }
+        c.times.sort();
+        let n = c.times.len();
+        let (min, med, p90) = (c.times[0], c.times[n / 2], c.times[(n * 9 / 10).min(n - 1)]);
+        println!(
+            "{:<52} {:>5} {:>9} {:>9} {:>9} {:>9}",
+            c.name,
+            n,
+            ms(min),
+            ms(med),
+            ms(p90),
+            ms(p90 - min)
+        );
+    }
+    println!("load average at end: {}", load());
+}

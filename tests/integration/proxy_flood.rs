@@ -1,0 +1,395 @@
+//! Issue 22: the allowlist proxy under a slow-client flood, for real. An attacker inside
+//! `claudebox --network allowlist` (python3, as any tool the agent runs could be) opens as
+//! many connections to the proxy as it has slots and sends one byte on each every 5 s;
+//! a request to the lab's mock Messages API through the proxy must still be answered
+//! within 1 s more than without the flood. The proxy's own side is counted from the host:
+//! its sockets show the flood really holds every slot. A request head trickled one byte
+//! a second is cut at the head deadline (a deadline per byte would never cut it).
+//! Control: the same request while every slot is held by connections the proxy must not
+//! close (open CONNECT tunnels) waits until they go (2 s), so the measurement can fail.
+
+use std::fs;
+use std::net::TcpListener;
+use std::path::Path;
+use std::process::Stdio;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::json;
+
+use crate::common::lab::MockApi;
+use crate::common::*;
+
+/// The attacker and the measuring client, run inside the sandbox. Prints `KEY value` lines.
+const ATTACK: &str = r#"
+import os, socket, sys, threading, time
+proxy = ("127.0.0.1", 3128)
+mock, hold, n = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+
+def request():
+    body = b'{"model":"claude-x","max_tokens":16,"messages":[{"role":"user","content":"hi"}]}'
+    head = ("POST http://localhost:%d/v1/messages HTTP/1.1\r\nHost: localhost:%d\r\n"
+            "content-type: application/json\r\nx-api-key: k\r\nanthropic-version: 2023-06-01\r\n"
+            "content-length: %d\r\n\r\n" % (mock, mock, len(body))).encode()
+    t = time.monotonic()
+    s = socket.create_connection(proxy, timeout=120)
+    s.sendall(head + body)
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    s.close()
+    return time.monotonic() - t, data.split(b"\r\n", 1)[0].decode()
+
+def timed(label):
+    for i in range(3):
+        dt, status = request()
+        print(label, "%.3f" % dt, status, flush=True)
+
+def proxy_side():
+    """Connections the proxy has accepted and those waiting in its queue, from the
+    sandbox's own TCP table (3128 = 0x0C38)."""
+    est, queued = 0, 0
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        f = line.split()
+        if f[1].endswith(":0C38"):
+            if f[3] == "0A":
+                queued = int(f[4].split(":")[1], 16)
+            elif f[3] == "01":
+                est += 1
+    return est - queued, queued
+
+def wait_for(name):
+    while not os.path.exists(name):
+        time.sleep(0.02)
+
+timed("BASE")
+
+# One head trickled a byte a second: when does the proxy cut it?
+s = socket.create_connection(proxy)
+t = time.monotonic()
+s.settimeout(1)
+answer = b""
+for b in b"GET http://localhost:%d/ HTTP/1.1\r\nX-Slow: " % mock + b"a" * 60:
+    try:
+        s.send(bytes([b]))
+        answer = s.recv(4096)
+        if answer == b"" or answer:
+            break
+    except socket.timeout:
+        pass
+    except OSError:
+        break
+print("TRICKLE_CUT %.3f %s" % (time.monotonic() - t, answer.split(b"\r\n", 1)[0].decode()), flush=True)
+s.close()
+
+# The flood: n connections, one byte each every 5 s.
+flood = []
+for i in range(n):
+    c = socket.create_connection(proxy)
+    c.send(b"G")
+    flood.append(c)
+alive = [True]
+def trickle():
+    while alive[0]:
+        time.sleep(5)
+        for c in flood:
+            try:
+                c.send(b"E")
+            except OSError:
+                pass
+threading.Thread(target=trickle, daemon=True).start()
+time.sleep(1)
+print("FLOOD_HELD accepted=%d queued=%d" % proxy_side(), flush=True)
+open("flooding", "w").close()
+wait_for("counted")
+timed("FLOOD")
+alive[0] = False
+closed = 0
+for c in flood:
+    c.setblocking(False)
+    try:
+        if c.recv(1) == b"":
+            closed += 1
+    except BlockingIOError:
+        pass
+    except OSError:
+        closed += 1
+print("FLOOD_CLOSED_BY_PROXY", closed, flush=True)
+for c in flood:
+    c.close()
+
+# Control: every slot held by open tunnels (past their head: never closed for room),
+# released 2 s after the request is sent.
+tunnels = []
+for i in range(n):
+    c = socket.create_connection(proxy)
+    c.sendall(b"CONNECT localhost:%d HTTP/1.1\r\nHost: localhost:%d\r\n\r\n" % (hold, hold))
+    tunnels.append(c)
+time.sleep(1)
+def release():
+    time.sleep(2)
+    for c in tunnels:
+        c.close()
+threading.Thread(target=release).start()
+dt, status = request()
+print("HELD %.3f %s" % (dt, status), flush=True)
+"#;
+
+/// Sockets the process `pid` has open.
+fn sockets_of(pid: u32) -> usize {
+    fs::read_dir(format!("/proc/{pid}/fd"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    fs::read_link(e.path())
+                        .is_ok_and(|l| l.to_string_lossy().starts_with("socket:"))
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// Pids of the proxies running for sandbox instance `id`.
+fn proxy_of(id: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if args.contains(&&b"--internal-proxy"[..]) && args.contains(&id.as_bytes()) {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn wait_for(path: &Path, limit: Duration) {
+    let t = Instant::now();
+    while !path.exists() {
+        assert!(t.elapsed() < limit, "never appeared: {}", path.display());
+        thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn times(out: &str, key: &str) -> Vec<f64> {
+    out.lines()
+        .filter_map(|l| l.strip_prefix(key))
+        .map(|l| l.split_whitespace().next().unwrap().parse::<f64>().unwrap())
+        .collect()
+}
+
+#[test]
+fn a_slow_client_flood_does_not_starve_the_proxy() {
+    let _heavy = heavy();
+    const SLOTS: usize = 256;
+    let mock = MockApi::start(&json!({"turns": [], "final_text": "pong"}));
+    // A host service that holds every connection open (the control's tunnels end here).
+    let hold = TcpListener::bind("127.0.0.1:0").unwrap();
+    let hold_port = hold.local_addr().unwrap().port();
+    thread::spawn(move || {
+        let mut kept = Vec::new();
+        for c in hold.incoming().flatten() {
+            kept.push(c);
+        }
+    });
+    let w = World::new();
+    let proj = w.dir("proj");
+    fs::write(proj.join("attack.py"), ATTACK).unwrap();
+    let script = format!(
+        "echo $CLAUDEBOX_INSTANCE_ID > id.tmp && mv id.tmp id
+         python3 attack.py {} {hold_port} {SLOTS}",
+        mock.port()
+    );
+    let child = w
+        .cmd(&proj)
+        .args([
+            "--network",
+            "allowlist",
+            "--allow-host",
+            &format!("localhost:{}", mock.port()),
+            "--allow-host",
+            &format!("localhost:{hold_port}"),
+        ])
+        .env("FAKE_CLAUDE_SCRIPT", script)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_for(&proj.join("id"), Duration::from_secs(30));
+    let id = fs::read_to_string(proj.join("id"))
+        .unwrap()
+        .trim()
+        .to_string();
+    wait_for(&proj.join("flooding"), Duration::from_secs(60));
+    let pids = proxy_of(&id);
+    assert_eq!(pids.len(), 1, "the proxy of instance {id}");
+    let held = sockets_of(pids[0]);
+    fs::write(proj.join("counted"), "").unwrap();
+    let o = child.wait_with_output().unwrap();
+    let out = stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", stderr(&o));
+    eprintln!("{out}proxy sockets during the flood: {held}");
+
+    // The flood holds every slot: the proxy has accepted as many of its connections as
+    // it has slots (256, less one per loopback forward waiting in its accept), and holds
+    // a socket for each.
+    let accepted: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("FLOOD_HELD accepted="))
+        .and_then(|l| l.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    assert!(
+        accepted >= SLOTS - 8,
+        "the flood holds {accepted} slots:\n{out}"
+    );
+    assert!(held >= accepted, "the proxy holds {held} sockets:\n{out}");
+    let base = times(&out, "BASE ");
+    let flood = times(&out, "FLOOD ");
+    assert_eq!((base.len(), flood.len()), (3, 3), "{out}");
+    assert!(
+        out.lines()
+            .filter(|l| l.starts_with("BASE ") || l.starts_with("FLOOD "))
+            .all(|l| l.ends_with("HTTP/1.0 200 OK") || l.ends_with("HTTP/1.1 200 OK")),
+        "every request answered by the mock:\n{out}"
+    );
+    let worst_base = base.iter().cloned().fold(0.0, f64::max);
+    let worst_flood = flood.iter().cloned().fold(0.0, f64::max);
+    assert!(
+        worst_flood < worst_base + 1.0,
+        "under the flood {worst_flood:.3} s, without {worst_base:.3} s:\n{out}"
+    );
+    // Room was made by closing the flood's oldest connections, one per request.
+    let closed: usize = out
+        .lines()
+        .find_map(|l| l.strip_prefix("FLOOD_CLOSED_BY_PROXY "))
+        .and_then(|n| n.trim().parse().ok())
+        .unwrap_or(0);
+    assert!(closed >= 3, "{out}");
+    // The head deadline is one for the whole head: a byte a second is cut near it.
+    let cut = times(&out, "TRICKLE_CUT ");
+    assert!(
+        cut.len() == 1 && cut[0] > 9.0 && cut[0] < 12.0,
+        "a trickled head is cut at 10 s:\n{out}"
+    );
+    assert!(out.contains("408 Request Timeout"), "{out}");
+    // Control: with every slot held by tunnels, the same request waits for them (2 s).
+    let held_time = times(&out, "HELD ");
+    assert!(
+        held_time.len() == 1 && held_time[0] > 1.5,
+        "with every slot held by tunnels the request must wait:\n{out}"
+    );
+}
+
+/// The flood for the real-claude test: `n` connections to the proxy, one byte each
+/// every 5 s, started by claude's own Bash tool and left running in the background.
+const FLOOD: &str = r#"
+import socket, sys, time
+n, forwarded = int(sys.argv[1]), int(sys.argv[2])
+flood = []
+for i in range(n):
+    c = socket.create_connection(("127.0.0.1", 3128))
+    c.send(b"G")
+    flood.append(c)
+time.sleep(0.5)
+# One idle connection to the forwarded port too: it takes the slot the forward's accept
+# loop holds ready, so claude's next connection needs a slot the flood holds.
+idle = socket.create_connection(("127.0.0.1", forwarded))
+time.sleep(0.5)
+est, queued = 0, 0
+for line in open("/proc/net/tcp").read().splitlines()[1:]:
+    f = line.split()
+    if f[1].endswith(":0C38"):
+        if f[3] == "0A":
+            queued = int(f[4].split(":")[1], 16)
+        elif f[3] == "01":
+            est += 1
+print("HELD accepted=%d" % (est - queued), flush=True)
+while True:
+    time.sleep(5)
+    for c in flood:
+        try:
+            c.send(b"E")
+        except OSError:
+            pass
+"#;
+
+/// The real Claude Code under the flood: its Bash tool starts 256 trickling connections
+/// (they hold every slot of the proxy, counted in the sandbox's TCP table) and one idle
+/// connection to the forwarded mock port, prints the time it ended, and claude's next
+/// API request (carrying that output, on a new connection: the mock closes each
+/// streamed answer's) reaches the mock through the proxy (claude's `ANTHROPIC_BASE_URL`
+/// is the allowed loopback address, forwarded by the proxy under the same slots). The
+/// time from the tool's end to the request's arrival is within 1 s of the same without
+/// the flood. (Measured against the proxy before issue 22: claude got no answer within
+/// the test's 60 s.)
+#[test]
+fn real_claude_is_answered_under_the_flood() {
+    let _heavy = heavy();
+    let Some(c) = crate::common::lab::claude_versions().into_iter().next() else {
+        return;
+    };
+    let mut gaps = Vec::new();
+    for flood in [false, true] {
+        let cmd = if flood {
+            "setsid python3 flood.py 256 $PORT > flood.log 2>&1 < /dev/null & \
+             for i in $(seq 200); do grep -q HELD flood.log && break; sleep 0.05; done; \
+             cat flood.log; echo TOOL-END $(date +%s.%N)"
+        } else {
+            "echo no flood; echo TOOL-END $(date +%s.%N)"
+        };
+        // The mock's port is known once it runs: the command names it as $PORT.
+        let mock = MockApi::start(&json!([
+            {"bash": {"command": format!("PORT=$(cat port); {cmd}"), "description": "flood"}},
+            "done"
+        ]));
+        let w = crate::common::lab::world_with(&c);
+        let proj = w.dir("proj");
+        fs::write(proj.join("flood.py"), FLOOD).unwrap();
+        fs::write(proj.join("port"), mock.port().to_string()).unwrap();
+        crate::common::lab::seed_claude_json(&w.home(), &[&proj]);
+        let allow = format!("127.0.0.1:{}", mock.port());
+        let o = crate::common::lab::run_claudebox(
+            &w,
+            &proj,
+            &mock,
+            &["--allow-host", &allow, "-p", "go", "--allowedTools", "Bash"],
+            &[],
+            Duration::from_secs(60),
+        );
+        let out = crate::common::lab::ok_run(&c, &o, &mock);
+        assert!(out.contains("done"), "{out}");
+        let conv = mock.conversation(0);
+        assert!(conv.len() >= 2, "{conv:#?}");
+        // The tool's output, as claude sent it back (in the request's JSON).
+        let text = conv[1]["body"].to_string();
+        if flood {
+            let accepted: usize = text
+                .split("HELD accepted=")
+                .nth(1)
+                .and_then(|t| t.split(|ch: char| !ch.is_ascii_digit()).next())
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
+            assert!(accepted >= 248, "the flood held {accepted} slots");
+        }
+        // The last mention is the output (the first is the command itself).
+        let end: f64 = text
+            .rsplit("TOOL-END ")
+            .next()
+            .and_then(|t| t.split(|ch: char| !ch.is_ascii_digit() && ch != '.').next())
+            .and_then(|t| t.parse().ok())
+            .unwrap_or_else(|| panic!("no TOOL-END in the request:\n{}", &text[..2000]));
+        let arrived = conv[1]["time"].as_f64().unwrap();
+        gaps.push(arrived - end);
+    }
+    eprintln!(
+        "tool end to the next API request: {:.3} s without the flood, {:.3} s under it",
+        gaps[0], gaps[1]
+    );
+    assert!(gaps[1] < gaps[0] + 1.0, "{gaps:?}");
+}

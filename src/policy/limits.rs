@@ -426,6 +426,16 @@ pub fn cgroup_writes(d: &Decided) -> Vec<(&'static str, String, bool)> {
     v
 }
 
+/// What the first cell of a [`dry_run_rows`] row means, for `--dry-run`'s legend.
+pub fn row_meaning(first: &str) -> &'static str {
+    match first {
+        "none" => "no limit is in force, and why",
+        "via" => "how the limits are applied (systemd or a delegated cgroup v2 subtree)",
+        "prefix" => "the systemd-run command bwrap starts under",
+        _ => "a limit of the sandbox as a whole: its value, where it came from, why",
+    }
+}
+
 /// `--dry-run`'s rows (cells, one line each): one per limit in force, and the mechanism.
 pub fn dry_run_rows(d: &Decided, instance_id: &str) -> Vec<Vec<String>> {
     let mut v = Vec::new();

@@ -202,5 +202,11 @@ pub fn summary(plan: &Plan) -> Vec<u8> {
             out.push_str(&format!("#   {name:<10} {meaning}\n"));
         }
     }
+    for row in crate::policy::limits::dry_run_rows(&plan.limits, "") {
+        if let Some(first) = row.first() {
+            let meaning = crate::policy::limits::row_meaning(first);
+            out.push_str(&format!("#   {first:<10} {meaning}\n"));
+        }
+    }
     out.into_bytes()
 }

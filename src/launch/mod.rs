@@ -326,7 +326,9 @@ fn exec_registered(
     // The exit review's record, locked for this process's life: if it is killed, the
     // project's next launch, `--list` or `--check` does the review it missed.
     let pending = if inp.protect_project_metadata {
-        Some(review::begin(&inp.state, &inp.project, &inp.instance_id)?)
+        let pending = review::begin(&inp.state, &inp.project, &inp.instance_id)?;
+        pending.watch_commondir(&inp.state);
+        Some(pending)
     } else {
         None
     };

@@ -508,3 +508,61 @@ fn list_counts_the_quarantine_and_gc_says_it_goes_with_the_project() {
     );
     assert!(err.contains("1 of 2 project directories removed"), "{err}");
 }
+
+/// The same plant while the sandbox still runs, and the user's own `git status` in another
+/// terminal meanwhile: the running launcher moved the `commondir` aside the moment it
+/// appeared (a line says so), so that git runs nothing. Control: with the opt-out (no
+/// review, no watch) the same `git status` during the session runs the planted
+/// fsmonitor.
+#[test]
+fn a_commondir_planted_while_the_sandbox_runs_is_moved_aside_at_once() {
+    for protected in [true, false] {
+        let w = World::new();
+        let p = project(&w);
+        let marker = w.root().join("fsmonitor-ran");
+        let planted = p.join("planted");
+        let release = p.join("release");
+        let script = format!(
+            "d=$PWD/evil-common; cp -r .git/. \"$d\" && \
+             git --git-dir=\"$d\" config core.fsmonitor 'touch {}; false' && \
+             echo \"$d\" > .git/commondir && touch planted && \
+             while [ ! -e release ]; do sleep 0.05; done",
+            marker.display()
+        );
+        let mut c = w.cmd(&p);
+        if !protected {
+            c.arg("--writable-project-config");
+        }
+        let child = c
+            .args(["--exec", "sh", "-c", &script])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !planted.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(planted.exists(), "the agent never planted");
+        // The user's git, while the agent still runs (a moment for the watch to act).
+        std::thread::sleep(std::time::Duration::from_millis(200));
+        let _ = Command::new("git")
+            .args(["status", "--short"])
+            .current_dir(&p)
+            .output()
+            .unwrap();
+        let ran = marker.exists();
+        fs::write(&release, "").unwrap();
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        assert_eq!(ran, !protected, "protected={protected}: {err}");
+        if protected {
+            assert!(
+                err.contains(".git/commondir") && err.contains("moved while the sandbox runs"),
+                "{err}"
+            );
+            assert!(!p.join(".git/commondir").exists());
+        }
+    }
+}

@@ -132,6 +132,57 @@ pub fn begin(st: &ProjectState, project: &Project, instance: &str) -> Result<Pen
 }
 
 impl Pending {
+    /// Watches the common dir while the sandbox runs and moves a new `commondir` aside the
+    /// moment it appears (inotify, in a thread of the supervising parent): no mount can
+    /// stand in for a missing one, and the user's own `git` in another terminal reads it
+    /// at once, so waiting for the exit review leaves hours. A watch that cannot be set up
+    /// is said in one line; the exit review still runs.
+    pub fn watch_commondir(&self, st: &ProjectState) {
+        let Some(common) = self.target.common_dir.as_deref().map(path) else {
+            return;
+        };
+        let st = st.clone();
+        let work_tree = path(&self.target.work_tree);
+        let watch = || -> Result<(nix::sys::inotify::Inotify, OwnedFd)> {
+            use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+            let dir = walk::open_dir(None, &common)?;
+            let ino = Inotify::init(InitFlags::IN_CLOEXEC)?;
+            // Through the descriptor just opened: the watch is on that very directory.
+            let at = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+            ino.add_watch(
+                &at,
+                AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ONLYDIR,
+            )?;
+            Ok((ino, dir))
+        };
+        let (ino, dir) = match watch() {
+            Ok(w) => w,
+            Err(e) => {
+                eprintln!(
+                    "claudebox: review: warning: cannot watch {} ({e:#}); a commondir planted \
+                     there is caught only when the sandbox ends",
+                    common.shown()
+                );
+                return;
+            }
+        };
+        std::thread::spawn(move || {
+            let mut q = Quarantine::new(&st);
+            let mut err = std::io::stderr();
+            loop {
+                let Ok(events) = ino.read_events() else {
+                    return;
+                };
+                if events
+                    .iter()
+                    .any(|e| e.name.as_deref() == Some(OsStr::new("commondir")))
+                {
+                    take_commondir(&mut q, dir.as_raw_fd(), &common, &work_tree, &mut err);
+                }
+            }
+        });
+    }
+
     /// Runs the review, then removes the record. Returns how many entries were moved.
     pub fn finish(self, st: &ProjectState, err: &mut dyn Write) -> usize {
         let n = run(st, &self.target, self.since, err);
@@ -224,6 +275,43 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
         );
     }
     moved
+}
+
+/// Moves the common dir's `commondir` aside now, whatever it is (file, symlink, fifo):
+/// read by git in the main git dir, never made by git there.
+fn take_commondir(
+    q: &mut Quarantine,
+    dirfd: RawFd,
+    common: &Path,
+    work_tree: &Path,
+    err: &mut dyn Write,
+) {
+    let name = OsStr::new("commondir");
+    let there =
+        nix::sys::stat::fstatat(Some(dirfd), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
+    if there.is_err() {
+        return;
+    }
+    let (severity, reason) = crate::policy::review::git_dir_judgement(
+        crate::policy::git_dir::GitDirKind::Common,
+        "commondir",
+        b"",
+    )
+    .unwrap_or((
+        crate::policy::review::Severity::Critical,
+        "a commondir in the main git dir".into(),
+    ));
+    q.take(
+        &Found {
+            dirfd,
+            dir: common,
+            name,
+            severity,
+            reason: format!("{reason}; moved while the sandbox runs"),
+        },
+        work_tree,
+        err,
+    );
 }
 
 /// Scans without moving: how many entries a review would move (the benchmark's count).

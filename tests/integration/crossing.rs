@@ -265,3 +265,101 @@ fn a_claudebox_conversation_resumes_by_its_exit_line_and_is_exported_to_bare_cla
         }
     }
 }
+
+/// The agent plants, in the conversations it can write, a transcript whose `tool-results`
+/// entry is a symlink to a host file it cannot read: the export copies the transcript and
+/// not the link's target (it names what it skipped). Control: a by-name copy (`cp -rL`,
+/// `fs::copy`) of the same directory reads the secret through the link.
+#[test]
+fn export_does_not_follow_an_agent_planted_symlink() {
+    let w = World::new();
+    let p = w.dir("proj");
+    init_repo(&p);
+    let secret = w.root().join("host-secret");
+    fs::write(&secret, "HOST-SECRET").unwrap();
+    let u = "5b2e0c2d-7b3f-4c55-9e21-0123456789ab";
+    let dir = w.home().join(".claude/projects").join(encoded(&p));
+    let plant = format!(
+        "set -e; d='{d}'; mkdir -p \"$d/{u}/tool-results\"; echo '{{}}' > \"$d/{u}.jsonl\"; \
+         ln -s '{s}' \"$d/{u}/tool-results/steal.txt\"; ! cat '{s}' 2>/dev/null",
+        d = dir.display(),
+        s = secret.display()
+    );
+    let o = w
+        .cmd(&p)
+        .args(["--exec", "sh", "-c", &plant])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mine = state_conversations(&w, &p);
+    let planted = mine.join(u).join("tool-results/steal.txt");
+    assert!(fs::symlink_metadata(&planted).unwrap().is_symlink());
+
+    let o = w
+        .cmd(&p)
+        .args(["--export-conversation", u])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(
+        err.contains("not copied") && err.contains("steal.txt"),
+        "{err}"
+    );
+    let out = dir.join(u).join("tool-results/steal.txt");
+    assert!(
+        fs::symlink_metadata(&out).is_err(),
+        "the link or its target was exported"
+    );
+    assert!(dir.join(format!("{u}.jsonl")).is_file());
+
+    // control: by name, the planted link leads to the host's file
+    assert_eq!(fs::read_to_string(&planted).unwrap(), "HOST-SECRET");
+}
+
+/// The agent replaces the cwd's conversations directory by a symlink to a host directory:
+/// an import then writes nothing there (it refuses). Control: a write by name through the
+/// same path lands in the host's directory.
+#[test]
+fn import_does_not_write_through_an_agent_planted_directory_link() {
+    let w = World::new();
+    let p = w.dir("proj");
+    init_repo(&p);
+    let target = w.root().join("host-dir");
+    fs::create_dir(&target).unwrap();
+    let u = "6c2e0c2d-7b3f-4c55-9e21-0123456789ab";
+    let host_dir = w.home().join(".claude/projects").join(encoded(&p));
+    fs::create_dir_all(&host_dir).unwrap();
+    fs::write(host_dir.join(format!("{u}.jsonl")), "{}\n").unwrap();
+    let inside = w.home().join(".claude/projects").join(encoded(&p));
+    let plant = format!(
+        "set -e; rm -rf '{d}'; ln -s '{t}' '{d}'",
+        d = inside.display(),
+        t = target.display()
+    );
+    let o = w
+        .cmd(&p)
+        .args(["--exec", "sh", "-c", &plant])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let mine = state_conversations(&w, &p);
+    assert!(fs::symlink_metadata(&mine).unwrap().is_symlink());
+
+    let o = w
+        .cmd(&p)
+        .args(["--import-conversation", u])
+        .output()
+        .unwrap();
+    assert!(!o.status.success(), "{}", stderr(&o));
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert_eq!(
+        fs::read_dir(&target).unwrap().count(),
+        0,
+        "a write went through the link"
+    );
+
+    // control: by name, the same path is the host's directory
+    fs::write(mine.join("probe"), "x").unwrap();
+    assert!(target.join("probe").is_file());
+}

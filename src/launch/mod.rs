@@ -338,7 +338,7 @@ fn exec_registered(
     let (argv, limits) = crate::host::limits::prepare(&plan.limits, &inp.instance_id, argv)?;
     // claudebox stays bwrap's parent (`host::supervise`), for the review at the end.
     // Less a margin: file times come from a coarser clock than this one.
-    let started = std::time::SystemTime::now() - std::time::Duration::from_millis(50);
+    let started = std::time::SystemTime::now() - std::time::Duration::from_millis(20);
     let status = match crate::host::supervise::run(&argv, &|| limits.enter()) {
         Ok(status) => status,
         Err(err) => {

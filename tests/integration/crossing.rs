@@ -363,3 +363,65 @@ fn import_does_not_write_through_an_agent_planted_directory_link() {
     fs::write(mine.join("probe"), "x").unwrap();
     assert!(target.join("probe").is_file());
 }
+
+/// The line at exit: a named session's is its name; an unnamed launch's names the
+/// conversation written during it (here by a fake agent), and only a UUID; nothing when
+/// none was written, nor for `--exec`.
+#[test]
+fn the_exit_line_names_the_session_or_the_conversation_written() {
+    let w = World::new();
+    let p = w.dir("proj");
+    init_repo(&p);
+    let u = "7d2e0c2d-7b3f-4c55-9e21-0123456789ab";
+    let dir = w.home().join(".claude/projects").join(encoded(&p));
+    let write = |name: &str| {
+        format!(
+            "mkdir -p '{d}' && echo '{{}}' > '{d}/{name}.jsonl'",
+            d = dir.display()
+        )
+    };
+    let line = |o: &Output| {
+        stderr(o)
+            .lines()
+            .filter(|l| l.contains("to resume this conversation"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    let o = w.run_claude(&p, ["--session", "rev"], "true");
+    assert_eq!(
+        line(&o),
+        ["claudebox: to resume this conversation: claudebox --session rev"],
+        "{}",
+        stderr(&o)
+    );
+    let o = w.run_claude(&p, Vec::<&str>::new(), &write(u));
+    assert_eq!(
+        line(&o),
+        [format!(
+            "claudebox: to resume this conversation: claudebox --resume {u}"
+        )],
+        "{}",
+        stderr(&o)
+    );
+    // nothing written during this launch: no line (the older transcript is not this one's;
+    // launches here take milliseconds, more than the 20 ms margin for file times apart)
+    std::thread::sleep(Duration::from_millis(100));
+    let o = w.run_claude(&p, Vec::<&str>::new(), "true");
+    assert!(line(&o).is_empty(), "{}", stderr(&o));
+    // a name that is not a UUID is never printed
+    let o = w.run_claude(&p, Vec::<&str>::new(), &write("x\u{1b}]0;evil\u{7}"));
+    assert!(line(&o).is_empty(), "{}", stderr(&o));
+    // --exec: no line
+    let o = w
+        .cmd(&p)
+        .args([
+            "--exec",
+            "sh",
+            "-c",
+            &write("8d2e0c2d-7b3f-4c55-9e21-0123456789ab"),
+        ])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(line(&o).is_empty(), "{}", stderr(&o));
+}

@@ -65,8 +65,29 @@ pub fn copy(
     cwd: &Path,
     uuid: Option<&str>,
 ) -> Result<Crossed> {
+    // Checked first: anything else is never part of a path, nor printed as given.
+    let asked = match uuid {
+        Some(u) if is_uuid(u) => Some(u.to_ascii_lowercase()),
+        Some(u) => bail!(Fixable::new(
+            format!("`{}` is not a conversation id", u.escape_debug()),
+            "give the UUID claude printed (`claude --resume <uuid>`), or none for the newest"
+        )),
+        None => None,
+    };
+    let uuid = asked.as_deref();
     let enc = dir_name(cwd);
     let state_side = open_anchor_sub(conversations)?;
+    if way == Way::Export {
+        // Before bare claude's directory is made: is there anything to export?
+        let here = state_side.sub(Path::new(&enc)).ok();
+        let has = here.as_ref().is_some_and(|d| match uuid {
+            Some(u) => d.kind(Path::new(&format!("{u}.jsonl"))).is_some(),
+            None => newest_in(d, is_uuid).is_some(),
+        });
+        if !has {
+            bail!(no_conversation(uuid, &conversations.join(&enc)));
+        }
+    }
     let host_side = {
         let (parent, name) = parent_and_name(host_projects)?;
         if way == Way::Export && !parent.exists() {
@@ -76,8 +97,14 @@ pub fn copy(
                 .and_then(|d| d.ensure_dir(Path::new(dir), 0o700))
                 .with_context(|| format!("cannot create {}", parent.shown()))?;
         }
-        let anchor =
-            Dir::open(parent).with_context(|| format!("cannot open {}", parent.shown()))?;
+        let anchor = match Dir::open(parent) {
+            Ok(d) => d,
+            Err(e) if e.kind() == ErrorKind::NotFound => bail!(
+                "bare claude has no conversations here: there is no {}",
+                parent.shown()
+            ),
+            Err(e) => return Err(e).with_context(|| format!("cannot open {}", parent.shown())),
+        };
         if way == Way::Export {
             anchor
                 .ensure_dir(Path::new(name), 0o700)
@@ -111,12 +138,8 @@ pub fn copy(
             })
         }
     };
-    let uuid = match uuid {
-        Some(u) if is_uuid(u) => u.to_ascii_lowercase(),
-        Some(u) => bail!(Fixable::new(
-            format!("`{}` is not a conversation id", u.escape_debug()),
-            "give the UUID claude printed (`claude --resume <uuid>`), or none for the newest"
-        )),
+    let uuid = match asked {
+        Some(u) => u,
         None => match newest_in(&src, is_uuid) {
             Some((_, u)) => u,
             None => bail!(no_conversation(None, &src_path)),

@@ -72,6 +72,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
             sizes,
         } => list::run(json, margin, sizes),
         Mode::Forget { name, dry_run } => forget(name, dry_run),
+        Mode::Cross { way, uuid } => cross(way, uuid),
         Mode::Restore(id) => {
             let home = host::home_dir()?;
             let to = state::review::restore(&state::StateHome::from_env(&home), id)?;
@@ -100,5 +101,35 @@ fn forget(name: &OsStr, dry_run: bool) -> anyhow::Result<ExitCode> {
     let project = project::discover(&host::current_dir()?)?;
     let state = state_home.project(&project.id());
     eprintln!("claudebox: {}", sessions::forget(&state, name, dry_run)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `--import-conversation`, `--export-conversation`: copy one conversation of the current
+/// directory between bare claude and the project's state, without a sandbox.
+fn cross(way: state::crossing::Way, uuid: Option<&str>) -> anyhow::Result<ExitCode> {
+    let (home, _) = host::home::resolve(&host::home_dir()?, host::SYSTEM_PATHS);
+    let state_home = state::StateHome::from_env(&home);
+    let project = project::discover(&host::current_dir()?)?;
+    let st = state_home.project(&project.id());
+    // Registered as a launch for the copy's length: --gc leaves the project alone, and
+    // an import into a project never launched makes its state.
+    let in_use = state::inuse::mark(&state_home, &st, &project.root)?;
+    let host_projects = state::claude_home::HostClaude::probe(&home)
+        .dir
+        .join("projects");
+    let crossed =
+        state::crossing::copy(way, &host_projects, &st.conversations(), &project.cwd, uuid);
+    let created = in_use.created;
+    drop(in_use);
+    let crossed = match crossed {
+        Ok(c) => c,
+        Err(e) => {
+            if created {
+                state::remove_unused(&st);
+            }
+            return Err(e);
+        }
+    };
+    eprintln!("claudebox: {}", state::crossing::summary(way, &crossed));
     Ok(ExitCode::SUCCESS)
 }

@@ -54,6 +54,18 @@ pub struct Cli {
     #[arg(long, value_name = "ID", conflicts_with_all = ["session", "exec", "args", "forget", "dry_run"], value_parser = clap::value_parser!(OsString))]
     pub restore: Option<OsString>,
 
+    /// Copy a conversation of this directory from bare claude (~/.claude/projects) into
+    /// claudebox's state, where `claudebox --resume UUID` (and `-c`) continues it; without
+    /// UUID the newest. A copy: bare claude keeps its own.
+    #[arg(long, value_name = "UUID", num_args = 0..=1, conflicts_with_all = ["session", "exec", "args", "forget", "restore", "dry_run", "export_conversation"])]
+    pub import_conversation: Option<Option<String>>,
+
+    /// Copy a conversation of this directory from claudebox's state to bare claude
+    /// (~/.claude/projects), where `claude --resume UUID` on the host continues it; without
+    /// UUID the newest. A copy: claudebox keeps its own.
+    #[arg(long, value_name = "UUID", num_args = 0..=1, conflicts_with_all = ["session", "exec", "args", "forget", "restore", "dry_run"])]
+    pub export_conversation: Option<Option<String>>,
+
     /// Skip confirmations (allow the home directory or / as the project).
     #[arg(long)]
     pub yes: bool,
@@ -279,6 +291,11 @@ pub enum Mode<'a> {
     Forget { name: &'a OsString, dry_run: bool },
     /// `--restore ID`.
     Restore(&'a OsString),
+    /// `--import-conversation [UUID]`, `--export-conversation [UUID]`.
+    Cross {
+        way: crate::state::crossing::Way,
+        uuid: Option<&'a str>,
+    },
     /// A launch (claude, or `--exec`'s command); with `--dry-run` only printed.
     Launch { dry_run: bool },
 }
@@ -310,6 +327,16 @@ impl Cli {
                 json: self.json,
                 margin,
                 sizes: self.sizes,
+            }
+        } else if let Some(uuid) = &self.import_conversation {
+            Mode::Cross {
+                way: crate::state::crossing::Way::Import,
+                uuid: uuid.as_deref(),
+            }
+        } else if let Some(uuid) = &self.export_conversation {
+            Mode::Cross {
+                way: crate::state::crossing::Way::Export,
+                uuid: uuid.as_deref(),
             }
         } else if let Some(id) = &self.restore {
             Mode::Restore(id)
@@ -362,5 +389,13 @@ mod tests {
             "Forget { name: \"x\", dry_run: false }"
         );
         assert!(mode_of(&["--gc-margin", "1d"]).starts_with("error: --gc-margin goes with"));
+        assert_eq!(
+            mode_of(&["--import-conversation"]),
+            "Cross { way: Import, uuid: None }"
+        );
+        assert_eq!(
+            mode_of(&["--export-conversation", "u"]),
+            "Cross { way: Export, uuid: Some(\"u\") }"
+        );
     }
 }

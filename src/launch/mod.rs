@@ -339,6 +339,8 @@ fn exec_registered(
     }
     let (argv, limits) = crate::host::limits::prepare(&plan.limits, &inp.instance_id, argv)?;
     // claudebox stays bwrap's parent (`host::supervise`), for the review at the end.
+    // Less a margin: file times come from a coarser clock than this one.
+    let started = std::time::SystemTime::now() - std::time::Duration::from_millis(20);
     let status = match crate::host::supervise::run(&argv, &|| limits.enter()) {
         Ok(status) => status,
         Err(err) => {
@@ -352,7 +354,41 @@ fn exec_registered(
         p.finish(&inp.state, &mut std::io::stderr());
     }
     drop((in_use, session));
+    if let Some(line) = resume_line(inp, started) {
+        eprintln!("claudebox: to resume this conversation: {line}");
+    }
     crate::host::supervise::exit_as(status)
+}
+
+/// The command that resumes the conversation a claude launch used (claude's own
+/// `claude --resume <uuid>` line names bare claude's conversations, which do not hold it):
+/// a named session's name, else the UUID claude's options named, else the newest
+/// transcript of the cwd's conversations written during the launch. None for `--exec`,
+/// and when claude wrote no conversation (`--version`, `mcp list`).
+fn resume_line(inp: &Inputs, started: std::time::SystemTime) -> Option<String> {
+    let Command::Claude(args) = &inp.command else {
+        return None;
+    };
+    if let Some(s) = &inp.session {
+        // A checked name: letters, digits, `.`, `_`, `-`.
+        return Some(format!("claudebox --session {}", s.name));
+    }
+    let all: Vec<std::ffi::OsString> = (inp.settings.claude_args.iter())
+        .flat_map(|d| d.args.iter().cloned())
+        .chain(args.iter().cloned())
+        .collect();
+    let pinned = match sessions::picked_by_args(&all) {
+        Some(sessions::Picked::Uuid(u)) => Some(u),
+        _ => None,
+    };
+    // A file name the agent could choose: only a UUID (hex digits and `-`) is printed.
+    let uuid = crate::state::crossing::used_since(
+        &inp.state.conversations(),
+        &inp.project.cwd,
+        started,
+        pinned.as_deref(),
+    )?;
+    Some(format!("claudebox --resume {uuid}"))
 }
 
 /// The login's credentials bound as a single file: a host-side process keeps that inode

@@ -32,6 +32,7 @@
 pub mod beneath;
 pub mod claude_home;
 pub mod credsync;
+pub mod crossing;
 pub mod du;
 pub mod inuse;
 pub mod inventory;

@@ -61,6 +61,12 @@ const INOTIFY_FD: RawFd = 4;
 /// without exhausting the user's instances.
 pub const FORCE_POLL_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_POLL";
 
+/// Set (to anything non-empty) to write in place as before padding existed (write, then
+/// truncate): the torn-read test's control.
+pub const TRUNCATE_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_TRUNCATE";
+
+static TRUNCATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// How the sync process learns of changes.
 pub enum Watch {
     /// One inotify instance (made by the launch, handed over on descriptor 4).
@@ -79,7 +85,10 @@ fn watcher(dir: &Path, bound: RawFd, login: &Path) -> Result<Inotify, String> {
         return Err(format!("{FORCE_POLL_ENV} is set"));
     }
     let limit = || {
-        std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances")
+        // The user namespace's own limit (the same as fs.inotify.max_user_instances in
+        // the initial one).
+        std::fs::read_to_string("/proc/sys/user/max_inotify_instances")
+            .or_else(|_| std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances"))
             .map(|s| s.trim().to_string())
             .unwrap_or_else(|_| "?".into())
     };
@@ -153,6 +162,9 @@ pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result
         .arg(login)
         .arg("--watch")
         .arg(if ino.is_some() { "inotify" } else { "poll" });
+    if let Some(v) = std::env::var_os(TRUNCATE_ENV) {
+        cmd.env(TRUNCATE_ENV, v);
+    }
     cmd.current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -212,6 +224,10 @@ pub fn main(args: &[OsString]) -> ExitCode {
         }
     };
     let _ = nix::sys::prctl::set_name(c"claudebox-creds");
+    TRUNCATE.store(
+        std::env::var_os(TRUNCATE_ENV).is_some_and(|v| !v.is_empty()),
+        std::sync::atomic::Ordering::Relaxed,
+    );
     // Ended by a signal or its parent's death only between copies, never holding the
     // host's refresh lock (`HOLD`).
     crate::host::companion::end_with_parent_outside(&HOLD);
@@ -436,7 +452,7 @@ fn write_in_place(f: &File, content: &[u8]) -> std::io::Result<()> {
         return Err(std::io::Error::other("not a JSON object"));
     }
     let len = f.metadata()?.len();
-    if len > MAX_SIZE {
+    if len > MAX_SIZE || TRUNCATE.load(std::sync::atomic::Ordering::Relaxed) {
         f.write_all_at(content, 0)?;
         f.set_len(content.len() as u64)?;
     } else {

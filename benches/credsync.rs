@@ -138,11 +138,11 @@ fn writer_loop() {
         .current_dir(&p)
         .status()
         .unwrap();
-    let script = format!(
+    let script = String::from(
         "F=\"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"; touch ready; \
          while [ ! -e go ]; do sleep 0.05; done; end=$(($(date +%s)+10)); n=0; \
          while [ $(date +%s) -lt $end ]; do n=$((n+1)); \
-         printf '%s' \"{{\\\"claudeAiOauth\\\":{{\\\"accessToken\\\":\\\"a$n\\\",\\\"expiresAt\\\":$n}}}}\" > \"$F\"; done; \
+         printf '%s' \"{\\\"claudeAiOauth\\\":{\\\"accessToken\\\":\\\"a$n\\\",\\\"expiresAt\\\":$n}}\" > \"$F\"; done; \
          echo writes $n"
     );
     let k = Command::new(BIN)

@@ -285,8 +285,15 @@ fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<
     sweep();
     let mut last = read_bound(bound).map(|s| s.content).unwrap_or_default();
     // The host may have renamed between the launch's open and now.
-    let mut due = sync_once(bound, host, dir, &mut last).then(Instant::now);
-    let mut last_copy = Instant::now();
+    let first = sync_once(bound, host, dir, &mut last);
+    let mut due = (first == Round::Blocked).then(|| Instant::now() + MIN_INTERVAL);
+    // A copy is made at once when none was made for MIN_INTERVAL (only copies count).
+    let mut last_copy = match first {
+        Round::Copied => Instant::now(),
+        _ => Instant::now()
+            .checked_sub(MIN_INTERVAL)
+            .unwrap_or_else(Instant::now),
+    };
     let mut seen = stamps(bound, host);
     loop {
         // Waiting: for an event (inotify, nothing owed), or for the time a copy is owed
@@ -321,9 +328,14 @@ fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<
             due = Some((last_copy + MIN_INTERVAL).max(now));
         }
         if due.is_some_and(|d| d <= now) {
-            let retry = sync_once(bound, host, dir, &mut last);
-            last_copy = Instant::now();
-            due = retry.then(|| last_copy + MIN_INTERVAL);
+            let round = sync_once(bound, host, dir, &mut last);
+            let now = Instant::now();
+            due = None;
+            match round {
+                Round::Copied => last_copy = now,
+                Round::Blocked => due = Some(now + MIN_INTERVAL),
+                Round::Idle => {}
+            }
             seen = stamps(bound, host);
         }
     }
@@ -352,35 +364,52 @@ fn drain(ino: &Inotify, name: &std::ffi::OsStr) -> Result<bool> {
     }
 }
 
+/// What a round did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Nothing to copy (or nothing valid).
+    Idle,
+    /// A copy was made: the next one waits for [`MIN_INTERVAL`].
+    Copied,
+    /// A copy to the host is owed but the host's lock is held (by a live claude): tried
+    /// again later rather than written without it.
+    Blocked,
+}
+
 /// One round: read both sides, decide, copy. Errors leave both files as they were.
-/// `true`: a copy to the host is owed but the host's lock is held (by a live claude):
-/// try again later rather than write without it.
-fn sync_once(bound: &File, host: &Path, dir: &Path, last: &mut Vec<u8>) -> bool {
+fn sync_once(bound: &File, host: &Path, dir: &Path, last: &mut Vec<u8>) -> Round {
     let Some(b) = read_bound(bound) else {
-        return false;
+        return Round::Idle;
     };
     let h = read_host(host);
     match decide(h.as_ref(), &b, last) {
         act @ (Action::Nothing | Action::ToBound) => apply(act, bound, host, h, b, last),
         Action::ToHost => {
             let Some(lock) = RefreshLock::take(dir) else {
-                return true;
+                return Round::Blocked;
             };
             // Under the lock, both again: a refresh on the host may just have renamed its
             // file; whatever is decided now is done before the lock goes.
             let (Some(b), h) = (read_bound(bound), read_host(host)) else {
-                return false;
+                return Round::Idle;
             };
             let act = decide(h.as_ref(), &b, last);
-            apply(act, bound, host, h, b, last);
+            let round = apply(act, bound, host, h, b, last);
             drop(lock);
+            round
         }
     }
-    false
 }
 
 /// Does what [`decide`] said for `h` and `b` (read just before).
-fn apply(act: Action, bound: &File, host: &Path, h: Option<Side>, b: Side, last: &mut Vec<u8>) {
+fn apply(
+    act: Action,
+    bound: &File,
+    host: &Path,
+    h: Option<Side>,
+    b: Side,
+    last: &mut Vec<u8>,
+) -> Round {
     let copied = match (act, h) {
         (Action::ToBound, Some(h)) => write_in_place(bound, &h.content).ok().map(|()| h.content),
         (Action::ToHost, Some(h)) => write_host(host, h.inode, &b.content)
@@ -389,9 +418,14 @@ fn apply(act: Action, bound: &File, host: &Path, h: Option<Side>, b: Side, last:
         (Action::Nothing, Some(h)) if h.content == b.content => Some(b.content),
         _ => None,
     };
+    let round = match (act, &copied) {
+        (Action::ToBound | Action::ToHost, Some(_)) => Round::Copied,
+        _ => Round::Idle,
+    };
     if let Some(c) = copied {
         *last = c;
     }
+    round
 }
 
 /// Reads at most [`MAX_SIZE`] + 1 bytes from the start of `f`; `None` past the cap.

@@ -61,8 +61,8 @@ const INOTIFY_FD: RawFd = 4;
 /// without exhausting the user's instances.
 pub const FORCE_POLL_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_POLL";
 
-/// Set (to anything non-empty) to write in place as before padding existed (write, then
-/// truncate): the torn-read test's control.
+/// Set (to anything non-empty) to copy as before padding and coalescing existed (write,
+/// then truncate, at every event): the torn-read test's control.
 pub const TRUNCATE_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_TRUNCATE";
 
 static TRUNCATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
@@ -285,13 +285,19 @@ fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<
     sweep();
     let mut last = read_bound(bound).map(|s| s.content).unwrap_or_default();
     // The host may have renamed between the launch's open and now.
+    // The control of the torn-read test copies as before: at every event.
+    let interval = if TRUNCATE.load(std::sync::atomic::Ordering::Relaxed) {
+        Duration::ZERO
+    } else {
+        MIN_INTERVAL
+    };
     let first = sync_once(bound, host, dir, &mut last);
     let mut due = (first == Round::Blocked).then(|| Instant::now() + MIN_INTERVAL);
     // A copy is made at once when none was made for MIN_INTERVAL (only copies count).
     let mut last_copy = match first {
         Round::Copied => Instant::now(),
         _ => Instant::now()
-            .checked_sub(MIN_INTERVAL)
+            .checked_sub(interval)
             .unwrap_or_else(Instant::now),
     };
     let mut seen = stamps(bound, host);
@@ -325,7 +331,7 @@ fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<
         };
         let now = Instant::now();
         if changed && due.is_none() {
-            due = Some((last_copy + MIN_INTERVAL).max(now));
+            due = Some((last_copy + interval).max(now));
         }
         if due.is_some_and(|d| d <= now) {
             let round = sync_once(bound, host, dir, &mut last);

@@ -10,7 +10,8 @@
 //!   Control: a live lock (touched every second, as proper-lockfile does) is waited for:
 //!   nothing is written past it;
 //! - readers inside never see a torn file while the host's file alternates between a long
-//!   and a short content. Control: the old in-place write (write, then truncate) tears.
+//!   and a short content. Control: the old copies (write, then truncate, at every event)
+//!   tear.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -254,8 +255,8 @@ fn readers_inside_never_see_a_torn_file() {
     let (reads, bad) = torn_reads(true, 10);
     assert!(reads > 10_000, "{reads}");
     assert_eq!(bad, 0, "a reader saw a torn file ({bad} of {reads})");
-    // Control: write-then-truncate tears (rarely: a copy at most every 500 ms, and the
-    // window is between two system calls), so it gets up to three tries.
+    // Control: the old copies (write-then-truncate, at every event) tear; the window is
+    // between two system calls, so it gets up to three tries.
     let torn = (0..3).any(|_| torn_reads(false, 10).1 > 0);
     assert!(
         torn,

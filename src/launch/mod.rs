@@ -403,9 +403,15 @@ fn start_credentials_sync(inp: &Inputs, plan: &plan::Plan, table: &[render::Bind
         return;
     };
     if let Some(render::Bind::Fd(fd)) = table.get(i) {
-        if let Err(e) = state::credsync::start(*fd, host, &inp.instance_id, &inp.state.login_dir())
-        {
-            eprintln!("claudebox: {e:#} (the sandbox will not see a refresh by the host)");
+        match state::credsync::start(*fd, host, &inp.instance_id, &inp.state.login_dir()) {
+            Ok(state::credsync::Watch::Inotify) => {}
+            Ok(state::credsync::Watch::Polling(why)) => eprintln!(
+                "claudebox: {why}: the credentials sync looks at the login every {} s instead",
+                credsync::POLL_INTERVAL.as_secs()
+            ),
+            Err(e) => {
+                eprintln!("claudebox: {e:#} (the sandbox will not see a refresh by the host)")
+            }
         }
     }
 }

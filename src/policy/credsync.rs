@@ -20,6 +20,42 @@ pub const INTERNAL_CREDENTIALS_SYNC: &str = "--internal-credentials-sync";
 /// Set (to anything non-empty) to start no sync process: the tests' control.
 pub const DISABLE_ENV: &str = "CLAUDEBOX_NO_CREDENTIALS_SYNC";
 
+/// The shortest time between two copies of one sync: a burst of writes (an agent
+/// rewriting its credentials file in a loop) is coalesced into one copy per interval,
+/// the first at once, the last at the end of the interval.
+pub const MIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// How often a sync without an inotify instance (the user's
+/// `fs.inotify.max_user_instances` spent) looks at both files.
+pub const POLL_INTERVAL: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// JSON's insignificant whitespace, which pads a file written in place to the length it
+/// had (a shorter content never leaves a tail and the file is never truncated, so a
+/// reader at any moment reads one whole JSON text).
+pub fn is_json_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\n' | b'\t' | b'\r')
+}
+
+/// `content` without its trailing JSON whitespace (the padding of an in-place write):
+/// what is compared and copied.
+pub fn trimmed(content: &[u8]) -> &[u8] {
+    let end = content
+        .iter()
+        .rposition(|&b| !is_json_space(b))
+        .map_or(0, |i| i + 1);
+    &content[..end]
+}
+
+/// What to write at offset 0 of a file `old_len` long so that it holds `content` without
+/// being truncated: `content`, padded with spaces to `old_len` when shorter.
+pub fn padded(content: &[u8], old_len: u64) -> Vec<u8> {
+    let mut out = content.to_vec();
+    if (out.len() as u64) < old_len {
+        out.resize(old_len as usize, b' ');
+    }
+    out
+}
+
 /// What the sync process does after an event.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -177,6 +213,21 @@ mod tests {
             decide(Some(&side(2, "{}")), &side(1, "[]"), last),
             Action::ToBound
         );
+    }
+
+    #[test]
+    fn padding_keeps_the_length_and_trims_back_to_the_content() {
+        let p = padded(b"{}", 6);
+        assert_eq!(p, b"{}    ");
+        assert!(valid(&p));
+        assert_eq!(trimmed(&p), b"{}");
+        assert_eq!(padded(b"{\"a\":1}", 2), b"{\"a\":1}");
+        assert_eq!(trimmed(b"{} \n\t\r"), b"{}");
+        assert_eq!(trimmed(b"   "), b"");
+        // Every prefix state of an in-place write over a longer text is that text's
+        // head followed by the rest of the old one: with padding, every whole state
+        // (before, after) is valid.
+        assert!(valid(&padded(OLD.as_bytes(), NEW.len() as u64 + 40)));
     }
 
     #[test]

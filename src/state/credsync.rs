@@ -5,13 +5,18 @@
 //! `policy::credsync::decide`; this is the edge.
 //!
 //! Started by the launch like the network proxy: forked and exec'd from claudebox right
-//! before it execs bwrap, in its own session, with the death signal armed (it dies with
-//! bwrap), holding only the bound file (descriptor 3). Idle, it blocks in one inotify
+//! before it starts bwrap, in its own session, with the death signal armed (it ends with
+//! the supervising claudebox, between copies), holding only the bound file (descriptor 3)
+//! and an inotify instance the launch made (descriptor 4). Idle, it blocks in one inotify
 //! read: on the host's directory (`.credentials.json` created, renamed onto, written) and
-//! on the bound inode (written, by a refresh inside).
+//! on the bound inode (written, by a refresh inside). Where the user has no inotify
+//! instance left (`fs.inotify.max_user_instances`, 128 by default, shared with editors),
+//! the launch says so in one line and the process looks at both files every second
+//! instead. Copies are coalesced: at most one per 500 ms, however fast a side is written.
 //!
 //! What it writes, and how strictly:
-//! - into the bound file: the host's content, in place (write at 0, then truncate), so a
+//! - into the bound file: the host's content, in place (one write at 0, padded with spaces
+//!   to the old length, never truncated: no reader sees a torn file), so a
 //!   running claude in the sandbox sees the rotated pair at its next request;
 //! - into the host's file: the bound file's content, in place, under claude's own refresh
 //!   lock (`mkdir <dir>/.oauth_refresh.lock`), only into the inode it just read there:
@@ -27,13 +32,17 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{ExitCode, Stdio};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, Instant, SystemTime};
 
 use anyhow::{bail, Context, Result};
 use nix::libc;
 use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 
-use crate::policy::credsync::{decide, valid, Action, Side, INTERNAL_CREDENTIALS_SYNC, MAX_SIZE};
+use crate::policy::credsync::{
+    decide, padded, trimmed, valid, Action, Side, INTERNAL_CREDENTIALS_SYNC, MAX_SIZE,
+    MIN_INTERVAL, POLL_INTERVAL,
+};
 use crate::state::beneath;
 use crate::state::claude_home::LOGIN_LOCKS;
 use std::os::fd::AsFd;
@@ -45,10 +54,87 @@ const SWEEP_MS: u16 = 2000;
 /// The descriptor the sync process finds the bound file on.
 const BOUND_FD: RawFd = 3;
 
+/// The descriptor the sync process finds its inotify instance on (`--watch inotify`).
+const INOTIFY_FD: RawFd = 4;
+
+/// Set (to anything non-empty) to make no inotify instance and poll: the fallback's test
+/// without exhausting the user's instances.
+pub const FORCE_POLL_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_POLL";
+
+/// Set (to anything non-empty) to copy as before padding and coalescing existed (write,
+/// then truncate, at every event): the torn-read test's control.
+pub const TRUNCATE_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_TRUNCATE";
+
+static TRUNCATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// How the sync process learns of changes.
+pub enum Watch {
+    /// One inotify instance (made by the launch, handed over on descriptor 4).
+    Inotify,
+    /// No inotify instance could be had (the reason): both files are looked at every
+    /// [`POLL_INTERVAL`].
+    Polling(String),
+}
+
+/// The inotify instance the sync process blocks on, made here in the launch so that a
+/// failure is said on the user's terminal (the sync process has no stderr): the host's
+/// directory, the bound inode (`bound`, a descriptor of this process) and the login
+/// directory (where planted locks are swept).
+fn watcher(dir: &Path, bound: RawFd, login: &Path) -> Result<Inotify, String> {
+    if std::env::var_os(FORCE_POLL_ENV).is_some_and(|v| !v.is_empty()) {
+        return Err(format!("{FORCE_POLL_ENV} is set"));
+    }
+    let limit = || {
+        // The user namespace's own limit (the same as fs.inotify.max_user_instances in
+        // the initial one).
+        std::fs::read_to_string("/proc/sys/user/max_inotify_instances")
+            .or_else(|_| std::fs::read_to_string("/proc/sys/fs/inotify/max_user_instances"))
+            .map(|s| s.trim().to_string())
+            .unwrap_or_else(|_| "?".into())
+    };
+    let ino = Inotify::init(InitFlags::IN_CLOEXEC | InitFlags::IN_NONBLOCK).map_err(|e| {
+        format!(
+            "no inotify instance ({}; fs.inotify.max_user_instances is {})",
+            e.desc(),
+            limit()
+        )
+    })?;
+    let watch = |p: &Path, flags| {
+        ino.add_watch(p, flags)
+            .map_err(|e| format!("cannot watch {} ({})", p.display(), e.desc()))
+    };
+    watch(
+        dir,
+        AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_ONLYDIR,
+    )?;
+    watch(
+        Path::new(&format!("/proc/self/fd/{bound}")),
+        AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MODIFY,
+    )?;
+    // The login directory, shared by every project's sandboxes: a lock an agent planted
+    // there (dated in the future, never stale for claude) is cleared as soon as it
+    // appears or is re-dated (and at every tick: one that went stale with something in
+    // it makes no event). Missing: nothing to watch.
+    if login.is_dir() {
+        watch(
+            login,
+            AddWatchFlags::IN_CREATE
+                | AddWatchFlags::IN_ATTRIB
+                | AddWatchFlags::IN_MOVED_TO
+                | AddWatchFlags::IN_ONLYDIR,
+        )?;
+    }
+    Ok(ino)
+}
+
 /// Starts the sync process for the bound file `source` (an `O_PATH` descriptor of the
 /// inode bwrap will mount) and the host's file `host`. Call after the sources are opened
-/// and before bwrap is exec'd; the child is not waited for (it becomes bwrap's).
-pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result<()> {
+/// and before bwrap is started; the child stays claudebox's (the supervising parent's)
+/// and ends with it.
+pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result<Watch> {
     // The very inode bwrap mounts: reopened through the descriptor, not by name.
     let bound = std::fs::OpenOptions::new()
         .read(true)
@@ -59,6 +145,11 @@ pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result
     if !bound.metadata()?.is_file() {
         bail!("the credentials file is not a regular file");
     }
+    let dir = host.parent().unwrap_or(Path::new("/"));
+    let (ino, watch) = match watcher(dir, bound.as_raw_fd(), login) {
+        Ok(i) => (Some(i), Watch::Inotify),
+        Err(why) => (None, Watch::Polling(why)),
+    };
     let mut cmd = std::process::Command::new("/proc/self/exe");
     use std::os::unix::process::CommandExt;
     cmd.arg0("claudebox")
@@ -68,20 +159,37 @@ pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result
         .arg("--host")
         .arg(host)
         .arg("--login")
-        .arg(login);
+        .arg(login)
+        .arg("--watch")
+        .arg(if ino.is_some() { "inotify" } else { "poll" });
+    if let Some(v) = std::env::var_os(TRUNCATE_ENV) {
+        cmd.env(TRUNCATE_ENV, v);
+    }
     cmd.current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let fd = bound.as_raw_fd();
+    let ino_fd = ino.as_ref().map_or(-1, |i| i.as_fd().as_raw_fd());
     let parent = nix::unistd::getpid();
     // SAFETY: only async-signal-safe system calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
-            if fd != BOUND_FD && libc::dup2(fd, BOUND_FD) < 0 {
+            // Both moved out of the way first (either may sit on 3 or 4), then placed.
+            let high = |fd: RawFd| {
+                let n = libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10);
+                if n < 0 {
+                    Err(std::io::Error::last_os_error())
+                } else {
+                    Ok(n)
+                }
+            };
+            let b = high(fd)?;
+            let i = if ino_fd >= 0 { high(ino_fd)? } else { -1 };
+            if libc::dup2(b, BOUND_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if libc::fcntl(BOUND_FD, libc::F_SETFD, 0) < 0 {
+            if i >= 0 && libc::dup2(i, INOTIFY_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             // Nothing else crosses: no lock of the launch, no descriptor of the shell
@@ -90,7 +198,7 @@ pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result
             const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
             libc::syscall(
                 libc::SYS_close_range,
-                BOUND_FD + 1,
+                INOTIFY_FD + 1,
                 u32::MAX,
                 CLOSE_RANGE_CLOEXEC,
             );
@@ -99,14 +207,16 @@ pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result
     }
     cmd.spawn()
         .context("cannot start the credentials sync process")?;
-    Ok(())
+    Ok(watch)
 }
 
 /// Runs the sync role: `args` are those after `--internal-credentials-sync`.
 pub fn main(args: &[OsString]) -> ExitCode {
-    let (host, login) = match args {
-        [i, _, h, path, l, login] if i == "--instance" && h == "--host" && l == "--login" => {
-            (PathBuf::from(path), PathBuf::from(login))
+    let (host, login, inotify) = match args {
+        [i, _, h, path, l, login, w, mode]
+            if i == "--instance" && h == "--host" && l == "--login" && w == "--watch" =>
+        {
+            (PathBuf::from(path), PathBuf::from(login), mode == "inotify")
         }
         _ => {
             eprintln!("claudebox: internal credentials sync: bad arguments");
@@ -114,10 +224,18 @@ pub fn main(args: &[OsString]) -> ExitCode {
         }
     };
     let _ = nix::sys::prctl::set_name(c"claudebox-creds");
-    crate::host::companion::exit_with_parent();
+    TRUNCATE.store(
+        std::env::var_os(TRUNCATE_ENV).is_some_and(|v| !v.is_empty()),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    // Ended by a signal or its parent's death only between copies, never holding the
+    // host's refresh lock (`HOLD`).
+    crate::host::companion::end_with_parent_outside(&HOLD);
     // SAFETY: the launcher placed the bound file on this descriptor for us alone.
     let bound = File::from(unsafe { OwnedFd::from_raw_fd(BOUND_FD) });
-    match run(&bound, &host, &login) {
+    // SAFETY: likewise the inotify instance, when it says so.
+    let ino = inotify.then(|| unsafe { Inotify::from_raw_fd(INOTIFY_FD) });
+    match run(&bound, &host, &login, ino) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("claudebox: credentials sync: {e:#}");
@@ -126,38 +244,37 @@ pub fn main(args: &[OsString]) -> ExitCode {
     }
 }
 
-fn run(bound: &File, host: &Path, login: &Path) -> Result<()> {
+/// Held while the host's refresh lock is: the exit waits for it.
+static HOLD: Mutex<()> = Mutex::new(());
+
+/// What says a file changed when nothing watches it: identity, size, times.
+type Stamp = Option<(u64, u64, u64, i64, i64, i64, i64)>;
+
+fn stamp(m: std::io::Result<std::fs::Metadata>) -> Stamp {
+    let m = m.ok()?;
+    Some((
+        m.dev(),
+        m.ino(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    ))
+}
+
+fn stamps(bound: &File, host: &Path) -> (Stamp, Stamp) {
+    (
+        stamp(bound.metadata()),
+        stamp(std::fs::symlink_metadata(host)),
+    )
+}
+
+fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<()> {
     let (Some(dir), Some(name)) = (host.parent(), host.file_name()) else {
         bail!("no directory in {}", host.display());
     };
-    let ino = Inotify::init(InitFlags::IN_CLOEXEC)?;
-    ino.add_watch(
-        dir,
-        AddWatchFlags::IN_MOVED_TO
-            | AddWatchFlags::IN_CLOSE_WRITE
-            | AddWatchFlags::IN_CREATE
-            | AddWatchFlags::IN_ONLYDIR,
-    )
-    .context("cannot watch the host's credentials directory")?;
-    let bound_watch = ino
-        .add_watch(
-            format!("/proc/self/fd/{}", bound.as_raw_fd()).as_str(),
-            AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MODIFY,
-        )
-        .context("cannot watch the bound credentials file")?;
-    // The login directory, shared by every project's sandboxes: a lock an agent planted
-    // there (dated in the future, never stale for claude) is cleared as soon as it appears
-    // or is re-dated, and at every tick (one that went stale with something in it).
     let login_dir = beneath::Dir::open(login).ok();
-    if login_dir.is_some() {
-        let _ = ino.add_watch(
-            login,
-            AddWatchFlags::IN_CREATE
-                | AddWatchFlags::IN_ATTRIB
-                | AddWatchFlags::IN_MOVED_TO
-                | AddWatchFlags::IN_ONLYDIR,
-        );
-    }
     let sweep = || {
         if let Some(d) = &login_dir {
             for name in LOGIN_LOCKS {
@@ -168,60 +285,137 @@ fn run(bound: &File, host: &Path, login: &Path) -> Result<()> {
     sweep();
     let mut last = read_bound(bound).map(|s| s.content).unwrap_or_default();
     // The host may have renamed between the launch's open and now.
-    sync_once(bound, host, dir, &mut last);
+    // The control of the torn-read test copies as before: at every event.
+    let interval = if TRUNCATE.load(std::sync::atomic::Ordering::Relaxed) {
+        Duration::ZERO
+    } else {
+        MIN_INTERVAL
+    };
+    let first = sync_once(bound, host, dir, &mut last);
+    let mut due = (first == Round::Blocked).then(|| Instant::now() + MIN_INTERVAL);
+    // A copy is made at once when none was made for MIN_INTERVAL (only copies count).
+    let mut last_copy = match first {
+        Round::Copied => Instant::now(),
+        _ => Instant::now()
+            .checked_sub(interval)
+            .unwrap_or_else(Instant::now),
+    };
+    let mut seen = stamps(bound, host);
     loop {
-        let mut fds = [nix::poll::PollFd::new(
-            ino.as_fd(),
-            nix::poll::PollFlags::POLLIN,
-        )];
-        match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(SWEEP_MS)) {
-            Ok(0) => {
-                sweep();
-                continue;
+        // Waiting: for an event (inotify, nothing owed), or for the time a copy is owed
+        // (events meanwhile pile up in the kernel's queue, merged, and are read at once:
+        // a writer in a loop wakes this at most twice per MIN_INTERVAL), or for the next
+        // look (polling).
+        let now = Instant::now();
+        match (&ino, due) {
+            (_, Some(d)) => std::thread::sleep(d.saturating_duration_since(now)),
+            (None, None) => std::thread::sleep(POLL_INTERVAL),
+            (Some(ino), None) => {
+                let mut fds = [nix::poll::PollFd::new(
+                    ino.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                )];
+                match nix::poll::poll(&mut fds, nix::poll::PollTimeout::from(SWEEP_MS)) {
+                    Ok(_) | Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
-            Ok(_) => {}
         }
         sweep();
-        let events = match ino.read_events() {
-            Ok(e) => e,
-            Err(nix::errno::Errno::EINTR) => continue,
-            Err(e) => return Err(e.into()),
+        let changed = match &ino {
+            Some(ino) => drain(ino, name)?,
+            None => {
+                let s = stamps(bound, host);
+                s != seen
+            }
         };
-        let relevant = events.iter().any(|e| {
-            e.wd == bound_watch
-                || e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)
-                || e.name.as_deref() == Some(name)
-        });
-        if relevant {
-            sync_once(bound, host, dir, &mut last);
+        let now = Instant::now();
+        if changed && due.is_none() {
+            due = Some((last_copy + interval).max(now));
+        }
+        if due.is_some_and(|d| d <= now) {
+            let round = sync_once(bound, host, dir, &mut last);
+            let now = Instant::now();
+            due = None;
+            match round {
+                Round::Copied => last_copy = now,
+                Round::Blocked => due = Some(now + MIN_INTERVAL),
+                Round::Idle => {}
+            }
+            seen = stamps(bound, host);
         }
     }
 }
 
+/// Reads every queued event; whether one concerns the credentials (the bound inode, the
+/// host's file by `name`, or an overflow).
+fn drain(ino: &Inotify, name: &std::ffi::OsStr) -> Result<bool> {
+    let mut relevant = false;
+    loop {
+        match ino.read_events() {
+            Ok(events) if !events.is_empty() => {
+                relevant |= events.iter().any(|e| {
+                    e.mask.contains(AddWatchFlags::IN_Q_OVERFLOW)
+                        || (e.name.is_none()
+                            && e.mask.intersects(
+                                AddWatchFlags::IN_MODIFY | AddWatchFlags::IN_CLOSE_WRITE,
+                            ))
+                        || e.name.as_deref() == Some(name)
+                })
+            }
+            Ok(_) | Err(nix::errno::Errno::EAGAIN) => return Ok(relevant),
+            Err(nix::errno::Errno::EINTR) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// What a round did.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Round {
+    /// Nothing to copy (or nothing valid).
+    Idle,
+    /// A copy was made: the next one waits for [`MIN_INTERVAL`].
+    Copied,
+    /// A copy to the host is owed but the host's lock is held (by a live claude): tried
+    /// again later rather than written without it.
+    Blocked,
+}
+
 /// One round: read both sides, decide, copy. Errors leave both files as they were.
-fn sync_once(bound: &File, host: &Path, dir: &Path, last: &mut Vec<u8>) {
-    let Some(b) = read_bound(bound) else { return };
+fn sync_once(bound: &File, host: &Path, dir: &Path, last: &mut Vec<u8>) -> Round {
+    let Some(b) = read_bound(bound) else {
+        return Round::Idle;
+    };
     let h = read_host(host);
     match decide(h.as_ref(), &b, last) {
         act @ (Action::Nothing | Action::ToBound) => apply(act, bound, host, h, b, last),
         Action::ToHost => {
-            let lock = RefreshLock::take(dir);
+            let Some(lock) = RefreshLock::take(dir) else {
+                return Round::Blocked;
+            };
             // Under the lock, both again: a refresh on the host may just have renamed its
             // file; whatever is decided now is done before the lock goes.
             let (Some(b), h) = (read_bound(bound), read_host(host)) else {
-                return;
+                return Round::Idle;
             };
             let act = decide(h.as_ref(), &b, last);
-            apply(act, bound, host, h, b, last);
+            let round = apply(act, bound, host, h, b, last);
             drop(lock);
+            round
         }
     }
 }
 
 /// Does what [`decide`] said for `h` and `b` (read just before).
-fn apply(act: Action, bound: &File, host: &Path, h: Option<Side>, b: Side, last: &mut Vec<u8>) {
+fn apply(
+    act: Action,
+    bound: &File,
+    host: &Path,
+    h: Option<Side>,
+    b: Side,
+    last: &mut Vec<u8>,
+) -> Round {
     let copied = match (act, h) {
         (Action::ToBound, Some(h)) => write_in_place(bound, &h.content).ok().map(|()| h.content),
         (Action::ToHost, Some(h)) => write_host(host, h.inode, &b.content)
@@ -230,9 +424,14 @@ fn apply(act: Action, bound: &File, host: &Path, h: Option<Side>, b: Side, last:
         (Action::Nothing, Some(h)) if h.content == b.content => Some(b.content),
         _ => None,
     };
+    let round = match (act, &copied) {
+        (Action::ToBound | Action::ToHost, Some(_)) => Round::Copied,
+        _ => Round::Idle,
+    };
     if let Some(c) = copied {
         *last = c;
     }
+    round
 }
 
 /// Reads at most [`MAX_SIZE`] + 1 bytes from the start of `f`; `None` past the cap.
@@ -261,7 +460,7 @@ fn side_of(f: &File) -> Option<Side> {
     }
     Some(Side {
         inode: (m.dev(), m.ino()),
-        content: read_capped(f)?,
+        content: trimmed(&read_capped(f)?).to_vec(),
     })
 }
 
@@ -283,13 +482,22 @@ fn open_nofollow(p: &Path, write: bool) -> std::io::Result<File> {
         .open(p)
 }
 
-/// Replaces `f`'s content in place: one write at 0, then the length cut to it.
+/// Replaces `f`'s content in place in one write at 0, padded with JSON whitespace to
+/// the length the file had and never truncated: a reader at any moment reads either the
+/// old text or the new one followed by spaces (the torn reads came from the
+/// moment between a shorter write and the truncation). A file already past
+/// [`MAX_SIZE`] (not one claude wrote) is cut to the content instead.
 fn write_in_place(f: &File, content: &[u8]) -> std::io::Result<()> {
     if !valid(content) {
         return Err(std::io::Error::other("not a JSON object"));
     }
-    f.write_all_at(content, 0)?;
-    f.set_len(content.len() as u64)?;
+    let len = f.metadata()?.len();
+    if len > MAX_SIZE || TRUNCATE.load(std::sync::atomic::Ordering::Relaxed) {
+        f.write_all_at(content, 0)?;
+        f.set_len(content.len() as u64)?;
+    } else {
+        f.write_all_at(&padded(content, len), 0)?;
+    }
     f.sync_data()
 }
 
@@ -303,31 +511,47 @@ fn write_host(host: &Path, inode: (u64, u64), content: &[u8]) -> std::io::Result
     write_in_place(&f, content)
 }
 
-/// Claude's refresh lock on the host (`mkdir <dir>/.oauth_refresh.lock`), waited for up
-/// to 5 s; after that (a crashed claude's lock) the copy goes ahead without it.
-struct RefreshLock(Option<PathBuf>);
+/// Claude's refresh lock on the host (`mkdir <dir>/.oauth_refresh.lock`), held for one
+/// copy (a read of both files and one write) and only while [`HOLD`] is, so that no
+/// signal or parent death ends this process with it taken; removed on drop.
+/// A lock older than claude's stale time (untouched for 10 s: proper-lockfile touches
+/// its own every 5 s; or dated ahead) is a dead holder's, for claude as here: removed
+/// and taken. A live one is waited for up to 5 s; then `None` (no copy without it).
+struct RefreshLock {
+    path: PathBuf,
+    _hold: std::sync::MutexGuard<'static, ()>,
+}
+
+/// The lock's name in the host's credentials directory.
+pub const REFRESH_LOCK: &str = ".oauth_refresh.lock";
 
 impl RefreshLock {
-    fn take(dir: &Path) -> RefreshLock {
-        let path = dir.join(".oauth_refresh.lock");
+    fn take(dir: &Path) -> Option<RefreshLock> {
+        let path = dir.join(REFRESH_LOCK);
         for _ in 0..50 {
+            let hold = HOLD.lock().unwrap_or_else(|e| e.into_inner());
             match std::fs::create_dir(&path) {
-                Ok(()) => return RefreshLock(Some(path)),
+                Ok(()) => return Some(RefreshLock { path, _hold: hold }),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                    std::thread::sleep(Duration::from_millis(100))
+                    drop(hold);
+                    let stale = std::fs::symlink_metadata(&path)
+                        .and_then(|m| m.modified())
+                        .is_ok_and(|t| beneath::lock_is_stale(t, SystemTime::now()));
+                    // Only an empty directory: anything else is not claude's lock.
+                    if !(stale && std::fs::remove_dir(&path).is_ok()) {
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
                 }
-                Err(_) => break,
+                Err(_) => return None,
             }
         }
-        RefreshLock(None)
+        None
     }
 }
 
 impl Drop for RefreshLock {
     fn drop(&mut self) {
-        if let Some(p) = &self.0 {
-            let _ = std::fs::remove_dir(p);
-        }
+        let _ = std::fs::remove_dir(&self.path);
     }
 }
 
@@ -377,6 +601,9 @@ mod tests {
             .open(&p)
             .unwrap();
         write_in_place(&f, b"{}").unwrap();
-        assert_eq!(std::fs::read(&p).unwrap(), b"{}");
+        let now = std::fs::read(&p).unwrap();
+        assert_eq!(now.len(), b"{\"long\":\"xxxxxxxxxxxxxxxx\"}".len());
+        assert_eq!(trimmed(&now), b"{}");
+        assert!(valid(&now));
     }
 }

@@ -10,6 +10,7 @@ mod claude_json_concurrency;
 mod claude_settings;
 mod config;
 mod conversations;
+mod credsync;
 mod crossing;
 mod e2e_claude;
 mod escape;

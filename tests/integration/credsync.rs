@@ -1,0 +1,265 @@
+//! The credentials sync at scale and under abuse (issue 22, item 3), with real sandboxes:
+//!
+//! - a user with no inotify instance left (a user namespace whose
+//!   `max_inotify_instances` is 0: the same failure as the 129th sandbox of a user at the
+//!   default 128, without touching the machine's limit) still gets the host's refresh into
+//!   every running sandbox, and the launch says in one line that it polls. Control: the
+//!   same sandboxes without the sync keep the old login;
+//! - a refresh lock left in the host's directory by a dead holder (untouched for longer
+//!   than claude's stale time) does not hold up a copy to the host, and is gone after it.
+//!   Control: a live lock (touched every second, as proper-lockfile does) is waited for:
+//!   nothing is written past it;
+//! - readers inside never see a torn file while the host's file alternates between a long
+//!   and a short content. Control: the old copies (write, then truncate, at every event)
+//!   tear.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+use crate::common::*;
+
+fn creds(token: &str) -> String {
+    format!("{{\"claudeAiOauth\":{{\"accessToken\":\"{token}\",\"refreshToken\":\"r-{token}\",\"expiresAt\":1}}}}")
+}
+
+fn host_creds(w: &World) -> PathBuf {
+    w.home().join(".claude/.credentials.json")
+}
+
+/// Replaces the host's file by rename, as the host's claude does at a refresh.
+fn host_refresh(w: &World, content: &str) {
+    let tmp = w.home().join(".claude/.credentials.json.tmp");
+    fs::write(&tmp, content).unwrap();
+    fs::rename(&tmp, host_creds(w)).unwrap();
+}
+
+/// `claudebox --exec sh -c SCRIPT` in `p`, in a user namespace with no inotify instance
+/// when `no_inotify`.
+fn sandbox(w: &World, p: &Path, script: &str, no_inotify: bool, env: &[(&str, &str)]) -> Child {
+    let mut c = if no_inotify {
+        let mut c = Command::new("unshare");
+        c.current_dir(p).env_clear();
+        c.env("HOME", w.home())
+            .env("PATH", w.path_var())
+            .env("LANG", "C.UTF-8");
+        c.args([
+            "-Ur",
+            "sh",
+            "-c",
+            "echo 0 > /proc/sys/user/max_inotify_instances && exec \"$@\"",
+            "sh",
+        ])
+        .arg(BIN);
+        c
+    } else {
+        w.cmd(p)
+    };
+    c.envs(env.iter().copied());
+    c.args(["--exec", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+const F: &str = "F=\"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"";
+
+#[test]
+fn a_user_without_inotify_instances_keeps_every_sandbox_in_step() {
+    let _g = heavy();
+    for sync in [true, false] {
+        let w = World::new();
+        fs::write(host_creds(&w), creds("old")).unwrap();
+        let script = format!(
+            "{F}; touch ready; i=0; while ! grep -q new \"$F\" && [ $i -lt 80 ]; do \
+             sleep 0.1; i=$((i+1)); done; cat \"$F\""
+        );
+        let env: &[(&str, &str)] = if sync {
+            &[]
+        } else {
+            &[("CLAUDEBOX_NO_CREDENTIALS_SYNC", "1")]
+        };
+        let mut kids = Vec::new();
+        for n in 0..3 {
+            let p = w.dir(&format!("p{n}"));
+            init_repo(&p);
+            kids.push((p.clone(), sandbox(&w, &p, &script, true, env)));
+        }
+        let t = Instant::now();
+        for (p, _) in &kids {
+            while !p.join("ready").exists() {
+                assert!(
+                    t.elapsed() < Duration::from_secs(60),
+                    "a sandbox did not start"
+                );
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        host_refresh(&w, &creds("new"));
+        for (_, k) in kids {
+            let o: Output = k.wait_with_output().unwrap();
+            let (out, err) = (stdout(&o), stderr(&o));
+            eprintln!("sync {sync}: {out:?} {err:?}");
+            if sync {
+                assert!(
+                    out.contains("\"new\""),
+                    "the sandbox kept the old login: {out} {err}"
+                );
+                let lines: Vec<_> = err.lines().filter(|l| l.contains("inotify")).collect();
+                assert_eq!(lines.len(), 1, "{err}");
+                assert!(lines[0].contains("every 1 s"), "{err}");
+            } else {
+                assert!(out.contains("\"old\""), "control: {out} {err}");
+            }
+        }
+    }
+}
+
+/// Dates `p` `ago` in the past.
+fn date_back(p: &Path, ago: Duration) {
+    let t = SystemTime::now() - ago;
+    fs::File::open(p)
+        .unwrap()
+        .set_times(fs::FileTimes::new().set_modified(t).set_accessed(t))
+        .unwrap();
+}
+
+#[test]
+fn a_dead_holders_refresh_lock_is_broken_a_live_one_is_waited_for() {
+    let _g = heavy();
+    for dead in [true, false] {
+        let w = World::new();
+        fs::write(host_creds(&w), creds("old")).unwrap();
+        let lock = w.home().join(".claude/.oauth_refresh.lock");
+        fs::create_dir(&lock).unwrap();
+        date_back(&lock, Duration::from_secs(if dead { 30 } else { 0 }));
+        let p = w.dir("p");
+        init_repo(&p);
+        // The host refreshed since the launch (the sandbox holds another inode, which
+        // the sync brought in step); then the agent refreshes inside (in place, as claude
+        // does on the bound file) and stays a while.
+        let script = format!(
+            "{F}; touch ready; i=0; while ! grep -q old2 \"$F\" && [ $i -lt 100 ]; do \
+             sleep 0.1; i=$((i+1)); done; printf '%s' '{}' > \"$F.tmp\"; \
+             cat \"$F.tmp\" > \"$F\"; sleep 4",
+            creds("inside")
+        );
+        let mut k = sandbox(&w, &p, &script, false, &[]);
+        let t = Instant::now();
+        while !p.join("ready").exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(60),
+                "the sandbox did not start"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        host_refresh(&w, &creds("old2"));
+        let mut reached = None;
+        while t.elapsed() < Duration::from_secs(20) && k.try_wait().unwrap().is_none() {
+            if fs::read_to_string(host_creds(&w))
+                .unwrap()
+                .contains("\"inside\"")
+            {
+                reached = Some(t.elapsed());
+                break;
+            }
+            if !dead {
+                // A live holder touches its lock (proper-lockfile: every 5 s).
+                date_back(&lock, Duration::ZERO);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let o = k.wait_with_output().unwrap();
+        eprintln!(
+            "dead {dead}: reached the host after {reached:?}; {}",
+            stderr(&o)
+        );
+        if dead {
+            assert!(
+                reached.is_some(),
+                "the copy waited for a dead holder's lock"
+            );
+            assert!(!lock.exists(), "the dead holder's lock outlived the copy");
+        } else {
+            assert!(reached.is_none(), "control: the copy went past a live lock");
+            assert!(lock.exists());
+        }
+    }
+}
+
+/// Reads and invalid reads of a reader loop inside for `secs` while the host's file
+/// alternates between a long and a short content (each a refresh: a new inode) faster
+/// than the sync copies.
+fn torn_reads(padded: bool, secs: u64) -> (u64, u64) {
+    let long = creds(&"L".repeat(600));
+    let short = creds("s");
+    let w = World::new();
+    fs::write(host_creds(&w), &long).unwrap();
+    let p = w.dir("p");
+    init_repo(&p);
+    let reader = format!(
+        "{F}; touch ready; exec python3 -c '
+import json, sys, time
+bad = reads = 0
+end = time.time() + {secs}
+while time.time() < end:
+    with open(sys.argv[1], \"rb\") as f:
+        data = f.read()
+    reads += 1
+    try:
+        json.loads(data)
+    except ValueError:
+        bad += 1
+print(\"reads\", reads, \"bad\", bad)
+' \"$F\""
+    );
+    let env: &[(&str, &str)] = if padded {
+        &[]
+    } else {
+        &[("CLAUDEBOX_CREDENTIALS_SYNC_TRUNCATE", "1")]
+    };
+    let k = sandbox(&w, &p, &reader, false, env);
+    let t = Instant::now();
+    while !p.join("ready").exists() {
+        assert!(
+            t.elapsed() < Duration::from_secs(60),
+            "the sandbox did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let t = Instant::now();
+    let mut n = 0;
+    while t.elapsed() < Duration::from_secs(secs + 1) {
+        host_refresh(&w, if n % 2 == 0 { &short } else { &long });
+        n += 1;
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let o = k.wait_with_output().unwrap();
+    let out = stdout(&o);
+    eprintln!("padded {padded}: {n} host refreshes, {out}");
+    let num = |i: usize| -> u64 {
+        out.split_whitespace()
+            .nth(i)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or_else(|| panic!("no count: {out} {}", stderr(&o)))
+    };
+    (num(1), num(3))
+}
+
+#[test]
+fn readers_inside_never_see_a_torn_file() {
+    let _g = heavy();
+    let (reads, bad) = torn_reads(true, 10);
+    assert!(reads > 10_000, "{reads}");
+    assert_eq!(bad, 0, "a reader saw a torn file ({bad} of {reads})");
+    // Control: the old copies (write-then-truncate, at every event) tear; the window is
+    // between two system calls, so it gets up to three tries.
+    let torn = (0..3).any(|_| torn_reads(false, 10).1 > 0);
+    assert!(
+        torn,
+        "control: no torn read with write-then-truncate in three tries"
+    );
+}

@@ -41,7 +41,8 @@ pub struct Opened {
 enum Entry {
     Other,
     Skip,
-    Fd(OwnedFd),
+    /// The descriptor, and the path it reached when opened.
+    Fd(OwnedFd, PathBuf),
 }
 
 impl Opened {
@@ -52,7 +53,7 @@ impl Opened {
             .map(|e| match e {
                 Entry::Other => Bind::Other,
                 Entry::Skip => Bind::Skip,
-                Entry::Fd(fd) => Bind::Fd(fd.as_raw_fd()),
+                Entry::Fd(fd, _) => Bind::Fd(fd.as_raw_fd()),
             })
             .collect()
     }
@@ -62,10 +63,38 @@ impl Opened {
         self.entries
             .iter()
             .filter_map(|e| match e {
-                Entry::Fd(fd) => Some(fd.as_raw_fd()),
+                Entry::Fd(fd, _) => Some(fd.as_raw_fd()),
                 _ => None,
             })
             .collect()
+    }
+
+    /// The sources the host replaced since they were opened (a host claude rewrites
+    /// `.credentials.json` and `settings.json` by renaming a new file over them): their
+    /// path now names another inode, or none. bwrap cannot mount such a descriptor (it
+    /// goes through `/proc/self/fd/N` by name).
+    pub fn replaced(&self) -> Vec<&Path> {
+        use std::os::unix::fs::MetadataExt;
+        self.entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Fd(fd, path) => {
+                    let held = File::from(fd.try_clone().ok()?).metadata().ok()?;
+                    let now = std::fs::symlink_metadata(path).ok();
+                    let same = now.is_some_and(|m| (m.dev(), m.ino()) == (held.dev(), held.ino()));
+                    (!same).then_some(path.as_path())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The source bound from descriptor `fd`.
+    pub fn source_of(&self, fd: RawFd) -> Option<&Path> {
+        self.entries.iter().find_map(|e| match e {
+            Entry::Fd(f, path) if f.as_raw_fd() == fd => Some(path.as_path()),
+            _ => None,
+        })
     }
 }
 
@@ -79,7 +108,10 @@ pub fn open(plan: &Plan, areas: &[PathBuf]) -> Result<Opened> {
             continue;
         };
         match open_one(src, &m.kind, areas)? {
-            Some(fd) => entries.push(Entry::Fd(fd)),
+            Some(fd) => {
+                let real = reached(fd.as_raw_fd())?;
+                entries.push(Entry::Fd(fd, real))
+            }
             None => entries.push(Entry::Skip),
         }
     }

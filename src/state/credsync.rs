@@ -47,8 +47,14 @@ const BOUND_FD: RawFd = 3;
 
 /// Starts the sync process for the bound file `source` (an `O_PATH` descriptor of the
 /// inode bwrap will mount) and the host's file `host`. Call after the sources are opened
-/// and before bwrap is exec'd; the child is not waited for (it becomes bwrap's).
-pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result<()> {
+/// and before bwrap starts; it ends with the launcher. The child is returned for a launch
+/// that starts bwrap again (a source replaced by the host meanwhile) and ends this one.
+pub fn start(
+    source: RawFd,
+    host: &Path,
+    instance: &str,
+    login: &Path,
+) -> Result<std::process::Child> {
     // The very inode bwrap mounts: reopened through the descriptor, not by name.
     let bound = std::fs::OpenOptions::new()
         .read(true)
@@ -98,8 +104,7 @@ pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result
         });
     }
     cmd.spawn()
-        .context("cannot start the credentials sync process")?;
-    Ok(())
+        .context("cannot start the credentials sync process")
 }
 
 /// Runs the sync role: `args` are those after `--internal-credentials-sync`.

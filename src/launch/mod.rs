@@ -325,28 +325,21 @@ fn exec_registered(
     } else {
         None
     };
-    // The sandbox's limits: its own cgroup, entered by bwrap's process between fork and
-    // exec (or the systemd-run prefix).
-    if let Some(w) = &plan.limits.warning {
-        crate::host::limits::warn_once(&p.state_home.dir, w);
-    }
-    let (prefix, limits) = crate::host::limits::prepare(&plan.limits, &inp.instance_id, vec![])?;
+    let mut limits = None;
     let mut tries = 0;
     let status = loop {
         tries += 1;
         let table = opened.table();
-        let argv: Vec<std::ffi::OsString> = (prefix.iter().cloned())
-            .chain(render::argv_with(
-                plan,
-                &render::Runtime {
-                    sources: render::Sources::Fds(&table),
-                    sync_fd: Some(in_use.fd()),
-                    proxy_fd: proxy_fd.unwrap_or(crate::policy::network::SANDBOX_NET_FD),
-                    signals_ignored_on_entry,
-                    stderr_fd: stderr_copy.as_ref().map(|f| f.as_raw_fd()),
-                },
-            ))
-            .collect();
+        let bwrap_argv = render::argv_with(
+            plan,
+            &render::Runtime {
+                sources: render::Sources::Fds(&table),
+                sync_fd: Some(in_use.fd()),
+                proxy_fd: proxy_fd.unwrap_or(crate::policy::network::SANDBOX_NET_FD),
+                signals_ignored_on_entry,
+                stderr_fd: stderr_copy.as_ref().map(|f| f.as_raw_fd()),
+            },
+        );
         let sync = start_credentials_sync(inp, plan, &table);
         // Only claudebox's own descriptors cross into bwrap, none inherited from the shell.
         let mut keep = opened.fds();
@@ -356,6 +349,23 @@ fn exec_registered(
         // A named session's lock stays in this process, which outlives the sandbox (and
         // whose death ends it): the command never gets its descriptor.
         sources::keep_only(&keep)?;
+        if limits.is_none() {
+            // The sandbox's limits: its own cgroup, entered by bwrap's process between fork
+            // and exec (or the systemd-run prefix). Once, after keep_only: the watcher it
+            // starts must inherit nothing of the shell's.
+            if let Some(w) = &plan.limits.warning {
+                crate::host::limits::warn_once(&p.state_home.dir, w);
+            }
+            limits = Some(crate::host::limits::prepare(
+                &plan.limits,
+                &inp.instance_id,
+                Vec::new(),
+            )?);
+        }
+        let Some((prefix, limits)) = &limits else {
+            bail!("the sandbox's limits were not prepared");
+        };
+        let argv: Vec<std::ffi::OsString> = prefix.iter().cloned().chain(bwrap_argv).collect();
         // A source the host replaced since it was opened (a host claude renames its new
         // `.credentials.json` over the old one) would fail bwrap's mount: opened again.
         let fresh = opened.replaced().is_empty();
@@ -366,7 +376,10 @@ fn exec_registered(
             match crate::host::supervise::run(&argv, &|| limits.enter(), stderr_copy.is_some()) {
                 Ok(ended) => Some(ended),
                 Err(err) => {
-                    drop((in_use, session, opened, pending));
+                    if let Some(p) = pending {
+                        p.cancel();
+                    }
+                    drop((in_use, session, opened));
                     return Err(err).with_context(|| format!("cannot run {}", argv[0].shown()));
                 }
             }
@@ -380,7 +393,10 @@ fn exec_registered(
                     break status;
                 }
                 Some(file) if tries >= HOST_RACE_TRIES => {
-                    drop((in_use, session, opened, pending));
+                    if let Some(p) = pending {
+                        p.cancel();
+                    }
+                    drop((in_use, session, opened));
                     bail!(crate::policy::error::Fixable::new(
                         format!(
                             "{} was replaced on the host while the sandbox started, {tries} \

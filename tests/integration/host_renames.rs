@@ -177,3 +177,50 @@ fn open_path(p: &Path) -> OwnedFd {
         .unwrap()
         .into()
 }
+
+/// A host that never stops renaming (no pause at all): a launch that still loses after its
+/// tries fails with one line naming the file and saying the host replaced it, and leaves
+/// no review for the next launch (no sandbox came up).
+#[test]
+fn a_host_that_keeps_renaming_gets_one_line_naming_the_file() {
+    let _heavy = crate::common::heavy();
+    let (w, dir) = world();
+    let out = w.cmd(&dir).args(["--exec", "true"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let creds = host_files(&w)[0].clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let s = Arc::clone(&stop);
+    let f = creds.clone();
+    let t = thread::spawn(move || {
+        while !s.load(Ordering::Relaxed) {
+            let tmp = f.with_extension("tmp");
+            fs::write(&tmp, "{}\n").unwrap();
+            fs::rename(&tmp, &f).unwrap();
+        }
+    });
+    let (mut lost, mut ran) = (0, 0);
+    for _ in 0..6 {
+        let out = w.cmd(&dir).args(["--exec", "true"]).output().unwrap();
+        let err = stderr(&out);
+        if out.status.success() {
+            ran += 1;
+            continue;
+        }
+        lost += 1;
+        let lines: Vec<&str> = err.lines().filter(|l| !l.contains("limits:")).collect();
+        assert_eq!(lines.len(), 1, "{err}");
+        assert!(
+            lines[0].contains(&*creds.to_string_lossy())
+                && lines[0].contains("was replaced on the host while the sandbox started"),
+            "{err}"
+        );
+    }
+    stop.store(true, Ordering::Relaxed);
+    t.join().unwrap();
+    println!(
+        "a host renaming without pause: {lost} of 6 launches lost after their tries, {ran} ran"
+    );
+    let out = w.cmd(&dir).args(["--exec", "true"]).output().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(!stderr(&out).contains("review"), "{}", stderr(&out));
+}

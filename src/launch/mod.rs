@@ -440,23 +440,54 @@ const HOST_RACE_TRIES: u32 = 5;
 /// bwrap's setup failed because a source was replaced on the host after claudebox opened
 /// it (bwrap 0.8 reaches a descriptor's file by its name: "Can't find source path
 /// /proc/self/fd/N" once the name is gone, "Race condition binding dirfd" when another
-/// file took it): that source, or where none is named the first one replaced.
+/// file took it, "Can't bind mount SRC on DEST: Unable to find "DEST (deleted)" in mount
+/// table" when it went just after the mount): that source, or where none is named the
+/// first one replaced.
 fn host_race(text: &[u8], opened: &sources::Opened) -> Option<std::path::PathBuf> {
-    let text = String::from_utf8_lossy(text);
+    let named = race_in(&String::from_utf8_lossy(text))?.and_then(|fd| opened.source_of(fd));
+    named
+        .or(opened.replaced().first().copied())
+        .map(Path::to_path_buf)
+        .or_else(|| Some(std::path::PathBuf::from("a file mounted into the sandbox")))
+}
+
+/// bwrap's text says a source was replaced under it: `Some`, with the descriptor it names
+/// if it names one.
+fn race_in(text: &str) -> Option<Option<i32>> {
     let named = text
         .split("Can't find source path /proc/self/fd/")
         .nth(1)
         .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|n| n.parse().ok())
-        .and_then(|fd| opened.source_of(fd));
-    if !(named.is_some() || text.contains("Race condition binding dirfd")) {
-        return None;
+        .and_then(|n| n.parse().ok());
+    let raced = text.contains("Race condition binding dirfd")
+        || (text.contains("Can't bind mount ") && text.contains(" (deleted)\" in mount table"));
+    (named.is_some() || raced).then_some(named)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bwrap_s_lines_for_a_replaced_source_are_recognised_and_no_others() {
+        use super::race_in;
+        let s = "bwrap: Can't find source path /proc/self/fd/17: No such file or directory\n";
+        assert_eq!(race_in(s), Some(Some(17)));
+        assert_eq!(
+            race_in("bwrap: Race condition binding dirfd: Invalid argument\n"),
+            Some(None)
+        );
+        let m = "bwrap: Can't bind mount /oldroot/h/c on /newroot/h/c: Unable to find \
+                 \"/newroot/h/c (deleted)\" in mount table\n";
+        assert_eq!(race_in(m), Some(None));
+        for other in [
+            "bwrap: Can't find source path /home/x: No such file or directory\n",
+            "bwrap: Can't bind mount /oldroot/a on /newroot/a: Unable to find \"/newroot/a\" in \
+             mount table\n",
+            "bwrap: setting up uid map: Permission denied\n",
+            "",
+        ] {
+            assert_eq!(race_in(other), None, "{other}");
+        }
     }
-    let replaced = opened.replaced();
-    named
-        .or(replaced.first().copied())
-        .map(Path::to_path_buf)
-        .or_else(|| Some(std::path::PathBuf::from("a file mounted into the sandbox")))
 }
 
 /// The login's credentials bound as a single file: a host-side process keeps that inode

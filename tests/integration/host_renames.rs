@@ -65,6 +65,7 @@ fn world() -> (World, PathBuf) {
 fn is_race(err: &str) -> bool {
     err.contains("Race condition binding dirfd")
         || err.contains("Can't find source path /proc/self/fd/")
+        || err.contains(" (deleted)\" in mount table")
 }
 
 #[test]

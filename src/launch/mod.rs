@@ -464,32 +464,6 @@ fn race_in(text: &str) -> Option<Option<i32>> {
     (named.is_some() || raced).then_some(named)
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn bwrap_s_lines_for_a_replaced_source_are_recognised_and_no_others() {
-        use super::race_in;
-        let s = "bwrap: Can't find source path /proc/self/fd/17: No such file or directory\n";
-        assert_eq!(race_in(s), Some(Some(17)));
-        assert_eq!(
-            race_in("bwrap: Race condition binding dirfd: Invalid argument\n"),
-            Some(None)
-        );
-        let m = "bwrap: Can't bind mount /oldroot/h/c on /newroot/h/c: Unable to find \
-                 \"/newroot/h/c (deleted)\" in mount table\n";
-        assert_eq!(race_in(m), Some(None));
-        for other in [
-            "bwrap: Can't find source path /home/x: No such file or directory\n",
-            "bwrap: Can't bind mount /oldroot/a on /newroot/a: Unable to find \"/newroot/a\" in \
-             mount table\n",
-            "bwrap: setting up uid map: Permission denied\n",
-            "",
-        ] {
-            assert_eq!(race_in(other), None, "{other}");
-        }
-    }
-}
-
 /// The login's credentials bound as a single file: a host-side process keeps that inode
 /// and the host's file in step for the sandbox's life (`state::credsync`). Not starting
 /// it leaves the sandbox as it was before it existed: a warning, not a refusal.
@@ -546,4 +520,30 @@ fn ignore_terminal_signals() -> bool {
             sig == nix::sys::signal::Signal::SIGINT && matches!(old, Ok(SigHandler::SigIgn));
     }
     !was_ignored
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bwrap_s_lines_for_a_replaced_source_are_recognised_and_no_others() {
+        use super::race_in;
+        let s = "bwrap: Can't find source path /proc/self/fd/17: No such file or directory\n";
+        assert_eq!(race_in(s), Some(Some(17)));
+        assert_eq!(
+            race_in("bwrap: Race condition binding dirfd: Invalid argument\n"),
+            Some(None)
+        );
+        let m = "bwrap: Can't bind mount /oldroot/h/c on /newroot/h/c: Unable to find \
+                 \"/newroot/h/c (deleted)\" in mount table\n";
+        assert_eq!(race_in(m), Some(None));
+        for other in [
+            "bwrap: Can't find source path /home/x: No such file or directory\n",
+            "bwrap: Can't bind mount /oldroot/a on /newroot/a: Unable to find \"/newroot/a\" in \
+             mount table\n",
+            "bwrap: setting up uid map: Permission denied\n",
+            "",
+        ] {
+            assert_eq!(race_in(other), None, "{other}");
+        }
+    }
 }

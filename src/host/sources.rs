@@ -79,9 +79,11 @@ impl Opened {
             .iter()
             .filter_map(|e| match e {
                 Entry::Fd(fd, path) => {
-                    let held = File::from(fd.try_clone().ok()?).metadata().ok()?;
+                    let held = nix::sys::stat::fstat(fd.as_raw_fd()).ok()?;
                     let now = std::fs::symlink_metadata(path).ok();
-                    let same = now.is_some_and(|m| (m.dev(), m.ino()) == (held.dev(), held.ino()));
+                    let same = now.is_some_and(|m| {
+                        (m.dev(), m.ino()) == (held.st_dev as u64, held.st_ino as u64)
+                    });
                     (!same).then_some(path.as_path())
                 }
                 _ => None,
@@ -108,10 +110,7 @@ pub fn open(plan: &Plan, areas: &[PathBuf]) -> Result<Opened> {
             continue;
         };
         match open_one(src, &m.kind, areas)? {
-            Some(fd) => {
-                let real = reached(fd.as_raw_fd())?;
-                entries.push(Entry::Fd(fd, real))
-            }
+            Some((fd, real)) => entries.push(Entry::Fd(fd, real)),
             None => entries.push(Entry::Skip),
         }
     }
@@ -154,7 +153,8 @@ pub fn reached(fd: RawFd) -> std::io::Result<PathBuf> {
     )))
 }
 
-fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<OwnedFd>> {
+/// The descriptor, and the path it reached.
+fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<(OwnedFd, PathBuf)>> {
     let want_dir = *kind == MountKind::Rw;
     let changed = |what: String| {
         anyhow::Error::new(
@@ -203,7 +203,7 @@ fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<Ow
     if *kind == MountKind::File && meta.is_dir() {
         return Err(changed("is a directory where a file was expected".into()));
     }
-    Ok(Some(fd))
+    Ok(Some((fd, real)))
 }
 
 /// `p` lies strictly below one of `areas` (an area's own root is named in a directory the
@@ -276,10 +276,9 @@ mod tests {
         std::os::unix::fs::symlink(root.join("home"), proj.join("link")).unwrap();
         let areas = vec![proj.clone()];
         let ok = open_one(&proj.join("real/hooks"), &MountKind::Ro, &areas).unwrap();
-        assert_eq!(
-            reached(ok.unwrap().as_raw_fd()).unwrap(),
-            proj.join("real/hooks")
-        );
+        let (fd, real) = ok.unwrap();
+        assert_eq!(reached(fd.as_raw_fd()).unwrap(), proj.join("real/hooks"));
+        assert_eq!(real, proj.join("real/hooks"));
         for bad in ["link", "link/x"] {
             std::fs::create_dir_all(root.join("home/x")).unwrap();
             let e = open_one(&proj.join(bad), &MountKind::Rw, &areas)

@@ -155,6 +155,47 @@ pub fn reached(fd: RawFd) -> std::io::Result<PathBuf> {
 
 /// The descriptor, and the path it reached.
 fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<(OwnedFd, PathBuf)>> {
+    // A file the host replaced between the open and the look at where it was reached (a
+    // host claude renames a new `.credentials.json` over the old one) reads `SRC (deleted)`:
+    // opened again.
+    for _ in 1..OPEN_TRIES {
+        match open_once(src, kind, areas)? {
+            Some((_, real)) if real != src && same_or_replaced(&real, src) => continue,
+            found => return Ok(found),
+        }
+    }
+    match open_once(src, kind, areas)? {
+        Some((_, real)) if real != src && same_or_replaced(&real, src) => {
+            bail!(crate::policy::error::Fixable::new(
+                format!(
+                    "{} was replaced on the host while the sandbox started, {OPEN_TRIES} times in \
+                     a row (a claude running on the host saves it by renaming a new file over it)",
+                    show(src)
+                ),
+                "launch again once the host's claude is idle",
+            )
+            .at(src))
+        }
+        found => Ok(found),
+    }
+}
+
+/// How many times a source replaced right after its open is opened again.
+const OPEN_TRIES: u32 = 5;
+
+/// `reached` is `path`, or `path` whose file has since been replaced (unlinked by a rename
+/// over it): the kernel then names it `PATH (deleted)`.
+pub fn same_or_replaced(reached: &Path, path: &Path) -> bool {
+    let mut deleted = path.as_os_str().to_owned();
+    deleted.push(" (deleted)");
+    reached == path || reached.as_os_str() == deleted
+}
+
+fn open_once(
+    src: &Path,
+    kind: &MountKind,
+    areas: &[PathBuf],
+) -> Result<Option<(OwnedFd, PathBuf)>> {
     let want_dir = *kind == MountKind::Rw;
     let changed = |what: String| {
         anyhow::Error::new(
@@ -194,7 +235,9 @@ fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<(O
         meta = File::from(fd.try_clone()?).metadata()?;
     }
     let real = reached(fd.as_raw_fd())?;
-    if real != src && (in_area(src, areas).is_some() || strictly_in_area(&real, areas)) {
+    if !same_or_replaced(&real, src)
+        && (in_area(src, areas).is_some() || strictly_in_area(&real, areas))
+    {
         return Err(changed(format!("now leads to {}", show(&real))));
     }
     if want_dir && !meta.is_dir() {

@@ -184,7 +184,7 @@ fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
             Some((reached, point.clone(), ro))
         });
         let ok = matches!(&found, Some((reached, point, ro))
-            if same_or_replaced(reached, path) && point == path && ro == read_only);
+            if crate::host::sources::same_or_replaced(reached, path) && point == path && ro == read_only);
         if !ok {
             bail!(Fixable::new(
                 format!(
@@ -208,15 +208,6 @@ fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
 
 fn show(p: &Path) -> String {
     crate::policy::render::shown(p)
-}
-
-/// `reached` is `path`, or `path` whose mounted file the host has since replaced (a host
-/// claude renames a new `.credentials.json` over the old one): the kernel then names the
-/// mount's root `PATH (deleted)`. Either way the mount is the one placed at `path`.
-fn same_or_replaced(reached: &Path, path: &Path) -> bool {
-    let mut deleted = path.as_os_str().to_owned();
-    deleted.push(" (deleted)");
-    reached == path || reached.as_os_str() == deleted
 }
 
 /// The id of the mount `path` is on (its last component not followed), and the path the

@@ -41,7 +41,8 @@ pub struct Opened {
 enum Entry {
     Other,
     Skip,
-    Fd(OwnedFd),
+    /// The descriptor, and the path it reached when opened.
+    Fd(OwnedFd, PathBuf),
 }
 
 impl Opened {
@@ -52,7 +53,7 @@ impl Opened {
             .map(|e| match e {
                 Entry::Other => Bind::Other,
                 Entry::Skip => Bind::Skip,
-                Entry::Fd(fd) => Bind::Fd(fd.as_raw_fd()),
+                Entry::Fd(fd, _) => Bind::Fd(fd.as_raw_fd()),
             })
             .collect()
     }
@@ -62,10 +63,40 @@ impl Opened {
         self.entries
             .iter()
             .filter_map(|e| match e {
-                Entry::Fd(fd) => Some(fd.as_raw_fd()),
+                Entry::Fd(fd, _) => Some(fd.as_raw_fd()),
                 _ => None,
             })
             .collect()
+    }
+
+    /// The sources the host replaced since they were opened (a host claude rewrites
+    /// `.credentials.json` and `settings.json` by renaming a new file over them): their
+    /// path now names another inode, or none. bwrap cannot mount such a descriptor (it
+    /// goes through `/proc/self/fd/N` by name).
+    pub fn replaced(&self) -> Vec<&Path> {
+        use std::os::unix::fs::MetadataExt;
+        self.entries
+            .iter()
+            .filter_map(|e| match e {
+                Entry::Fd(fd, path) => {
+                    let held = nix::sys::stat::fstat(fd.as_raw_fd()).ok()?;
+                    let now = std::fs::symlink_metadata(path).ok();
+                    let same = now.is_some_and(|m| {
+                        (m.dev(), m.ino()) == (held.st_dev as u64, held.st_ino as u64)
+                    });
+                    (!same).then_some(path.as_path())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The source bound from descriptor `fd`.
+    pub fn source_of(&self, fd: RawFd) -> Option<&Path> {
+        self.entries.iter().find_map(|e| match e {
+            Entry::Fd(f, path) if f.as_raw_fd() == fd => Some(path.as_path()),
+            _ => None,
+        })
     }
 }
 
@@ -79,7 +110,7 @@ pub fn open(plan: &Plan, areas: &[PathBuf]) -> Result<Opened> {
             continue;
         };
         match open_one(src, &m.kind, areas)? {
-            Some(fd) => entries.push(Entry::Fd(fd)),
+            Some((fd, real)) => entries.push(Entry::Fd(fd, real)),
             None => entries.push(Entry::Skip),
         }
     }
@@ -122,7 +153,49 @@ pub fn reached(fd: RawFd) -> std::io::Result<PathBuf> {
     )))
 }
 
-fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<OwnedFd>> {
+/// The descriptor, and the path it reached.
+fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<(OwnedFd, PathBuf)>> {
+    // A file the host replaced between the open and the look at where it was reached (a
+    // host claude renames a new `.credentials.json` over the old one) reads `SRC (deleted)`:
+    // opened again.
+    for _ in 1..OPEN_TRIES {
+        match open_once(src, kind, areas)? {
+            Some((_, real)) if real != src && same_or_replaced(&real, src) => continue,
+            found => return Ok(found),
+        }
+    }
+    match open_once(src, kind, areas)? {
+        Some((_, real)) if real != src && same_or_replaced(&real, src) => {
+            bail!(crate::policy::error::Fixable::new(
+                format!(
+                    "{} was replaced on the host while the sandbox started, {OPEN_TRIES} times in \
+                     a row (a claude running on the host saves it by renaming a new file over it)",
+                    show(src)
+                ),
+                "launch again once the host's claude is idle",
+            )
+            .at(src))
+        }
+        found => Ok(found),
+    }
+}
+
+/// How many times a source replaced right after its open is opened again.
+const OPEN_TRIES: u32 = 5;
+
+/// `reached` is `path`, or `path` whose file has since been replaced (unlinked by a rename
+/// over it): the kernel then names it `PATH (deleted)`.
+pub fn same_or_replaced(reached: &Path, path: &Path) -> bool {
+    let mut deleted = path.as_os_str().to_owned();
+    deleted.push(" (deleted)");
+    reached == path || reached.as_os_str() == deleted
+}
+
+fn open_once(
+    src: &Path,
+    kind: &MountKind,
+    areas: &[PathBuf],
+) -> Result<Option<(OwnedFd, PathBuf)>> {
     let want_dir = *kind == MountKind::Rw;
     let changed = |what: String| {
         anyhow::Error::new(
@@ -162,7 +235,9 @@ fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<Ow
         meta = File::from(fd.try_clone()?).metadata()?;
     }
     let real = reached(fd.as_raw_fd())?;
-    if real != src && (in_area(src, areas).is_some() || strictly_in_area(&real, areas)) {
+    if !same_or_replaced(&real, src)
+        && (in_area(src, areas).is_some() || strictly_in_area(&real, areas))
+    {
         return Err(changed(format!("now leads to {}", show(&real))));
     }
     if want_dir && !meta.is_dir() {
@@ -171,7 +246,7 @@ fn open_one(src: &Path, kind: &MountKind, areas: &[PathBuf]) -> Result<Option<Ow
     if *kind == MountKind::File && meta.is_dir() {
         return Err(changed("is a directory where a file was expected".into()));
     }
-    Ok(Some(fd))
+    Ok(Some((fd, real)))
 }
 
 /// `p` lies strictly below one of `areas` (an area's own root is named in a directory the
@@ -244,10 +319,9 @@ mod tests {
         std::os::unix::fs::symlink(root.join("home"), proj.join("link")).unwrap();
         let areas = vec![proj.clone()];
         let ok = open_one(&proj.join("real/hooks"), &MountKind::Ro, &areas).unwrap();
-        assert_eq!(
-            reached(ok.unwrap().as_raw_fd()).unwrap(),
-            proj.join("real/hooks")
-        );
+        let (fd, real) = ok.unwrap();
+        assert_eq!(reached(fd.as_raw_fd()).unwrap(), proj.join("real/hooks"));
+        assert_eq!(real, proj.join("real/hooks"));
         for bad in ["link", "link/x"] {
             std::fs::create_dir_all(root.join("home/x")).unwrap();
             let e = open_one(&proj.join(bad), &MountKind::Rw, &areas)

@@ -10,11 +10,21 @@
 //! bwrap) when its own parent dies, as bwrap did when claudebox exec'd it. It is also a child subreaper: a bwrap child orphaned by a bwrap
 //! killed in its first milliseconds (bubblewrap issue #633, blocked for ever) becomes its
 //! child and is killed once bwrap has exited.
+//!
+//! With `watch_setup`, bwrap's stderr is a pipe read here until the step inside writes
+//! `UP_MARKER` on it (bwrap's setup is done; it then puts the caller's stderr back for the
+//! agent): until then bwrap's lines are held, so a launch whose setup failed is told from
+//! the agent's own exit ([`Ended::SetupFailed`], with those lines), and after it whatever
+//! bwrap writes is copied to this process's stderr as it comes.
 
 use std::ffi::{CString, OsStr};
 use std::io;
+use std::io::{Read, Write};
+use std::os::fd::OwnedFd;
 use std::os::unix::ffi::OsStrExt;
 use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+use std::time::Duration;
 
 use nix::libc;
 use nix::sys::signal::{self, SigHandler, SigSet, Signal};
@@ -35,14 +45,26 @@ extern "C" fn forward(sig: libc::c_int) {
     }
 }
 
+/// How bwrap ended.
+#[derive(Debug)]
+pub enum Ended {
+    /// The sandbox came up (or nobody watched): the agent's status, or bwrap's own.
+    Ran(WaitStatus),
+    /// bwrap failed before the sandbox was up: its status and what it wrote on stderr (not
+    /// printed yet).
+    SetupFailed(WaitStatus, Vec<u8>),
+}
+
 /// Starts `argv` as a child and waits for it to end. `Err`: it could not be started (the
 /// exec failed in the child: its error).
 /// `pre_exec` runs in the child right before the exec (async-signal-safe calls only); its
-/// error is the launch's.
+/// error is the launch's. `watch_setup`: the child's stderr is a pipe read until the step
+/// inside writes `UP_MARKER` (see the module's header).
 pub fn run<S: AsRef<OsStr>>(
     argv: &[S],
     pre_exec: &dyn Fn() -> io::Result<()>,
-) -> io::Result<WaitStatus> {
+    watch_setup: bool,
+) -> io::Result<Ended> {
     let mut args = Vec::with_capacity(argv.len());
     for a in argv {
         args.push(CString::new(a.as_ref().as_bytes()).map_err(|_| {
@@ -87,6 +109,14 @@ pub fn run<S: AsRef<OsStr>>(
     }
     // The exec's error comes back through a close-on-exec pipe.
     let (rd, wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let err_pipe = if watch_setup {
+        Some(nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?)
+    } else {
+        None
+    };
+    let err_wr = err_pipe
+        .as_ref()
+        .map(|(_, w)| std::os::fd::AsRawFd::as_raw_fd(w));
     // SAFETY: the child only makes async-signal-safe calls before exec or _exit.
     match unsafe { nix::unistd::fork() }? {
         ForkResult::Child => {
@@ -98,7 +128,12 @@ pub fn run<S: AsRef<OsStr>>(
             let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
             // SAFETY: SIG_DFL installs no handler.
             let _ = unsafe { signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) };
-            let e = match pre_exec() {
+            // SAFETY: dup2 on descriptors this process holds.
+            let redirected = match err_wr {
+                Some(w) if unsafe { libc::dup2(w, 2) } < 0 => Err(io::Error::last_os_error()),
+                _ => Ok(()),
+            };
+            let e = match redirected.and_then(|()| pre_exec()) {
                 Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
                 Ok(()) => {
                     // SAFETY: a NUL-terminated array of valid C strings, made before the fork.
@@ -112,6 +147,10 @@ pub fn run<S: AsRef<OsStr>>(
         }
         ForkResult::Parent { child } => {
             drop(wr);
+            let watcher = err_pipe.map(|(r, w)| {
+                drop(w);
+                Watcher::start(r)
+            });
             CHILD.store(child.as_raw(), Ordering::SeqCst);
             let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
             let mut buf = [0u8; 4];
@@ -127,7 +166,78 @@ pub fn run<S: AsRef<OsStr>>(
                 return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf)));
             }
             end_orphans(child);
-            Ok(status)
+            Ok(match watcher {
+                None => Ended::Ran(status),
+                Some(w) => w.ended(status),
+            })
+        }
+    }
+}
+
+/// What the reader of bwrap's stderr has seen: the sandbox up, the lines held until then.
+#[derive(Default)]
+struct Seen {
+    up: bool,
+    held: Vec<u8>,
+}
+
+/// A thread reading bwrap's stderr (it must not be the waiting thread: a bwrap child stuck
+/// at start holds the pipe until the wait ends and kills it).
+struct Watcher {
+    seen: Arc<Mutex<Seen>>,
+    done: mpsc::Receiver<()>,
+}
+
+impl Watcher {
+    fn start(rd: OwnedFd) -> Watcher {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let (tx, done) = mpsc::channel();
+        let shared = Arc::clone(&seen);
+        std::thread::spawn(move || {
+            read_stderr(std::fs::File::from(rd), &shared);
+            let _ = tx.send(());
+        });
+        Watcher { seen, done }
+    }
+
+    /// Once bwrap has exited (and its orphans are gone): waits a little for the last of
+    /// its lines (the pipe's end), then says how it ended.
+    fn ended(self, status: WaitStatus) -> Ended {
+        let _ = self.done.recv_timeout(Duration::from_secs(1));
+        let seen = std::mem::take(&mut *self.seen.lock().unwrap_or_else(|p| p.into_inner()));
+        let failed = !matches!(status, WaitStatus::Exited(_, 0));
+        if seen.up || !failed {
+            let _ = io::stderr().write_all(&seen.held);
+            Ended::Ran(status)
+        } else {
+            Ended::SetupFailed(status, seen.held)
+        }
+    }
+}
+
+fn read_stderr(mut pipe: std::fs::File, seen: &Mutex<Seen>) {
+    let marker = crate::policy::confinement::UP_MARKER;
+    let mut buf = [0u8; 4096];
+    loop {
+        let n = match pipe.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        let mut s = seen.lock().unwrap_or_else(|p| p.into_inner());
+        if s.up {
+            drop(s);
+            let _ = io::stderr().write_all(&buf[..n]);
+            continue;
+        }
+        s.held.extend_from_slice(&buf[..n]);
+        if let Some(at) = s.held.windows(marker.len()).position(|w| w == marker) {
+            let mut held = std::mem::take(&mut s.held);
+            held.drain(at..at + marker.len());
+            s.up = true;
+            drop(s);
+            let _ = io::stderr().write_all(&held);
         }
     }
 }

@@ -67,6 +67,10 @@ pub const TERMINAL_SIGNALS: [Signal; 2] = [Signal::SIGINT, Signal::SIGQUIT];
     group(clap::ArgGroup::new("listeners").multiple(true).args(["proxy_port", "forward", "forward_optional"]))
 )]
 pub struct Args {
+    /// The caller's stderr, put back on 2 once the sandbox is up (the launcher reads
+    /// bwrap's stderr until then).
+    #[arg(long = "stderr-fd", value_name = "FD")]
+    pub stderr_fd: Option<i32>,
     /// Landlock: no connect() to abstract unix sockets made outside the sandbox.
     #[arg(long = "scope-abstract-unix")]
     pub scope_abstract_unix: bool,
@@ -113,6 +117,10 @@ pub fn main(args: &[OsString]) -> ExitCode {
 /// In order: the mount checks, Landlock, seccomp, the signals, the proxy's listeners; then
 /// the command in this process's place.
 fn run(args: Args) -> Result<std::convert::Infallible> {
+    // First: bwrap's setup is done (every mount in place) when this step runs at all.
+    if let Some(fd) = args.stderr_fd {
+        hand_back_stderr(fd)?;
+    }
     let checks: Vec<(PathBuf, bool)> = (args.expect_ro.iter().map(|p| (p.clone(), true)))
         .chain(args.expect_rw.iter().map(|p| (p.clone(), false)))
         .collect();
@@ -143,6 +151,25 @@ fn run(args: Args) -> Result<std::convert::Infallible> {
     Err(err).with_context(|| format!("cannot run {}", crate::policy::render::shown(&cmd[0])))
 }
 
+/// Tells the launcher the sandbox is up ([`UP_MARKER`] on bwrap's stderr, its pipe), then
+/// puts the caller's stderr (`fd`) back on 2 for this step and the agent (a terminal stays
+/// a terminal) and closes `fd`.
+fn hand_back_stderr(fd: i32) -> Result<()> {
+    // SAFETY: plain system calls on descriptor numbers; the results are checked.
+    let n = unsafe { libc::write(2, UP_MARKER.as_ptr().cast(), UP_MARKER.len()) };
+    if n != UP_MARKER.len() as isize {
+        bail!("cannot tell the launcher the sandbox is up");
+    }
+    // SAFETY: as above.
+    if unsafe { libc::dup2(fd, 2) } < 0 || unsafe { libc::close(fd) } != 0 {
+        bail!(
+            "cannot restore stderr from descriptor {fd}: {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
 /// Each `(path, read_only)` must be a mount point at exactly `path`, reached with no
 /// symlink on the way, read-only as asked.
 fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
@@ -157,7 +184,7 @@ fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
             Some((reached, point.clone(), ro))
         });
         let ok = matches!(&found, Some((reached, point, ro))
-            if reached == path && point == path && ro == read_only);
+            if crate::host::sources::same_or_replaced(reached, path) && point == path && ro == read_only);
         if !ok {
             bail!(Fixable::new(
                 format!(
@@ -250,7 +277,7 @@ fn scope_abstract_unix() -> Result<()> {
 
 pub use crate::policy::confinement::{
     seccomp_lines, ArgEq, Rule, EXPECT_RO, EXPECT_RW, FOREIGN_ABI, INIT_FLAG, LANDLOCK_SCOPE,
-    MATCH_ERRNO, SCOPE_FLAG, SECCOMP, SIGNALS_FLAG,
+    MATCH_ERRNO, SCOPE_FLAG, SECCOMP, SIGNALS_FLAG, STDERR_FD_FLAG, UP_MARKER,
 };
 
 /// The seccomp filter, compiled from [`SECCOMP`] for the running architecture.
@@ -332,6 +359,7 @@ mod tests {
                 Runtime {
                     proxy_fd: 7,
                     signals_ignored_on_entry: true,
+                    stderr_fd: Some(9),
                     ..Runtime::DRY_RUN
                 },
                 false,
@@ -343,6 +371,7 @@ mod tests {
             assert_eq!(parsed.command, ["sh", "--x"].map(OsString::from));
             assert_eq!(parsed.scope_abstract_unix, c.scope_abstract_unix);
             assert_eq!(parsed.default_signals, signals);
+            assert_eq!(parsed.stderr_fd, rt.stderr_fd);
             let ro: Vec<PathBuf> = (c.mount_checks.iter().filter(|m| m.read_only))
                 .map(|m| m.path.clone())
                 .collect();

@@ -2,6 +2,7 @@
 //! the project in use, run bwrap as a child and review the project when it ends.
 
 use std::fs;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::Path;
 
 use anyhow::{bail, Context, Result};
@@ -302,27 +303,17 @@ fn exec_registered(
     };
     let plan = replanned.as_ref().unwrap_or(&p.plan);
     let signals_ignored_on_entry = !ignore_terminal_signals();
+    let areas = writable_areas(inp);
     // Every bind source opened and checked now, and mounted by that descriptor.
-    let opened = sources::open(plan, &writable_areas(inp))?;
+    let mut opened = sources::open(plan, &areas)?;
     drop(setup);
-    let table = opened.table();
-    let argv = render::argv_with(
-        plan,
-        &render::Runtime {
-            sources: render::Sources::Fds(&table),
-            sync_fd: Some(in_use.fd()),
-            proxy_fd: proxy_fd.unwrap_or(crate::policy::network::SANDBOX_NET_FD),
-            signals_ignored_on_entry,
-        },
-    );
-    start_credentials_sync(inp, plan, &table);
-    // Only claudebox's own descriptors cross into bwrap, none inherited from the shell.
-    let mut keep = opened.fds();
-    keep.push(in_use.fd());
-    keep.extend(proxy_fd);
-    // A named session's lock stays in this process, which outlives the sandbox (and
-    // whose death ends it): the command never gets its descriptor.
-    sources::keep_only(&keep)?;
+    // bwrap's stderr is the supervisor's pipe until the step inside says the sandbox is up
+    // and puts this copy back on 2 (a terminal stays one for the agent).
+    // (With no stderr open to copy, bwrap's goes where this one goes, unwatched.)
+    let stderr_copy = match &plan.confine {
+        Some(_) => std::io::stderr().as_fd().try_clone_to_owned().ok(),
+        None => None,
+    };
     // The exit review's record, locked for this process's life: if it is killed, the
     // project's next launch, `--list` or `--check` does the review it missed.
     let pending = if inp.protect_project_metadata {
@@ -332,31 +323,116 @@ fn exec_registered(
     } else {
         None
     };
-    // The sandbox's limits: its own cgroup, entered by bwrap's process between fork and
-    // exec (or the systemd-run prefix).
-    if let Some(w) = &plan.limits.warning {
-        crate::host::limits::warn_once(&p.state_home.dir, w);
-    }
-    let (argv, limits) = crate::host::limits::prepare(&plan.limits, &inp.instance_id, argv)?;
-    // claudebox stays bwrap's parent (`host::supervise`), for the review at the end.
     // Less a margin: file times come from a coarser clock than this one.
     let started = std::time::SystemTime::now() - std::time::Duration::from_millis(20);
-    let status = match crate::host::supervise::run(&argv, &|| limits.enter()) {
-        Ok(status) => status,
-        Err(err) => {
-            drop((in_use, session, opened, pending));
-            return Err(err).with_context(|| format!("cannot run {}", argv[0].shown()));
+    let mut limits = None;
+    let mut tries = 0;
+    let status = loop {
+        tries += 1;
+        let table = opened.table();
+        let bwrap_argv = render::argv_with(
+            plan,
+            &render::Runtime {
+                sources: render::Sources::Fds(&table),
+                sync_fd: Some(in_use.fd()),
+                proxy_fd: proxy_fd.unwrap_or(crate::policy::network::SANDBOX_NET_FD),
+                signals_ignored_on_entry,
+                stderr_fd: stderr_copy.as_ref().map(|f| f.as_raw_fd()),
+            },
+        );
+        let sync = start_credentials_sync(inp, plan, &table);
+        // Only claudebox's own descriptors cross into bwrap, none inherited from the shell.
+        let mut keep = opened.fds();
+        keep.push(in_use.fd());
+        keep.extend(proxy_fd);
+        keep.extend(stderr_copy.as_ref().map(|f| f.as_raw_fd()));
+        // A named session's lock stays in this process, which outlives the sandbox (and
+        // whose death ends it): the command never gets its descriptor.
+        sources::keep_only(&keep)?;
+        if limits.is_none() {
+            // The sandbox's limits: its own cgroup, entered by bwrap's process between fork
+            // and exec (or the systemd-run prefix). Once, after keep_only: the watcher it
+            // starts must inherit nothing of the shell's.
+            if let Some(w) = &plan.limits.warning {
+                crate::host::limits::warn_once(&p.state_home.dir, w);
+            }
+            limits = Some(crate::host::limits::prepare(
+                &plan.limits,
+                &inp.instance_id,
+                Vec::new(),
+            )?);
         }
+        let Some((prefix, limits)) = &limits else {
+            bail!("the sandbox's limits were not prepared");
+        };
+        let argv: Vec<std::ffi::OsString> = prefix.iter().cloned().chain(bwrap_argv).collect();
+        // A source the host replaced since it was opened (a host claude renames its new
+        // `.credentials.json` over the old one) would fail bwrap's mount: opened again.
+        let fresh = opened.replaced().is_empty();
+        let ended = if !fresh && tries < HOST_RACE_TRIES {
+            None
+        } else {
+            // claudebox stays bwrap's parent (`host::supervise`), for the review at the end.
+            match crate::host::supervise::run(&argv, &|| limits.enter(), stderr_copy.is_some()) {
+                Ok(ended) => Some(ended),
+                Err(err) => {
+                    if let Some(p) = pending {
+                        p.cancel();
+                    }
+                    drop((in_use, session, opened));
+                    return Err(err).with_context(|| format!("cannot run {}", argv[0].shown()));
+                }
+            }
+        };
+        use crate::host::supervise::Ended;
+        match ended {
+            Some(Ended::Ran(status)) => break status,
+            Some(Ended::SetupFailed(status, text)) => match host_race(&text, &opened) {
+                None => {
+                    let _ = std::io::Write::write_all(&mut std::io::stderr(), &text);
+                    break status;
+                }
+                Some(file) if tries >= HOST_RACE_TRIES => {
+                    if let Some(p) = pending {
+                        p.cancel();
+                    }
+                    drop((in_use, session, opened));
+                    bail!(crate::policy::error::Fixable::new(
+                        format!(
+                            "{} was replaced on the host while the sandbox started, {tries} \
+                             times (a claude running on the host rewrites it by renaming a \
+                             new file over it)",
+                            file.shown()
+                        ),
+                        "launch again once the host's claude is idle",
+                    )
+                    .at(&file));
+                }
+                Some(_) => {}
+            },
+            None => {}
+        }
+        // Again with every source opened anew (and the sync on the new descriptor).
+        if let Some(mut child) = sync {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(child.id() as i32),
+                nix::sys::signal::Signal::SIGTERM,
+            );
+            let _ = child.wait();
+        }
+        let setup = inuse::setup_lock(&inp.state)?;
+        opened = sources::open(plan, &areas)?;
+        drop(setup);
     };
     // The sandbox's descriptors go: nothing of it is open in here during the review.
     drop(opened);
     if let Some(p) = pending {
         p.finish(&inp.state, &mut std::io::stderr());
     }
-    drop((in_use, session));
     if let Some(line) = resume_line(inp, started) {
         eprintln!("claudebox: to resume this conversation: {line}");
     }
+    drop((in_use, session));
     crate::host::supervise::exit_as(status)
 }
 
@@ -391,27 +467,67 @@ fn resume_line(inp: &Inputs, started: std::time::SystemTime) -> Option<String> {
     Some(format!("claudebox --resume {uuid}"))
 }
 
+/// How many times a launch opens its sources and starts bwrap when the host keeps
+/// replacing one of them meanwhile.
+const HOST_RACE_TRIES: u32 = 5;
+
+/// bwrap's setup failed because a source was replaced on the host after claudebox opened
+/// it (bwrap 0.8 reaches a descriptor's file by its name: "Can't find source path
+/// /proc/self/fd/N" once the name is gone, "Race condition binding dirfd" when another
+/// file took it, "Can't bind mount SRC on DEST: Unable to find "DEST (deleted)" in mount
+/// table" when it went just after the mount): that source, or where none is named the
+/// first one replaced.
+fn host_race(text: &[u8], opened: &sources::Opened) -> Option<std::path::PathBuf> {
+    let named = race_in(&String::from_utf8_lossy(text))?.and_then(|fd| opened.source_of(fd));
+    named
+        .or(opened.replaced().first().copied())
+        .map(Path::to_path_buf)
+        .or_else(|| Some(std::path::PathBuf::from("a file mounted into the sandbox")))
+}
+
+/// bwrap's text says a source was replaced under it: `Some`, with the descriptor it names
+/// if it names one.
+fn race_in(text: &str) -> Option<Option<i32>> {
+    let named = text
+        .split("Can't find source path /proc/self/fd/")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok());
+    let raced = text.contains("Race condition binding dirfd")
+        || (text.contains("Can't bind mount ") && text.contains(" (deleted)\" in mount table"));
+    (named.is_some() || raced).then_some(named)
+}
+
 /// The login's credentials bound as a single file: a host-side process keeps that inode
 /// and the host's file in step for the sandbox's life (`state::credsync`). Not starting
 /// it leaves the sandbox as it was before it existed: a warning, not a refusal.
-fn start_credentials_sync(inp: &Inputs, plan: &plan::Plan, table: &[render::Bind]) {
+fn start_credentials_sync(
+    inp: &Inputs,
+    plan: &plan::Plan,
+    table: &[render::Bind],
+) -> Option<std::process::Child> {
     use crate::policy::credsync;
     if std::env::var_os(credsync::DISABLE_ENV).is_some_and(|v| !v.is_empty()) {
-        return;
+        return None;
     }
     let (Some(i), Some(host)) = (credsync::bound_index(plan), &inp.claude_home.credentials) else {
-        return;
+        return None;
     };
-    if let Some(render::Bind::Fd(fd)) = table.get(i) {
-        match state::credsync::start(*fd, host, &inp.instance_id, &inp.state.login_dir()) {
-            Ok(state::credsync::Watch::Inotify) => {}
-            Ok(state::credsync::Watch::Polling(why)) => eprintln!(
+    let Some(render::Bind::Fd(fd)) = table.get(i) else {
+        return None;
+    };
+    match state::credsync::start(*fd, host, &inp.instance_id, &inp.state.login_dir()) {
+        Ok((state::credsync::Watch::Inotify, child)) => Some(child),
+        Ok((state::credsync::Watch::Polling(why), child)) => {
+            eprintln!(
                 "claudebox: {why}: the credentials sync looks at the login every {} s instead",
                 credsync::POLL_INTERVAL.as_secs()
-            ),
-            Err(e) => {
-                eprintln!("claudebox: {e:#} (the sandbox will not see a refresh by the host)")
-            }
+            );
+            Some(child)
+        }
+        Err(e) => {
+            eprintln!("claudebox: {e:#} (the sandbox will not see a refresh by the host)");
+            None
         }
     }
 }
@@ -445,4 +561,30 @@ fn ignore_terminal_signals() -> bool {
             sig == nix::sys::signal::Signal::SIGINT && matches!(old, Ok(SigHandler::SigIgn));
     }
     !was_ignored
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bwrap_s_lines_for_a_replaced_source_are_recognised_and_no_others() {
+        use super::race_in;
+        let s = "bwrap: Can't find source path /proc/self/fd/17: No such file or directory\n";
+        assert_eq!(race_in(s), Some(Some(17)));
+        assert_eq!(
+            race_in("bwrap: Race condition binding dirfd: Invalid argument\n"),
+            Some(None)
+        );
+        let m = "bwrap: Can't bind mount /oldroot/h/c on /newroot/h/c: Unable to find \
+                 \"/newroot/h/c (deleted)\" in mount table\n";
+        assert_eq!(race_in(m), Some(None));
+        for other in [
+            "bwrap: Can't find source path /home/x: No such file or directory\n",
+            "bwrap: Can't bind mount /oldroot/a on /newroot/a: Unable to find \"/newroot/a\" in \
+             mount table\n",
+            "bwrap: setting up uid map: Permission denied\n",
+            "",
+        ] {
+            assert_eq!(race_in(other), None, "{other}");
+        }
+    }
 }

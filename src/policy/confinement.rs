@@ -20,6 +20,13 @@ pub const PROXY_FD_FLAG: &str = "--proxy-fd";
 pub const PROXY_PORT_FLAG: &str = "--proxy-port";
 pub const FORWARD_FLAG: &str = "--forward";
 pub const FORWARD_OPTIONAL_FLAG: &str = "--forward-optional";
+/// `--stderr-fd FD`: the caller's real stderr. The step inside writes [`UP_MARKER`] on its
+/// stderr (bwrap's, a pipe the launcher reads), puts FD back on 2 and closes FD, so the
+/// launcher tells bwrap's setup failing from the agent's own exit and the agent keeps the
+/// terminal.
+pub const STDERR_FD_FLAG: &str = "--stderr-fd";
+/// What the step inside writes when bwrap's setup is done (no bwrap message holds a NUL).
+pub const UP_MARKER: &[u8] = b"\0claudebox: sandbox up\n";
 
 /// One rule of the seccomp filter: a syscall, the argument it is matched on (if any), and
 /// why. The filter is compiled from [`SECCOMP`] and `--dry-run` prints it from there, one

@@ -49,6 +49,9 @@ pub struct Runtime<'a> {
     /// claudebox was started with SIGINT ignored (a background job of a shell): the agent
     /// inherits that choice, so the step inside leaves the signals alone.
     pub signals_ignored_on_entry: bool,
+    /// The launch's copy of its stderr, which the step inside puts back on 2 once bwrap's
+    /// setup is done (bwrap's own stderr is the launcher's pipe until then).
+    pub stderr_fd: Option<i32>,
 }
 
 impl Runtime<'static> {
@@ -59,6 +62,7 @@ impl Runtime<'static> {
         sync_fd: None,
         proxy_fd: network::SANDBOX_NET_FD,
         signals_ignored_on_entry: false,
+        stderr_fd: None,
     };
 }
 
@@ -152,6 +156,10 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
     if let Some(c) = &plan.confine {
         a.push(c.exe.clone().into_os_string());
         a.push(confine::INIT_FLAG.into());
+        if let Some(fd) = rt.stderr_fd {
+            a.push(confine::STDERR_FD_FLAG.into());
+            a.push(fd.to_string().into());
+        }
         if c.scope_abstract_unix {
             a.push(confine::SCOPE_FLAG.into());
         }

@@ -133,8 +133,14 @@ fn watcher(dir: &Path, bound: RawFd, login: &Path) -> Result<Inotify, String> {
 /// Starts the sync process for the bound file `source` (an `O_PATH` descriptor of the
 /// inode bwrap will mount) and the host's file `host`. Call after the sources are opened
 /// and before bwrap is started; the child stays claudebox's (the supervising parent's)
-/// and ends with it.
-pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result<Watch> {
+/// and ends with it. The child is returned too, for a launch that starts bwrap again (a
+/// source replaced by the host meanwhile) and ends this one.
+pub fn start(
+    source: RawFd,
+    host: &Path,
+    instance: &str,
+    login: &Path,
+) -> Result<(Watch, std::process::Child)> {
     // The very inode bwrap mounts: reopened through the descriptor, not by name.
     let bound = std::fs::OpenOptions::new()
         .read(true)
@@ -205,9 +211,10 @@ pub fn start(source: RawFd, host: &Path, instance: &str, login: &Path) -> Result
             crate::host::companion::detach_bound_to(parent)
         });
     }
-    cmd.spawn()
+    let child = cmd
+        .spawn()
         .context("cannot start the credentials sync process")?;
-    Ok(watch)
+    Ok((watch, child))
 }
 
 /// Runs the sync role: `args` are those after `--internal-credentials-sync`.

@@ -20,6 +20,7 @@ mod forward_ports;
 mod gc;
 mod gpu;
 mod hardening;
+mod host_renames;
 mod identity;
 mod lab_findings;
 mod launch;

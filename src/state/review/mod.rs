@@ -182,6 +182,16 @@ impl Pending {
         drop(self.lock);
         n
     }
+
+    /// Removes the record without a review: no sandbox came up (bwrap could not start, or
+    /// its setup failed before the step inside ran), so nothing in the project changed.
+    pub fn cancel(self) {
+        let _ = nix::unistd::unlinkat(
+            Some(self.dir.as_raw_fd()),
+            self.name.as_os_str(),
+            UnlinkatFlags::NoRemoveDir,
+        );
+    }
 }
 
 /// The reviews that were missed: every pending record of the project that no running

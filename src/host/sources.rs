@@ -238,6 +238,16 @@ fn open_once(
     if !same_or_replaced(&real, src)
         && (in_area(src, areas).is_some() || strictly_in_area(&real, areas))
     {
+        // An optional source renamed away since it was listed (a host claude's temporary
+        // file, renamed over the file it saves): as if it had been missing at the open,
+        // which skips it. A sandbox that renames one away gains nothing a missing one
+        // would not give.
+        if *kind == MountKind::RoTry
+            && std::fs::symlink_metadata(src)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+        {
+            return Ok(None);
+        }
         return Err(changed(format!("now leads to {}", show(&real))));
     }
     if want_dir && !meta.is_dir() {

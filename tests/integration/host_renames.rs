@@ -41,17 +41,9 @@ fn renamer(files: [PathBuf; 3]) -> (Arc<AtomicBool>, Arc<AtomicUsize>, thread::J
         let mut i = 0u64;
         while !s.load(Ordering::Relaxed) {
             for f in &files {
-                // Made beside the home, not in ~/.claude: a temporary file that a launch's
-                // listing of ~/.claude catches and that is gone by the open is a separate gap
-                // (the launch refuses it as tampering; noted on issue 22).
-                let tmp = f
-                    .parent()
-                    .and_then(Path::parent)
-                    .unwrap_or(Path::new("/"))
-                    .join(format!(
-                        ".host-loop.{}.{i}",
-                        f.file_name().unwrap().to_string_lossy()
-                    ));
+                // Beside the file, as claude's own atomic writes do: a launch's listing of
+                // ~/.claude may catch the temporary file, gone by the open (skipped then).
+                let tmp = f.with_extension(format!("tmp.{i}"));
                 fs::write(&tmp, format!("{{\"n\": {i}}}\n")).unwrap();
                 fs::rename(&tmp, f).unwrap();
                 n.fetch_add(1, Ordering::Relaxed);
@@ -204,12 +196,7 @@ fn a_host_that_keeps_renaming_gets_one_line_naming_the_file() {
     let f = creds.clone();
     let t = thread::spawn(move || {
         while !s.load(Ordering::Relaxed) {
-            // Beside the home, not in ~/.claude (see `renamer`).
-            let tmp = f
-                .parent()
-                .and_then(Path::parent)
-                .unwrap_or(Path::new("/"))
-                .join(".host-loop.tmp");
+            let tmp = f.with_extension("tmp");
             fs::write(&tmp, "{}\n").unwrap();
             fs::rename(&tmp, &f).unwrap();
         }

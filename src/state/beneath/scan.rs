@@ -24,7 +24,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/host/project.rs", 7, "the project's root found before launch (canonicalize, git's files read-only)"),
     ("src/host/protect.rs", 25, "the project's protected paths and the files their git configs include: read-only probes before the launch; the mounts themselves are opened O_NOFOLLOW by descriptor (host::sources)"),
     ("src/host/supervise.rs", 4, "/proc/<own pid>/task/<pid>/children and /proc/<pid>/comm: read-only; bwrap's stderr pipe as a File (a descriptor, no name)"),
-    ("src/host/sources.rs", 7, "/proc/self/fd: the bind sources' own descriptors; a no-follow stat of each source's path, only compared with its descriptor (a difference reopens it, checked again)"),
+    ("src/host/sources.rs", 8, "/proc/self/fd: the bind sources' own descriptors; a no-follow stat of each source's path, only compared with its descriptor (a difference reopens it, checked again), or to see an optional one renamed away (then skipped, as if missing)"),
     ("src/inside/confine.rs", 4, "inside the sandbox: /proc/self, its own mounts"),
     ("src/launch/mod.rs", 4, "the ssh agent's socket and the home, canonicalised: the user's"),
     ("src/layers.rs", 2, "the crate's own sources, read in a test"),

@@ -30,6 +30,8 @@ rustPlatform.buildRustPackage {
       ../benches
       # src/policy/apparmor.rs includes the shipped AppArmor profile
       ../packaging/apparmor/claudebox-bwrap
+      # src/cli/man.rs renders the man page's FILES, ENVIRONMENT, EXIT STATUS and EXAMPLES from it
+      ../docs/reference.md
     ];
   };
 

@@ -3,6 +3,7 @@
 //! claude's (`-n/--name`, `-r/--resume`, `-c`, `-p`, `-w` are claude's).
 
 pub mod complete;
+pub mod man;
 pub mod shell;
 pub mod typo;
 

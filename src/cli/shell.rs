@@ -44,10 +44,13 @@ pub fn dispatch(args: &[OsString]) -> Option<ExitCode> {
         }
         "manpage" => {
             Manpage::parse_from(&args[1..]);
-            let mut buf = Vec::new();
-            clap_mangen::Man::new(Cli::command())
-                .render(&mut buf)
-                .map(|()| buf)
+            match crate::cli::man::render() {
+                Ok(buf) => Ok(buf),
+                Err(e) => {
+                    eprintln!("claudebox: manpage: {e:#}");
+                    return Some(ExitCode::from(1));
+                }
+            }
         }
         _ => return None,
     };

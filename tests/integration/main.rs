@@ -12,6 +12,7 @@ mod config;
 mod conversations;
 mod credsync;
 mod crossing;
+mod docs;
 mod e2e_claude;
 mod escape;
 mod faults;

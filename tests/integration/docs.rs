@@ -392,3 +392,41 @@ fn the_readme_stays_short() {
         "README.md has {lines} lines; move detail into docs/"
     );
 }
+
+/// `claudebox manpage` has the sections a man page reader looks for, taken from the
+/// reference, and groff reads it without a warning.
+#[test]
+fn the_man_page_has_files_environment_exit_status_examples() {
+    let w = World::new();
+    let man = ok(&w.cmd(&w.work()).arg("manpage").output().unwrap());
+    let heads: Vec<&str> = man.lines().filter(|l| l.starts_with(".SH ")).collect();
+    for h in [
+        ".SH OPTIONS",
+        ".SH FILES",
+        ".SH ENVIRONMENT",
+        ".SH \"EXIT STATUS\"",
+        ".SH EXAMPLES",
+    ] {
+        assert!(heads.contains(&h), "{h} not in {heads:?}");
+    }
+    let r = reference();
+    for cell in first_cells(section(&r, "## Environment")) {
+        let var = cell.trim_matches('`').split('`').next().unwrap();
+        assert!(man.contains(var), "{var} not in the man page");
+    }
+    let groff = std::process::Command::new("groff")
+        .args(["-man", "-Tutf8", "-ww", "-z"])
+        .stdin(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn();
+    if let Ok(mut g) = groff {
+        use std::io::Write;
+        g.stdin.take().unwrap().write_all(man.as_bytes()).unwrap();
+        let out = g.wait_with_output().unwrap();
+        assert!(
+            out.status.success() && out.stderr.is_empty(),
+            "{}",
+            stderr(&out)
+        );
+    }
+}

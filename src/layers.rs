@@ -7,22 +7,39 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 /// The layers, lowest first: one folder (or top-level module) of `src/` per row, with
-/// what it holds, which is why it sits where it does.
+/// what it holds, which is why it sits where it does. This table is the one description of
+/// the layers: ARCHITECTURE.md and the README point here rather than copy it.
 pub const LAYERS: &[(&str, &str)] = &[
     (
         "policy",
-        "pure data and policy, no I/O: the plan and its one renderer, the network policy, \
-         the seccomp table, the IPC table, the user's settings as data, the escaper",
+        "pure data and policy, no I/O: `plan::build` (one pure function from `plan::Inputs` \
+         to a typed `Plan`), `render` (the one renderer from a plan to bwrap's argv, \
+         `--dry-run`'s text and the companions' argv), the network policy, the seccomp table \
+         (`confinement`), the IPC table, the protected-path tables, what git reads in a git \
+         dir and the judgement of a file found there after a session (`git_dir`), the exit \
+         review's rules (`review`), the `~/.claude` table (`claude_home`), the forwarded host \
+         ports (`forward`), the `--gpu` table (`gpu`), the AppArmor profile text and launch \
+         warning (`apparmor`), the state's layout (`layout`), a named session's launch \
+         (`session`), which way the credentials sync copies (`credsync`), the limits' values, \
+         default and mechanism (`limits`), the user's settings as data, the escaper",
     ),
     (
         "host",
         "reads the host: home, bwrap, claude's install, the project, protected paths, mounts, \
-         holders of a file, bind sources opened by fd, exec",
+         holders of a file, bind sources opened by descriptor, exec, GPU nodes (`gpu`), \
+         AppArmor's state and the label of the bwrap in use (`apparmor`), how the companions \
+         are bound to bwrap's life (`companion`), the sandbox's limits (`limits`: the systemd \
+         manager or a delegated cgroup v2 subtree, the sandbox's cgroup, and the watcher, \
+         hidden role `--internal-limits-watch`), the supervising parent (`supervise`)",
     ),
     (
         "state",
-        "claudebox's on-disk state: ~/.claudebox and its inventory, in-use marks, sessions, \
-         transcripts, the ~/.claude overlays and .claude.json sync",
+        "claudebox's on-disk state and its I/O: `~/.claudebox` and its inventory (sizes \
+         walked by directory descriptors), in-use marks, sessions, transcripts, conversations \
+         copied between bare claude and the state (`crossing`), `~/.claude`'s mount points and \
+         `.claude.json`'s sync, the exit review (`review`), file operations beneath a \
+         directory a sandbox can write (`beneath`), the credentials sync process (`credsync`, \
+         hidden role `--internal-credentials-sync`)",
     ),
     (
         "config",
@@ -31,23 +48,29 @@ pub const LAYERS: &[(&str, &str)] = &[
     ),
     (
         "cli",
-        "the command line as clap parses it, completions and man page; the launch reads it",
+        "the command line as clap parses it, near-miss options (`typo`), completions and the \
+         man page (its extra sections rendered from docs/reference.md); the launch reads it",
     ),
     (
         "proxy",
-        "the allowlist proxy process and its bridge into the sandbox",
+        "the allowlist proxy process (hidden role `--internal-proxy`), the loopback forwards \
+         (`--forward-port`, also in none mode), and the host half of their bridge into the \
+         sandbox (`netbridge`)",
     ),
     (
         "inside",
-        "the one step inside the sandbox (`--sandbox-init`)",
+        "the one step inside the sandbox (`--sandbox-init`, `confine`) and the inside half \
+         of the bridge (`listen`)",
     ),
     (
         "launch",
-        "gathers everything below, plans, creates state and execs bwrap",
+        "gathers everything below, plans, creates state, starts the companions and bwrap \
+         (under `host::supervise`), and the exit review after it",
     ),
     (
         "maintenance",
-        "--list, --gc, --check (which runs a launch's preparation) and the diagnosis",
+        "--list, --gc, --check (which runs a launch's preparation), the diagnosis of bwrap's \
+         failure texts (`diagnose`) and the AppArmor row's classifier (`apparmor`)",
     ),
     (
         "run",

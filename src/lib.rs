@@ -1,9 +1,8 @@
 //! claudebox: run Claude Code inside a per-project bubblewrap sandbox.
 //!
-//! One folder per layer; a module imports only from its own folder or a lower layer
-//! (the table and its test are in `layers.rs`):
-//! `policy` < `host` < `state` < `config` < `cli` < `proxy` < `inside` < `launch` <
-//! `maintenance` < `run`. The binary (`main.rs`) picks its role once and calls into one of
+//! One folder per layer; a module imports only from its own folder or a lower layer. The
+//! layers, lowest first, what each holds, and the test that holds the code to them are in
+//! `layers.rs` (the one copy of that table). The binary (`main.rs`) picks its role once and calls into one of
 //! them.
 
 pub mod cli;

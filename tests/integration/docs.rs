@@ -430,3 +430,36 @@ fn the_man_page_has_files_environment_exit_status_examples() {
         );
     }
 }
+
+/// The layer table lives in src/layers.rs only: no document copies its rows (a table row
+/// that starts with a layer's folder, `| \`policy/\` |`).
+#[test]
+fn no_document_copies_the_layer_table() {
+    let mut layers = Vec::new();
+    for e in fs::read_dir(repo().join("src")).unwrap() {
+        let e = e.unwrap();
+        if e.file_type().unwrap().is_dir() {
+            layers.push(format!("| `{}/` |", e.file_name().to_str().unwrap()));
+        }
+    }
+    assert!(layers.len() >= 9, "{layers:?}");
+    let copies = |md: &str| -> Vec<String> {
+        md.lines()
+            .filter(|l| layers.iter().any(|row| l.starts_with(row.as_str())))
+            .map(String::from)
+            .collect()
+    };
+    for f in doc_files() {
+        let found = copies(&read_in_repo(&f).unwrap());
+        assert!(
+            found.is_empty(),
+            "{} copies src/layers.rs: {found:?}",
+            f.display()
+        );
+    }
+    // The control: the table as ARCHITECTURE.md held it is caught.
+    assert_eq!(
+        copies("| layer | what |\n|---|---|\n| `policy/` | pure data |\n").len(),
+        1
+    );
+}

@@ -26,11 +26,14 @@ use crate::policy::network::{ModeName, NetworkChoice};
         (claude's version, from inside the sandbox); `claudebox -- --help` shows claude's help.",
     after_long_help = "Configuration: $XDG_CONFIG_HOME/claudebox/config.toml \
         (default ~/.config/claudebox/config.toml) can list the same things as --ro, --rw, \
-        --hide, --env, --network, --allow-host, --forward-port, --gpu, --memory, --pids and --cpu, default arguments \
+        --hide, --env, --network, --allow-host, --forward-port, --ssh-agent, --writable-project-config, \
+        --writable-claude-setup, --gpu, --memory, --pids, --cpu and --gc-margin, default arguments \
         for claude, and [[project]] sections for one project. The command line wins over the \
         file. Nothing inside a project is read as configuration.\n\n\
         Shell integration: `claudebox completions bash|zsh|fish` prints a completion \
-        script; `claudebox manpage` prints this manual page (roff).",
+        script; `claudebox manpage` prints this manual page (roff).\n\n\
+        Every option, config key, environment variable and exit status: docs/reference.md \
+        in claudebox's source, and the man page.",
     args_override_self = true
 )]
 pub struct Cli {

@@ -1,8 +1,9 @@
 //! claudebox's binary: picks its role once and calls into the library. The roles: the one
 //! step inside the sandbox (`--sandbox-init`), the allowlist's proxy on the host
 //! (`--internal-proxy`), the credentials sync on the host (`--internal-credentials-sync`),
-//! and otherwise the launcher and maintenance command line. The
-//! two hidden roles have their own clap parsers and are no part of the user's `--help`.
+//! the limits watcher on the host (`--internal-limits-watch`), and otherwise the launcher
+//! and maintenance command line. The four hidden roles have their own parsers and are no
+//! part of the user's `--help` (docs/reference.md lists them).
 
 use std::process::ExitCode;
 

@@ -511,6 +511,7 @@ fn start_credentials_sync(
         return None;
     }
     let (Some(i), Some(host)) = (credsync::bound_index(plan), &inp.claude_home.credentials) else {
+        state::credsync::sweep_login_locks(&inp.state.login_dir());
         return None;
     };
     let Some(render::Bind::Fd(fd)) = table.get(i) else {
@@ -527,6 +528,7 @@ fn start_credentials_sync(
         }
         Err(e) => {
             eprintln!("claudebox: {e:#} (the sandbox will not see a refresh by the host)");
+            state::credsync::sweep_login_locks(&inp.state.login_dir());
             None
         }
     }

@@ -64,9 +64,33 @@ fn check_rel(rel: &Path) -> io::Result<()> {
     }
 }
 
+/// The race harness's control (tests/integration/escape/state_races.rs), in debug builds
+/// only: `CLAUDEBOX_TEST_BY_NAME=<ms>` makes every operation here by name, as before
+/// issue 21 (paths followed through symlinks, no regular-file or link-count check, a new
+/// file created, closed, and after `<ms>` opened again by name to be written), so the
+/// harness can show it hits what the protection stops. A release build never reads it.
+#[cfg(debug_assertions)]
+fn by_name() -> Option<Duration> {
+    static BY_NAME: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
+    *BY_NAME.get_or_init(|| {
+        std::env::var("CLAUDEBOX_TEST_BY_NAME")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .map(Duration::from_millis)
+    })
+}
+
+#[cfg(not(debug_assertions))]
+fn by_name() -> Option<Duration> {
+    None
+}
+
 /// Opens `rel` beneath `dir`: openat2, or the `O_NOFOLLOW` walk without it.
 fn open_beneath(dir: BorrowedFd, rel: &Path, flags: OFlags, mode: Mode) -> io::Result<OwnedFd> {
     check_rel(rel)?;
+    if by_name().is_some() {
+        return rustix::fs::openat(dir, rel, flags | OFlags::CLOEXEC, mode).map_err(err);
+    }
     // openat2 refuses with O_PATH any flag but O_DIRECTORY, O_NOFOLLOW and O_CLOEXEC.
     let flags = if flags.contains(OFlags::PATH) {
         flags | OFlags::CLOEXEC | OFlags::NOFOLLOW
@@ -258,6 +282,22 @@ impl Dir {
 
     /// Creates `rel`, which must not exist (`O_EXCL`), and returns it open for writing.
     pub fn create_new(&self, rel: &Path, mode: u32) -> io::Result<File> {
+        if let Some(wait) = by_name() {
+            drop(open_beneath(
+                self.fd.as_fd(),
+                rel,
+                OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL,
+                Mode::from_raw_mode(mode),
+            )?);
+            std::thread::sleep(wait);
+            let fd = open_beneath(
+                self.fd.as_fd(),
+                rel,
+                OFlags::WRONLY | OFlags::TRUNC,
+                Mode::empty(),
+            )?;
+            return Ok(File::from(fd));
+        }
         let fd = open_beneath(
             self.fd.as_fd(),
             rel,
@@ -508,6 +548,9 @@ fn libc_eacces() -> i32 {
 /// `f` when it is a regular file (and, with `single`, has one link), else an error.
 fn regular(f: File, single: bool) -> io::Result<File> {
     use std::os::unix::fs::MetadataExt;
+    if by_name().is_some() {
+        return Ok(f);
+    }
     let m = f.metadata()?;
     if !m.is_file() {
         return Err(io::Error::other("not a regular file"));

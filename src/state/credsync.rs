@@ -51,6 +51,29 @@ use std::os::fd::AsFd;
 /// happens (a lock going stale with something in it makes no event).
 const SWEEP_MS: u16 = 2000;
 
+/// Where no sync process runs (the host has no `.credentials.json`, so nothing is bound),
+/// the launcher, which stays the sandbox's supervising parent, sweeps the login
+/// directory's planted locks as the sync would, every [`SWEEP_MS`], for the sandbox's
+/// life: one sleeping thread (no inotify instance, whose release would cost ~9 ms at the
+/// exit). So while any sandbox runs, a lock one project's agent plants there blocks no
+/// other project longer than claude's stale time; with none running nobody uses it, and
+/// the next launch clears it first. At most one per process.
+pub fn sweep_login_locks(login: &Path) {
+    static STARTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if STARTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
+    let Ok(dir) = beneath::Dir::open(login) else {
+        return;
+    };
+    std::thread::spawn(move || loop {
+        std::thread::sleep(Duration::from_millis(u64::from(SWEEP_MS)));
+        for name in LOGIN_LOCKS {
+            beneath::clear_planted_lock(&dir, Path::new(name));
+        }
+    });
+}
+
 /// The descriptor the sync process finds the bound file on.
 const BOUND_FD: RawFd = 3;
 

@@ -4,6 +4,8 @@
 //! never take it over, is cleared by the host side of a running sandbox of another
 //! project within the stale time. Control: with the credentials sync off
 //! (`CLAUDEBOX_NO_CREDENTIALS_SYNC`), the same lock is still there after the stale time.
+//! The same when the host has no `.credentials.json` (no sync process runs): the launcher
+//! of each running sandbox sweeps the login directory itself.
 //! And a `.claude.json.lock` planted the same way in the project does not hold up its
 //! next launch.
 
@@ -21,8 +23,11 @@ const PLANT: &str = "L=\"$CLAUDE_SECURESTORAGE_CONFIG_DIR\"; \
 /// Claude Code's stale time, and a little more.
 const STALE: Duration = Duration::from_secs(10);
 
-fn world() -> World {
+fn world(credentials: bool) -> World {
     let w = World::new();
+    if !credentials {
+        return w;
+    }
     fs::write(
         w.home().join(".claude/.credentials.json"),
         "{\"claudeAiOauth\": {\"accessToken\": \"a\", \"refreshToken\": \"r\", \"expiresAt\": 1}}\n",
@@ -48,8 +53,8 @@ fn other_sandbox(w: &World, sync: bool) -> Child {
 }
 
 /// How long the planted lock stayed (`None`: still there after `limit`).
-fn planted_lock_lasts(sync: bool, limit: Duration) -> Option<Duration> {
-    let w = world();
+fn planted_lock_lasts(sync: bool, credentials: bool, limit: Duration) -> Option<Duration> {
+    let w = world(credentials);
     let mut b = other_sandbox(&w, sync);
     let lock = w.state().join("login/.oauth_refresh.lock");
     // B's sync process is up when B's sandbox runs.
@@ -84,7 +89,7 @@ fn planted_lock_lasts(sync: bool, limit: Duration) -> Option<Duration> {
 #[test]
 fn a_future_dated_refresh_lock_in_the_login_dir_is_cleared_within_the_stale_time() {
     let _heavy = heavy();
-    let took = planted_lock_lasts(true, STALE);
+    let took = planted_lock_lasts(true, true, STALE);
     eprintln!("planted .oauth_refresh.lock cleared after {took:?}");
     assert!(
         took.is_some(),
@@ -92,7 +97,26 @@ fn a_future_dated_refresh_lock_in_the_login_dir_is_cleared_within_the_stale_time
     );
     // Control: nothing on the host clears it; claude never would (dated 2099).
     assert_eq!(
-        planted_lock_lasts(false, STALE + Duration::from_secs(1)),
+        planted_lock_lasts(false, true, STALE + Duration::from_secs(1)),
+        None,
+        "control: the planted lock went away by itself"
+    );
+}
+
+/// With no `.credentials.json` on the host no sync process runs: the launchers of the
+/// running sandboxes sweep the login directory instead.
+#[test]
+fn without_host_credentials_a_planted_refresh_lock_is_cleared_within_the_stale_time() {
+    let _heavy = heavy();
+    let took = planted_lock_lasts(true, false, STALE);
+    eprintln!("planted .oauth_refresh.lock (no host credentials) cleared after {took:?}");
+    assert!(
+        took.is_some(),
+        "the planted lock outlived claude's stale time"
+    );
+    // Control: the sweep off (with the sync, `CLAUDEBOX_NO_CREDENTIALS_SYNC`).
+    assert_eq!(
+        planted_lock_lasts(false, false, STALE + Duration::from_secs(1)),
         None,
         "control: the planted lock went away by itself"
     );
@@ -100,7 +124,7 @@ fn a_future_dated_refresh_lock_in_the_login_dir_is_cleared_within_the_stale_time
 
 #[test]
 fn a_planted_claude_json_lock_does_not_hold_up_the_next_launch() {
-    let w = world();
+    let w = world(true);
     let proj = w.dir("proj");
     init_repo(&proj);
     let plant = "mkdir ~/.claude/.claude.json.lock && \

@@ -13,6 +13,7 @@ mod host_writes;
 mod project_files;
 mod race;
 mod shared_dirs;
+mod state_races;
 
 use std::fs;
 use std::io::{BufRead, BufReader};
@@ -726,6 +727,7 @@ fn escape_suite() {
     more.extend(host_writes::attempts());
     more.extend(gc_walk::attempts());
     more.extend(shared_dirs::attempts());
+    more.extend(state_races::attempts());
     for (name, escaped) in &more {
         if *escaped {
             eprintln!("ESCAPE: {name}");
@@ -818,6 +820,7 @@ fn controls_show_the_attempts_can_succeed() {
     host_writes::controls();
     gc_walk::controls();
     shared_dirs::controls();
+    state_races::controls();
 }
 
 /// A symlink planted at a protected path (say by an earlier session with the protection

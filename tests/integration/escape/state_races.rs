@@ -22,6 +22,11 @@
 //! a file appearing in the canary directory. The control runs the same rounds with
 //! `CLAUDEBOX_TEST_BY_NAME` (debug builds: `state::beneath` by name, as before issue 21,
 //! its reopen 5 ms after the creation) and must hit.
+//!
+//! Also here: `--restore` while a sibling exchanges the entry's directory with a symlink
+//! to the home (the exit review's own moves go from directories it opened by descriptor
+//! into the state's `quarantine/`, which no sandbox sees, so a swap there moves only what
+//! the agent put at the name).
 
 use super::race::output_within;
 use super::*;
@@ -324,6 +329,110 @@ fn attempt_name(kind: &str) -> &'static str {
     }
 }
 
+/// `python3 -c EXCHANGER HOME STOPFILE`, in the project: `sub` and a symlink to the
+/// home exchanged (`renameat2` RENAME_EXCHANGE) again and again, for 0.3 to 3 ms each.
+const EXCHANGER: &str = r#"
+import ctypes, os, sys, time
+libc = ctypes.CDLL(None, use_errno=True)
+home, stop = sys.argv[1], sys.argv[2]
+os.symlink(home, "sub.swap")
+holds = [0.0003, 0.001, 0.003]
+n = 0
+print("READY", flush=True)
+while not os.path.exists(stop):
+    if libc.renameat2(-100, b"sub", -100, b"sub.swap", 2) != 0:
+        raise OSError(ctypes.get_errno(), "renameat2")
+    n += 1
+    time.sleep(holds[n % len(holds)])
+if os.path.islink("sub"):
+    libc.renameat2(-100, b"sub", -100, b"sub.swap", 2)
+print("SWAPS", n, flush=True)
+"#;
+
+/// `--restore` racing a sibling sandbox that exchanges the entry's directory with a
+/// symlink to the home: hits (a `.envrc` reaching the home) over `rounds` restores, and
+/// the sibling's report. The control moves the entries back by name.
+fn restore_race(by_name: bool, rounds: usize) -> (usize, usize, String) {
+    use std::os::fd::AsRawFd;
+    let w = World::new();
+    let proj = w.dir("proj");
+    init_repo(&proj);
+    fs::create_dir_all(proj.join("sub")).unwrap();
+    fs::write(proj.join("sub/keep.txt"), "the user's\n").unwrap();
+    // Entries to restore: one `.envrc` moved aside by each session's exit review.
+    let mut ids = Vec::new();
+    for _ in 0..rounds {
+        let o = w
+            .cmd(&proj)
+            .args(["--exec", "sh", "-c", "echo 'echo AGENT' > sub/.envrc"])
+            .output()
+            .unwrap();
+        let id = stderr(&o)
+            .lines()
+            .filter_map(|l| l.split("claudebox --restore ").nth(1))
+            .map(|s| s.trim().to_string())
+            .next()
+            .unwrap_or_else(|| panic!("no review line: {}", stderr(&o)));
+        ids.push(id);
+    }
+    let quarantine = state_of(&w).join("quarantine");
+    let real = fs::File::open(proj.join("sub")).unwrap();
+    let stop = proj.join("STOP-ATTACK");
+    let mut a = w
+        .cmd(&proj)
+        .args(["--exec", "python3", "-c", EXCHANGER])
+        .arg(w.home())
+        .arg(&stop)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(a.stdout.as_mut().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    assert_eq!(line.trim(), "READY", "the attacker did not start");
+    let canary = w.home().join(".envrc");
+    let mut hits = 0;
+    let mut done = 0;
+    for id in &ids {
+        done += 1;
+        if by_name {
+            // Paced like the real command's runs, to meet both phases of the exchange.
+            std::thread::sleep(Duration::from_millis(2));
+            let _ = fs::rename(quarantine.join(id).join("entry"), proj.join("sub/.envrc"));
+        } else {
+            let _ = w.cmd(&w.root()).args(["--restore", id]).output().unwrap();
+        }
+        if fs::symlink_metadata(&canary).is_ok() {
+            hits += 1;
+            let _ = fs::remove_file(&canary);
+        }
+        // What came back in the project, by the real directory's descriptor.
+        let _ = nix::unistd::unlinkat(
+            Some(real.as_raw_fd()),
+            ".envrc",
+            nix::unistd::UnlinkatFlags::NoRemoveDir,
+        );
+        if by_name && hits > 0 {
+            break;
+        }
+    }
+    fs::write(&stop, "").unwrap();
+    let start = Instant::now();
+    while a.try_wait().unwrap().is_none() && start.elapsed() < LIMIT {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = a.kill();
+    let _ = a.wait();
+    let mut rest = String::new();
+    let _ = a.stdout.take().unwrap().read_to_string(&mut rest);
+    (hits, done, rest.trim().to_string())
+}
+
+/// Restores per run.
+const RESTORES: usize = 40;
+
 /// Inside, every read-write mount of claudebox's state: only the four directories the
 /// harness races and the single-file binds (prompt history, the settings copy).
 const MOUNTS: &str = "cat /proc/self/mountinfo";
@@ -453,6 +562,13 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         );
         v.push((attempt_name(kind), hits > 0));
     }
+    let (hits, done, swaps) = restore_race(false, RESTORES);
+    eprintln!("restore race: {hits} of {done} restores reached the home ({swaps})");
+    assert!(swapped(&swaps), "the attacker swapped nothing: {swaps}");
+    v.push((
+        "--restore: the entry's directory exchanged with a symlink to the home meanwhile",
+        hits > 0,
+    ));
     let (rw, text) = state_mounts();
     let extra: Vec<_> = rw
         .iter()
@@ -526,6 +642,12 @@ pub(crate) fn controls() {
             "control: the by-name state writes never reached the canary ({kind})"
         );
     }
+    let (hits, done, swaps) = restore_race(true, RESTORES);
+    eprintln!("restore race by name: {hits} hit after {done} restores ({swaps})");
+    assert!(
+        hits > 0,
+        "control: the by-name restore never reached the home"
+    );
     unswappable_control();
 }
 
@@ -547,4 +669,15 @@ fn state_race_figures() {
     println!("read-write state mounts inside: {rw:?}");
     let (escaped, text) = unswappable();
     println!("unswappable: escaped = {escaped}\n{text}");
+}
+
+/// The restore race's figures (`-- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn restore_race_figures() {
+    let _heavy = crate::common::heavy();
+    let (hits, done, swaps) = restore_race(false, RESTORES);
+    println!("restore by descriptor: {hits} of {done} reached the home ({swaps})");
+    let (hits, done, swaps) = restore_race(true, RESTORES);
+    println!("restore by name: {hits} hit after {done} ({swaps})");
 }

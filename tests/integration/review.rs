@@ -511,7 +511,7 @@ fn list_counts_the_quarantine_and_gc_says_it_goes_with_the_project() {
 
 /// The same plant while the sandbox still runs, and the user's own `git status` in another
 /// terminal meanwhile: the running launcher moved the `commondir` aside the moment it
-/// appeared (a line says so), so that git runs nothing. Control: with the opt-out (no
+/// appeared (a line says so) and ended the sandbox, so that git runs nothing. Control: with the opt-out (no
 /// review, no watch) the same `git status` during the session runs the planted
 /// fsmonitor.
 #[test]
@@ -555,13 +555,77 @@ fn a_commondir_planted_while_the_sandbox_runs_is_moved_aside_at_once() {
         fs::write(&release, "").unwrap();
         let o = child.wait_with_output().unwrap();
         let err = stderr(&o);
-        assert!(o.status.success(), "{err}");
+        // Protected, the sandbox was ended as by SIGTERM.
+        use std::os::unix::process::ExitStatusExt;
+        let ended = o.status.signal() == Some(15);
+        assert_eq!(ended, protected, "{:?} {err}", o.status);
         assert_eq!(ran, !protected, "protected={protected}: {err}");
         if protected {
             assert!(
                 err.contains(".git/commondir") && err.contains("moved while the sandbox runs"),
                 "{err}"
             );
+            assert!(err.contains("ending the sandbox"), "{err}");
+            assert!(!p.join(".git/commondir").exists());
+        }
+    }
+}
+
+/// An agent that plants the main git dir's `commondir` again each time it is moved aside
+/// (a tight loop; inotify would be faster still): moving it aside every 50 ms leaves it
+/// there nearly all the time. The first one found ends the sandbox (fail closed: git never
+/// writes a `commondir` in a main git dir), so the user's `git status` meanwhile runs
+/// nothing. Control: with the opt-out the same `git status` runs the planted fsmonitor.
+#[test]
+fn an_agent_that_keeps_planting_commondir_is_ended() {
+    for protected in [true, false] {
+        let w = World::new();
+        let p = project(&w);
+        let marker = w.root().join("fsmonitor-ran");
+        let planted = p.join("planted");
+        let script = format!(
+            "d=$PWD/evil-common; cp -r .git/. \"$d\" && \
+             git --git-dir=\"$d\" config core.fsmonitor 'touch {}; false' && \
+             echo \"$d\" > .git/commondir && touch planted && \
+             end=$(($(date +%s) + 8)); while [ $(date +%s) -lt $end ]; do \
+               [ -e .git/commondir ] || echo \"$d\" > .git/commondir; done; echo SURVIVED",
+            marker.display()
+        );
+        let mut c = w.cmd(&p);
+        if !protected {
+            c.arg("--writable-project-config");
+        }
+        let child = c
+            .args(["--exec", "sh", "-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while !planted.exists() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert!(planted.exists(), "the agent never planted");
+        // The user's git, a few times while the agent runs.
+        for _ in 0..10 {
+            std::thread::sleep(std::time::Duration::from_millis(150));
+            let _ = Command::new("git")
+                .args(["status", "--short"])
+                .current_dir(&p)
+                .output()
+                .unwrap();
+        }
+        let ran = marker.exists();
+        let o = child.wait_with_output().unwrap();
+        let err = stderr(&o);
+        eprintln!(
+            "protected={protected}: git ran the fsmonitor: {ran}; moved aside {} times",
+            err.matches("moved while").count()
+        );
+        assert_eq!(ran, !protected, "protected={protected}: {err}");
+        if protected {
+            assert!(!stdout(&o).contains("SURVIVED"), "{err}");
+            assert!(err.contains("ending the sandbox"), "{err}");
             assert!(!p.join(".git/commondir").exists());
         }
     }

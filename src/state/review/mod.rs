@@ -166,8 +166,21 @@ impl Pending {
             let mut err = std::io::stderr();
             loop {
                 std::thread::sleep(COMMONDIR_LOOK);
-                take_commondir(&mut q, dir.as_raw_fd(), &common, &work_tree, &mut err);
+                if take_commondir(&mut q, dir.as_raw_fd(), &common, &work_tree, &mut err) {
+                    break;
+                }
             }
+            // Moved aside, it can be planted again at once (an agent watching with
+            // inotify keeps it there nearly all the time: measured, the host's git status
+            // ran it). git never writes a commondir in a main git dir: the sandbox is
+            // ended, as if the user sent SIGTERM (forwarded to bwrap), and the exit
+            // review runs as usual.
+            let _ = writeln!(
+                err,
+                "claudebox: review: a commondir was planted in the main git dir while the \
+                 sandbox ran: ending the sandbox"
+            );
+            let _ = nix::sys::signal::kill(nix::unistd::getpid(), nix::sys::signal::SIGTERM);
         });
     }
 
@@ -276,19 +289,19 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
 }
 
 /// Moves the common dir's `commondir` aside now, whatever it is (file, symlink, fifo):
-/// read by git in the main git dir, never made by git there.
+/// read by git in the main git dir, never made by git there. Whether one was there.
 fn take_commondir(
     q: &mut Quarantine,
     dirfd: RawFd,
     common: &Path,
     work_tree: &Path,
     err: &mut dyn Write,
-) {
+) -> bool {
     let name = OsStr::new("commondir");
     let there =
         nix::sys::stat::fstatat(Some(dirfd), name, nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW);
     if there.is_err() {
-        return;
+        return false;
     }
     let (severity, reason) = crate::policy::review::git_dir_judgement(
         crate::policy::git_dir::GitDirKind::Common,
@@ -310,6 +323,7 @@ fn take_commondir(
         work_tree,
         err,
     );
+    true
 }
 
 /// Scans without moving: how many entries a review would move (the benchmark's count).

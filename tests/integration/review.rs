@@ -26,7 +26,6 @@ const PLANTS: &[(&str, &str)] = &[
     (".devcontainer", "mkdir -p .devcontainer && echo '{\"initializeCommand\":\"x\"}' > .devcontainer/devcontainer.json"),
     ("sub/.devcontainer.json", "echo '{}' > sub/.devcontainer.json"),
     ("vendorx/.git", "mkdir vendorx && git -C vendorx init -q && git -C vendorx config core.fsmonitor 'echo PLANTED'"),
-    (".git/commondir", "echo /nonexistent > .git/commondir"),
     (".git/worktrees/evil", "mkdir -p .git/worktrees/evil && echo /tmp > .git/worktrees/evil/commondir"),
     (".git/modules/m/config", "mkdir -p .git/modules/m && printf '[core]\\n\\tfsmonitor = x\\n' > .git/modules/m/config"),
 ];
@@ -78,7 +77,6 @@ fn each_kind_is_moved_aside_with_a_line_and_put_back_by_its_command() {
         );
     }
     assert_eq!(lines.len(), PLANTS.len(), "{err}");
-    assert!(err.contains("CRITICAL .git/commondir"), "{err}");
     // The rest of the project is untouched.
     assert_eq!(
         fs::read_to_string(p.join("sub/keep.txt")).unwrap(),
@@ -169,7 +167,13 @@ fn a_new_commondir_runs_nothing_on_the_hosts_git_status() {
             c.arg("--writable-project-config");
         }
         let o = c.args(["--exec", "sh", "-c", &script]).output().unwrap();
-        assert!(o.status.success(), "{}", stderr(&o));
+        // Protected, the running launcher may end the sandbox first (SIGTERM).
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            o.status.success() || (protected && o.status.signal() == Some(15)),
+            "{}",
+            stderr(&o)
+        );
         let _ = Command::new("git")
             .args(["status", "--short"])
             .current_dir(&p)
@@ -629,4 +633,109 @@ fn an_agent_that_keeps_planting_commondir_is_ended() {
             assert!(!p.join(".git/commondir").exists());
         }
     }
+}
+
+/// The agent's timed plant: it watches the main git dir's `HEAD` with inotify and, when
+/// the host's git opens it, renames a prepared `commondir` into place and takes it away
+/// again `hold` seconds later; the host runs `git status` `rounds` times, 100 ms apart.
+/// How many runs ran the planted fsmonitor, and whether the sandbox was ended.
+fn timed_commondir_plant(protected: bool, hold: &str, rounds: usize) -> (usize, bool, String) {
+    const TIMED: &str = r#"
+import ctypes, os, select, sys
+libc = ctypes.CDLL(None, use_errno=True)
+d, hold = sys.argv[1], float(sys.argv[2])
+ino = libc.inotify_init1(0)
+libc.inotify_add_watch(ino, b".git/HEAD", 0x20)  # IN_OPEN
+open("ready", "w").close()
+n = 0
+while not os.path.exists("release"):
+    r, _, _ = select.select([ino], [], [], 0.05)
+    if not r:
+        continue
+    open(".git/cd.tmp", "w").write(d + "\n")
+    os.rename(".git/cd.tmp", ".git/commondir")
+    n += 1
+    if hold > 0:
+        select.select([], [], [], hold)
+    try:
+        os.unlink(".git/commondir")
+    except OSError:
+        pass
+    select.select([], [], [], 0.02)
+    os.read(ino, 65536)
+print("PLANTS", n, flush=True)
+"#;
+    let w = World::new();
+    let p = project(&w);
+    let marker = w.root().join("fsmonitor-ran");
+    let script = format!(
+        "d=$PWD/evil-common; cp -r .git/. \"$d\" && \
+         git --git-dir=\"$d\" config core.fsmonitor 'echo x >> {}; false' && \
+         exec python3 -c {} \"$d\" {hold}",
+        marker.display(),
+        sq(TIMED)
+    );
+    let mut c = w.cmd(&p);
+    if !protected {
+        c.arg("--writable-project-config");
+    }
+    let child = c
+        .args(["--exec", "sh", "-c", &script])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !p.join("ready").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(p.join("ready").exists(), "the agent did not start");
+    for _ in 0..rounds {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        let _ = Command::new("git")
+            .args(["status", "--short"])
+            .current_dir(&p)
+            .output()
+            .unwrap();
+    }
+    let _ = fs::write(p.join("release"), "");
+    let o = child.wait_with_output().unwrap();
+    let runs = fs::read_to_string(&marker)
+        .unwrap_or_default()
+        .lines()
+        .count();
+    let ended = stderr(&o).contains("ending the sandbox");
+    (runs, ended, format!("{}{}", stdout(&o), stderr(&o)))
+}
+
+/// An agent that plants the main git dir's `commondir` just when the host's git opens
+/// `HEAD` and removes it 3 ms later (so a look every 50 ms rarely sees it: measured, 28
+/// of 30 of the host's `git status` ran its fsmonitor): every creation is seen (inotify)
+/// and the first ends the sandbox, so at most that first one can meet a host git.
+/// Control: with the opt-out every `git status` runs it.
+#[test]
+fn a_commondir_planted_for_a_moment_ends_the_sandbox_at_once() {
+    let (runs, ended, text) = timed_commondir_plant(true, "0.003", 15);
+    eprintln!("protected: {runs} of 15 git status ran the fsmonitor; ended {ended}");
+    assert!(ended, "{text}");
+    assert!(runs <= 1, "{runs} runs: {text}");
+    let (runs, ended, text) = timed_commondir_plant(false, "0.003", 15);
+    eprintln!("control: {runs} of 15 git status ran the fsmonitor");
+    assert!(!ended && runs >= 1, "control: {runs} runs: {text}");
+}
+
+/// The figures (`-- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn timed_commondir_plant_figures() {
+    for (protected, hold) in [(true, "0.003"), (true, "0"), (false, "0.003")] {
+        let (runs, ended, _) = timed_commondir_plant(protected, hold, 30);
+        println!(
+            "protected={protected} hold={hold}: {runs} of 30 ran the fsmonitor; ended {ended}"
+        );
+    }
+}
+
+fn sq(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
 }

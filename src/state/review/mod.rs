@@ -26,9 +26,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
 use nix::fcntl::{self, Flock, FlockArg, OFlag};
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify, WatchDescriptor};
 use nix::sys::stat::Mode;
 use nix::unistd::UnlinkatFlags;
 use serde::{Deserialize, Serialize};
+use std::sync::Arc;
 
 use crate::policy::escape::Shown;
 use crate::policy::facts::Project;
@@ -136,14 +138,22 @@ pub fn begin(st: &ProjectState, project: &Project, instance: &str) -> Result<Pen
 
 impl Pending {
     /// Watches the common dir while the sandbox runs and moves a new `commondir` aside as
-    /// soon as it appears (a thread of the supervising parent looks every
-    /// [`COMMONDIR_LOOK`] through the directory's descriptor): no mount can stand in for a
-    /// missing one, and the user's own `git` in another terminal reads it at once, so
-    /// waiting for the exit review leaves hours. Polled rather than inotify: an inotify
-    /// instance costs ~9 ms at the launcher's exit (measured: the kernel waits out an RCU
-    /// grace period when it frees one), and one `fstatat` 20 times a second costs nothing
-    /// that shows. A directory that cannot be opened is said in one line; the exit review
-    /// still runs.
+    /// soon as it appears, then ends the sandbox. No mount can stand in for a missing one
+    /// (git lstats the name: an empty file, a directory or a dangling symlink there makes
+    /// it die; a "." changes what `rev-parse --git-common-dir` prints; unlinking a mount
+    /// point from the host detaches it), and the user's own `git` in another terminal
+    /// reads it at once, so waiting for the exit review leaves hours.
+    ///
+    /// A thread of the supervising parent blocks on an inotify watch of the directory
+    /// (every creation or rename onto the name is queued, so one made and removed again
+    /// at once is seen too; measured, an agent timing its plant to the host's git opening
+    /// `HEAD` and removing it 3 ms later was seen by a 50 ms poll only by chance). The
+    /// watch is removed as soon as the sandbox ends ([`Pending::finish`]): an inotify
+    /// instance that still holds a watch at the process's exit delays the exit (the
+    /// kernel waits for the mark's release; measured 6 to 18 ms), one without costs
+    /// nothing measurable. Without an inotify instance (the user's are used up) it looks
+    /// every [`COMMONDIR_LOOK`] instead. A directory that cannot be opened is said in one
+    /// line; the exit review still runs.
     pub fn watch_commondir(&self, st: &ProjectState) {
         let Some(common) = self.target.common_dir.as_deref().map(path) else {
             return;
@@ -159,14 +169,40 @@ impl Pending {
                 return;
             }
         };
+        let ino = commondir_watch(dir.as_raw_fd());
         let st = st.clone();
         let work_tree = path(&self.target.work_tree);
         std::thread::spawn(move || {
             let mut q = Quarantine::new(&st);
             let mut err = std::io::stderr();
             loop {
-                std::thread::sleep(COMMONDIR_LOOK);
-                if take_commondir(&mut q, dir.as_raw_fd(), &common, &work_tree, &mut err) {
+                let seen = match &ino {
+                    None => {
+                        std::thread::sleep(COMMONDIR_LOOK);
+                        false
+                    }
+                    Some(ino) => match ino.read_events() {
+                        Ok(evs) => {
+                            let has = |f: AddWatchFlags| evs.iter().any(|e| e.mask.intersects(f));
+                            // The watch removed (the sandbox ended), or the directory gone.
+                            if has(AddWatchFlags::IN_IGNORED | AddWatchFlags::IN_DELETE_SELF) {
+                                return;
+                            }
+                            if !has(AddWatchFlags::IN_Q_OVERFLOW)
+                                && !evs
+                                    .iter()
+                                    .any(|e| e.name.as_deref() == Some(OsStr::new("commondir")))
+                            {
+                                continue;
+                            }
+                            // Made, even if gone again; after an overflow, only if there.
+                            !has(AddWatchFlags::IN_Q_OVERFLOW)
+                        }
+                        Err(Errno::EINTR) => continue,
+                        Err(_) => return,
+                    },
+                };
+                if take_commondir(&mut q, dir.as_raw_fd(), &common, &work_tree, &mut err) || seen {
                     break;
                 }
             }
@@ -186,6 +222,7 @@ impl Pending {
 
     /// Runs the review, then removes the record. Returns how many entries were moved.
     pub fn finish(self, st: &ProjectState, err: &mut dyn Write) -> usize {
+        stop_commondir_watch();
         let n = run(st, &self.target, self.since, err);
         let _ = nix::unistd::unlinkat(
             Some(self.dir.as_raw_fd()),
@@ -199,6 +236,7 @@ impl Pending {
     /// Removes the record without a review: no sandbox came up (bwrap could not start, or
     /// its setup failed before the step inside ran), so nothing in the project changed.
     pub fn cancel(self) {
+        stop_commondir_watch();
         let _ = nix::unistd::unlinkat(
             Some(self.dir.as_raw_fd()),
             self.name.as_os_str(),
@@ -286,6 +324,35 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
         );
     }
     moved
+}
+
+/// The running launcher's inotify watch of the main git dir, removed when the sandbox ends.
+static COMMONDIR_WATCH: std::sync::Mutex<Option<(Arc<Inotify>, WatchDescriptor)>> =
+    std::sync::Mutex::new(None);
+
+/// An inotify watch of the directory `dirfd` for names made or renamed into it; `None`
+/// when the user has no inotify instance or watch left.
+fn commondir_watch(dirfd: RawFd) -> Option<Arc<Inotify>> {
+    let ino = Inotify::init(InitFlags::IN_CLOEXEC).ok()?;
+    let wd = ino
+        .add_watch(
+            format!("/proc/self/fd/{dirfd}").as_str(),
+            AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ONLYDIR,
+        )
+        .ok()?;
+    let ino = Arc::new(ino);
+    if let Ok(mut w) = COMMONDIR_WATCH.lock() {
+        *w = Some((ino.clone(), wd));
+    }
+    Some(ino)
+}
+
+/// Removes the watch (its thread sees `IN_IGNORED` and ends): the sandbox ended, the
+/// exit review takes over, and the process exits without waiting for the kernel.
+fn stop_commondir_watch() {
+    if let Some((ino, wd)) = COMMONDIR_WATCH.lock().ok().and_then(|mut w| w.take()) {
+        let _ = ino.rm_watch(wd);
+    }
 }
 
 /// Moves the common dir's `commondir` aside now, whatever it is (file, symlink, fifo):

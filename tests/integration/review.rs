@@ -529,7 +529,7 @@ fn a_commondir_planted_while_the_sandbox_runs_is_moved_aside_at_once() {
         let script = format!(
             "d=$PWD/evil-common; cp -r .git/. \"$d\" && \
              git --git-dir=\"$d\" config core.fsmonitor 'touch {}; false' && \
-             echo \"$d\" > .git/commondir && touch planted && \
+             touch planted && echo \"$d\" > .git/commondir && \
              while [ ! -e release ]; do sleep 0.05; done",
             marker.display()
         );
@@ -590,7 +590,7 @@ fn an_agent_that_keeps_planting_commondir_is_ended() {
         let script = format!(
             "d=$PWD/evil-common; cp -r .git/. \"$d\" && \
              git --git-dir=\"$d\" config core.fsmonitor 'touch {}; false' && \
-             echo \"$d\" > .git/commondir && touch planted && \
+             touch planted && echo \"$d\" > .git/commondir && \
              end=$(($(date +%s) + 8)); while [ $(date +%s) -lt $end ]; do \
                [ -e .git/commondir ] || echo \"$d\" > .git/commondir; done; echo SURVIVED",
             marker.display()
@@ -670,7 +670,7 @@ print("PLANTS", n, flush=True)
     let marker = w.root().join("fsmonitor-ran");
     let script = format!(
         "d=$PWD/evil-common; cp -r .git/. \"$d\" && \
-         git --git-dir=\"$d\" config core.fsmonitor 'echo x >> {}; false' && \
+         git --git-dir=\"$d\" config core.fsmonitor 'echo $CB_ROUND >> {}; false' && \
          exec python3 -c {} \"$d\" {hold}",
         marker.display(),
         sq(TIMED)
@@ -690,20 +690,23 @@ print("PLANTS", n, flush=True)
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     assert!(p.join("ready").exists(), "the agent did not start");
-    for _ in 0..rounds {
+    for round in 0..rounds {
         std::thread::sleep(std::time::Duration::from_millis(100));
         let _ = Command::new("git")
             .args(["status", "--short"])
+            .env("CB_ROUND", round.to_string())
             .current_dir(&p)
             .output()
             .unwrap();
     }
     let _ = fs::write(p.join("release"), "");
     let o = child.wait_with_output().unwrap();
+    // The runs of `git status` that ran it (once or more each).
     let runs = fs::read_to_string(&marker)
         .unwrap_or_default()
         .lines()
-        .count();
+        .collect::<std::collections::BTreeSet<_>>()
+        .len();
     let ended = stderr(&o).contains("ending the sandbox");
     (runs, ended, format!("{}{}", stdout(&o), stderr(&o)))
 }

@@ -639,7 +639,8 @@ pub(crate) fn controls() {
         eprintln!("state race by name ({kind}): first hit after {rounds} rounds: {hits} ({swaps})");
         assert!(
             hits > 0,
-            "control: the by-name state writes never reached the canary ({kind})"
+            "control: the by-name state writes never reached the canary ({kind}; \
+             CLAUDEBOX_TEST_BY_NAME is read by debug builds only)"
         );
     }
     let (hits, done, swaps) = restore_race(true, RESTORES);

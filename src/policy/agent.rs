@@ -122,8 +122,10 @@ pub const AGENTS: &[Agent] = &[
              a refresh inside is not written back to ~/.codex",
             "agent codex: its app-server daemon and socket live in this sandbox's own pid \
              namespace and /tmp, so they end with it and never meet another sandbox's",
-            "agent codex: Codex's own sandbox (bwrap + seccomp, its --sandbox and approval \
-             settings) runs inside this one unchanged: those settings stay yours",
+            "agent codex: Codex's own sandbox (bwrap + seccomp) and its --sandbox and approval \
+             settings are yours and unchanged; it runs inside this one for an ordinary user, \
+             not for root (a nested user namespace mapping uid 0 needs CAP_SETFCAP): as \
+             root, choose Codex's --sandbox danger-full-access, this sandbox still holds",
         ],
     },
 ];

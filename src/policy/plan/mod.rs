@@ -410,6 +410,8 @@ fn settings_rows(s: &Settings) -> Vec<SettingRow> {
 /// The typed sandbox plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// Which agent runs (for `--dry-run`'s summary).
+    pub agent: AgentId,
     /// The project's work tree (for `--dry-run`'s summary).
     pub project: PathBuf,
     /// The project's state directory (for `--dry-run`'s summary).
@@ -748,6 +750,7 @@ pub fn build(inp: &Inputs) -> Plan {
     let agent_dir = home.join(inp.agent.row().state_dir);
     let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &agent_dir);
     Plan {
+        agent: inp.agent,
         project: p.work_tree.clone(),
         state_dir: inp.state.dir.clone(),
         bwrap: inp.bwrap.clone(),

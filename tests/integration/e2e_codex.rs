@@ -27,12 +27,12 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
         let p = e.path();
         match e.file_type() {
             Ok(t) if t.is_dir() => out.extend(files_containing(&p, needle)),
-            Ok(t) if t.is_file() => {
-                if fs::read(&p)
-                    .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
-                {
-                    out.push(p)
-                }
+            Ok(t)
+                if t.is_file()
+                    && fs::read(&p)
+                        .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes())) =>
+            {
+                out.push(p)
             }
             _ => {}
         }

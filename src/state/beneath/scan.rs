@@ -34,6 +34,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/proxy/mod.rs", 1, "the CA bundle read at the proxy's start: the system's"),
     ("src/proxy/netbridge.rs", 4, "/proc/self/fd and the bridge's own socket pair"),
     ("src/state/claude_home.rs", 3, "the host's ~/.claude (read_dir, the credentials probe) and the WITHIN mount point in it: the user's, never bound writable by default"),
+    ("src/state/codex_home.rs", 3, "the host's ~/.codex (read_dir, a symlink's target's type) and its auth.json, read once to seed the login: the user's, never bound writable"),
     ("src/state/claude_home/claude_json.rs", 4, "the host's own ~/.claude.json: read, and its inode stamp"),
     ("src/state/credsync.rs", 13, "the host's .credentials.json (O_NOFOLLOW, same-inode check) and its refresh lock in the host's dir (taken, and broken when past claude's stale time), the bound file reopened through /proc/self/fd, /proc/sys's inotify limits"),
     ("src/state/inuse.rs", 6, "running/ slots and the lock file in the project's state dir, which no sandbox sees"),

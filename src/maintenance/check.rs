@@ -137,6 +137,7 @@ fn checks() -> Result<Vec<Row>> {
         }
     }
     rows.push(claude_row(&claude));
+    rows.push(codex_row(&home));
     match &bwrap {
         Ok(b) => rows.extend(sandbox_rows(b, claude.as_ref().ok())),
         Err(_) => {
@@ -491,6 +492,64 @@ fn claude_row(claude: &Result<ClaudeInstall>) -> Row {
             "claude",
             format!("{place} cannot run: {e:#}"),
             "reinstall Claude Code".into(),
+        ),
+    }
+}
+
+/// The agent a launch from this directory runs (`agent` in the config file), and Codex's
+/// install: a failure only when Codex is that agent and missing or broken.
+fn codex_row(home: &Path) -> Row {
+    use crate::policy::agent::AgentId;
+    let config_file = crate::config::location(home);
+    let agent = crate::config::load(&config_file)
+        .ok()
+        .and_then(|f| settings_here(home, f.as_ref(), &config_file).ok())
+        .and_then(|s| s.agent)
+        .map(|(a, o)| format!("{a} ({o})"))
+        .unwrap_or_else(|| "claude (default)".into());
+    let wanted = agent.starts_with("codex");
+    let row = AgentId::Codex.row();
+    let c = match host::find_agent(row, home) {
+        Ok(c) => c,
+        Err(_) if wanted => {
+            return fail(
+                "codex",
+                format!("agent here: {agent}; no `codex` on PATH"),
+                row.install.into(),
+            )
+        }
+        Err(_) => {
+            return ok(
+                "codex",
+                format!("agent here: {agent}; no `codex` on PATH (needed only for --agent codex)"),
+            )
+        }
+    };
+    let mut cmd = std::process::Command::new(&c.on_path);
+    cmd.arg("--version");
+    match run_with_timeout(&mut cmd, TIMEOUT) {
+        Ok(r) if r.success() => ok(
+            "codex",
+            format!(
+                "agent here: {agent}; {} ({})",
+                show(&c.on_path),
+                first_line(&r.stdout)
+            ),
+        ),
+        Ok(r) if wanted => fail(
+            "codex",
+            format!("`codex --version` failed: {}", r.describe()),
+            row.install.into(),
+        ),
+        Ok(r) => warn(
+            "codex",
+            format!("`codex --version` failed: {}", r.describe()),
+            "reinstall it before using --agent codex".into(),
+        ),
+        Err(e) => warn(
+            "codex",
+            format!("{} cannot run: {e:#}", show(&c.on_path)),
+            "reinstall it before using --agent codex".into(),
         ),
     }
 }

@@ -53,8 +53,8 @@ pub const TABLE: &[Entry] = &[
     row("environments.toml", File, Setup, "environments: setup commands"),
     row(".env", File, Setup, "variables Codex loads into its environment"),
     row("prompts", Dir, Setup, "user prompts (slash commands)"),
+    row("skills", Dir, Setup, "user skills: prompts and scripts (Codex's bundled .system skills, unpacked here at start, are skipped when it cannot: measured, 0.169.0)"),
     // Written while Codex works: the project's own directory holds them.
-    row("skills", Dir, Project, "user skills and the bundled .system skills Codex unpacks at start (written, so the project's)"),
     row("sessions", Dir, Project, "conversations: rollout-*.jsonl per thread"),
     row("archived_sessions", Dir, Project, "archived conversations (moved by rename from sessions/)"),
     row("history.jsonl", File, Project, "prompt history (no cwd in it: every project's would mix)"),
@@ -92,6 +92,7 @@ fn placeholder(name: &str) -> bool {
             | "environments.toml"
             | ".env"
             | "prompts"
+            | "skills"
     )
 }
 

@@ -63,6 +63,12 @@ fn real_codex_holds_a_conversation_with_a_shell_call_inside_the_sandbox() {
         fs::create_dir_all(&host_codex).unwrap();
         fs::write(host_codex.join("config.toml"), codex_config(mock.port())).unwrap();
         fs::write(host_codex.join("AGENTS.md"), "USER-AGENTS-MD-5150\n").unwrap();
+        fs::create_dir_all(host_codex.join("skills/lab-skill")).unwrap();
+        fs::write(
+            host_codex.join("skills/lab-skill/SKILL.md"),
+            "---\nname: lab-skill\ndescription: USER-SKILL-DESC-6161\n---\nbody\n",
+        )
+        .unwrap();
         let o = w
             .cmd(&p)
             .env(OPENAI_KEY_VAR, OPENAI_KEY)
@@ -108,6 +114,11 @@ fn real_codex_holds_a_conversation_with_a_shell_call_inside_the_sandbox() {
             "[{}] the user's AGENTS.md is not in the prompt",
             c.label
         );
+        assert!(
+            conv[0]["body"].to_string().contains("USER-SKILL-DESC-6161"),
+            "[{}] the user's skill (read-only) is not offered",
+            c.label
+        );
         // The conversation is the project's: in its own Codex directory, not the host's.
         let state = w.state().join("projects");
         let kept = files_containing(&state, "PROMPT-RUN-IT-9090");
@@ -141,4 +152,85 @@ fn real_codex_holds_a_conversation_with_a_shell_call_inside_the_sandbox() {
         // Control: the same search from the host finds it.
         assert!(!kept.is_empty());
     }
+}
+
+/// The agent is a setting like the others: `--agent`, `agent = "codex"` in a project's
+/// section of the config file, shown by `--dry-run` (with CODEX_HOME instead of
+/// CLAUDE_CONFIG_DIR) and `--list`; a name no row has is one line. No Codex needed:
+/// `--exec` runs without it.
+#[test]
+fn the_agent_is_chosen_by_flag_or_config_and_shown() {
+    let w = World::new();
+    let p = w.dir("proj");
+    init_repo(&p);
+    let xdg = w.root().join("xdg");
+    fs::create_dir_all(xdg.join("claudebox")).unwrap();
+    let dry = |args: &[&str]| {
+        let o = w
+            .cmd(&p)
+            .env("XDG_CONFIG_HOME", &xdg)
+            .arg("--dry-run")
+            .args(args)
+            .output()
+            .unwrap();
+        ok(&o)
+    };
+    let plain = dry(&[]);
+    assert!(plain.contains("\nagent\tclaude\tdefault\n"), "{plain}");
+    assert!(plain.contains("CLAUDE_CONFIG_DIR=") && !plain.contains("CODEX_HOME="));
+    let codex = dry(&["--agent", "codex", "--exec", "true"]);
+    assert!(codex.contains("\nagent\tcodex\tcommand line\n"), "{codex}");
+    assert!(codex.contains("CODEX_HOME=") && !codex.contains("CLAUDE_CONFIG_DIR="));
+    assert!(codex.contains("#   agent      codex"), "{codex}");
+    fs::write(
+        xdg.join("claudebox/config.toml"),
+        format!(
+            "[[project]]\nroot = \"{}\"\nagent = \"codex\"\n",
+            p.display()
+        ),
+    )
+    .unwrap();
+    let from_config = dry(&["--exec", "true"]);
+    assert!(from_config.contains("\nagent\tcodex\t"), "{from_config}");
+    assert!(dry(&["--agent", "claude"]).contains("\nagent\tclaude\tcommand line\n"));
+    fs::write(xdg.join("claudebox/config.toml"), "agent = \"gemini\"\n").unwrap();
+    let o = w
+        .cmd(&p)
+        .env("XDG_CONFIG_HOME", &xdg)
+        .arg("--dry-run")
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("unknown agent"), "{}", stderr(&o));
+    fs::remove_file(xdg.join("claudebox/config.toml")).unwrap();
+    // --session is refused with Codex, in one line, before anything is made.
+    let o = w
+        .cmd(&p)
+        .args(["--agent", "codex", "--session", "x", "--exec", "true"])
+        .output()
+        .unwrap();
+    assert!(
+        !o.status.success() && stderr(&o).lines().count() == 1,
+        "{}",
+        stderr(&o)
+    );
+    // A Codex launch gives the project its own ~/.codex, and --list names the agent.
+    ok(&w
+        .cmd(&p)
+        .args([
+            "--agent",
+            "codex",
+            "--exec",
+            "sh",
+            "-c",
+            "test -L ~/.codex/auth.json",
+        ])
+        .output()
+        .unwrap());
+    let o = w.cmd(&p).args(["--list", "--json"]).output().unwrap();
+    let rows: serde_json::Value = serde_json::from_str(&ok(&o)).unwrap();
+    assert_eq!(rows[0]["agents"], serde_json::json!(["codex"]), "{rows}");
+    let table = ok(&w.cmd(&p).arg("--list").output().unwrap());
+    assert!(table.contains("agents\tcodex"), "{table}");
 }

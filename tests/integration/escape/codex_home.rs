@@ -122,6 +122,16 @@ fn cases(a: &Arena) -> Vec<(Attempt, Control)> {
         Control::Inside(&["--rw", "~/.codex"]),
     ));
     v.push((
+        codex(
+            attempt(
+                "plant a skill Codex offers to the model in later sessions",
+                plant("~/.codex/skills/evil/SKILL.md"),
+            )
+            .host_check(|a| planted_anywhere(a, "skills")),
+        ),
+        Control::Inside(&["--rw", "~/.codex"]),
+    ));
+    v.push((
         codex(attempt(
             "read the host's and another project's Codex conversations and databases",
             format!(
@@ -181,7 +191,11 @@ pub(crate) fn controls(a: &Arena) {
         );
         // Undo the control's plant, so the next attempt starts clean.
         seed(a);
-        for rel in ["hooks.json", "rules/allow-all.rules"] {
+        for rel in [
+            "hooks.json",
+            "rules/allow-all.rules",
+            "skills/evil/SKILL.md",
+        ] {
             let _ = fs::remove_file(a.w.home().join(".codex").join(rel));
         }
     }

@@ -105,7 +105,7 @@ pub struct Cli {
 
     /// Leave the project's code-bearing config writable: .git/hooks, .git/config (and the
     /// worktree, submodule and nested-repository equivalents), core.hooksPath, .envrc,
-    /// .vscode, .idea, .claude, .mcp.json, .husky, lefthook and pre-commit config,
+    /// .vscode, .idea, .codex, .claude, .mcp.json, .husky, lefthook and pre-commit config,
     /// .gitmodules, .devcontainer. Tools on the host run code from these.
     #[arg(long)]
     pub writable_project_config: bool,

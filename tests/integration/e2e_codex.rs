@@ -151,6 +151,28 @@ fn real_codex_holds_a_conversation_with_a_shell_call_inside_the_sandbox() {
         );
         // Control: the same search from the host finds it.
         assert!(!kept.is_empty());
+        // --check names Codex's install and version, and the agent a launch here runs.
+        let o = w.cmd(&p).arg("--check").output().unwrap();
+        let check = format!("{}{}", stdout(&o), stderr(&o));
+        let version = fs::read_to_string(
+            fs::canonicalize(&c.bin)
+                .unwrap()
+                .parent()
+                .unwrap()
+                .join("../package.json"),
+        )
+        .unwrap();
+        let version: serde_json::Value = serde_json::from_str(&version).unwrap();
+        let line = check
+            .lines()
+            .find(|l| l.contains("codex"))
+            .unwrap_or_default();
+        assert!(
+            line.contains("agent here: claude (default)")
+                && line.contains(version["version"].as_str().unwrap()),
+            "[{}] {check}",
+            c.label
+        );
     }
 }
 

@@ -922,7 +922,7 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
     if !inp.protect_project_metadata {
         notes.push(
             "opt-in --writable-project-config: .git/hooks, .git/config, .envrc, .vscode, \
-             .idea, .claude, .mcp.json, .husky, lefthook and pre-commit config, .gitmodules, \
+             .idea, .codex, .claude, .mcp.json, .husky, lefthook and pre-commit config, .gitmodules, \
              .devcontainer and nested repositories' git dirs are writable; tools on the host \
              run code from them"
                 .to_string(),

@@ -29,7 +29,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/launch/mod.rs", 4, "the ssh agent's socket and the home, canonicalised: the user's"),
     ("src/layers.rs", 2, "the crate's own sources, read in a test"),
     ("src/maintenance/apparmor.rs", 6, "/etc/apparmor.d and /sys: the system's"),
-    ("src/maintenance/check.rs", 15, "--check's own throwaway home under a fresh temporary dir, and reads of the user's setup"),
+    ("src/maintenance/check.rs", 16, "--check's own throwaway home under a fresh temporary dir, and reads of the user's setup (and the Codex npm package's package.json)"),
     ("src/maintenance/diagnose.rs", 3, "/proc/sys and /etc: the system's"),
     ("src/proxy/mod.rs", 1, "the CA bundle read at the proxy's start: the system's"),
     ("src/proxy/netbridge.rs", 4, "/proc/self/fd and the bridge's own socket pair"),

@@ -17,7 +17,8 @@ pub const LAYERS: &[(&str, &str)] = &[
          `--dry-run`'s text and the companions' argv), the network policy, the seccomp table \
          (`confinement`), the IPC table, the protected-path tables, what git reads in a git \
          dir and the judgement of a file found there after a session (`git_dir`), the exit \
-         review's rules (`review`), the `~/.claude` table (`claude_home`), the forwarded host \
+         review's rules (`review`), the agent table (`agent`), the `~/.claude` table \
+         (`claude_home`), the `~/.codex` table (`codex_home`), the forwarded host \
          ports (`forward`), the `--gpu` table (`gpu`), the AppArmor profile text and launch \
          warning (`apparmor`), the state's layout (`layout`), a named session's launch \
          (`session`), which way the credentials sync copies (`credsync`), the limits' values, \
@@ -37,7 +38,7 @@ pub const LAYERS: &[(&str, &str)] = &[
         "claudebox's on-disk state and its I/O: `~/.claudebox` and its inventory (sizes \
          walked by directory descriptors), in-use marks, sessions, transcripts, conversations \
          copied between bare claude and the state (`crossing`), `~/.claude`'s mount points and \
-         `.claude.json`'s sync, the exit review (`review`), file operations beneath a \
+         `.claude.json`'s sync, `~/.codex`'s mount points and login link (`codex_home`), the exit review (`review`), file operations beneath a \
          directory a sandbox can write (`beneath`), the credentials sync process (`credsync`, \
          hidden role `--internal-credentials-sync`)",
     ),

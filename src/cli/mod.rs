@@ -105,7 +105,7 @@ pub struct Cli {
 
     /// Leave the project's code-bearing config writable: .git/hooks, .git/config (and the
     /// worktree, submodule and nested-repository equivalents), core.hooksPath, .envrc,
-    /// .vscode, .idea, .claude, .mcp.json, .husky, lefthook and pre-commit config,
+    /// .vscode, .idea, .codex, .claude, .mcp.json, .husky, lefthook and pre-commit config,
     /// .gitmodules, .devcontainer. Tools on the host run code from these.
     #[arg(long)]
     pub writable_project_config: bool,
@@ -122,6 +122,12 @@ pub struct Cli {
     /// `gpu = true` in the config file.
     #[arg(long)]
     pub gpu: bool,
+
+    /// Which agent runs inside: claude (Claude Code, the default) or codex (OpenAI's Codex
+    /// CLI, experimental: its own ~/.codex per project, your setup read-only, one shared
+    /// login). Also `agent = "codex"` in the config file, per project too.
+    #[arg(long, value_name = "NAME", value_enum)]
+    pub agent: Option<crate::policy::agent::AgentId>,
 
     /// Bound the memory of the whole sandbox to SIZE (e.g. 8G; swap none): past it the
     /// sandbox is ended. `max` for none. Also `memory` in the config file.
@@ -220,6 +226,7 @@ impl Cli {
             writable_project_config: self.writable_project_config,
             writable_claude_setup: self.writable_claude_setup,
             gpu: self.gpu,
+            agent: self.agent,
             limits: [
                 (crate::policy::limits::Kind::Memory, &self.memory),
                 (crate::policy::limits::Kind::Pids, &self.pids),

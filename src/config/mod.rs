@@ -16,6 +16,7 @@
 //! memory = "8G"                             # the sandbox's limits (as --memory, --pids,
 //! pids = 4096                               #   --cpu; "max" for none), per project too
 //! cpu = 2
+//! agent = "claude"                          # or "codex" (as --agent), per project too
 //!
 //! [[project]]                               # applies only to this project
 //! root = "~/src/website"
@@ -90,6 +91,8 @@ pub struct Section {
     pub pids: Option<Spanned<String>>,
     #[serde(default, deserialize_with = "scalar")]
     pub cpu: Option<Spanned<String>>,
+    /// Which agent runs inside (as `--agent`): `"claude"` or `"codex"`.
+    pub agent: Option<Spanned<String>>,
     /// Only at the top level: how long `--gc` waits before removing the state of a
     /// project whose root is missing (`"7d"`, `"12h"`, `"0"`).
     pub gc_margin: Option<Spanned<String>>,
@@ -320,7 +323,7 @@ mod tests {
         assert_eq!(
             err("ro = []\nrox = 1\n"),
             "/c/config.toml:2:1: unknown field `rox`, expected one of `ro`, `rw`, `hide`, \
-             `env`, `pass_env`, `network`, `allow_hosts`, `forward_ports`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `gpu`, `memory`, `pids`, `cpu`, `gc_margin`, `root`, `project`"
+             `env`, `pass_env`, `network`, `allow_hosts`, `forward_ports`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `gpu`, `memory`, `pids`, `cpu`, `agent`, `gc_margin`, `root`, `project`"
         );
         assert_eq!(
             err("ro = 5\n"),

@@ -164,6 +164,17 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
                     });
                 }
             }
+            if let Some(a) = &sec.agent {
+                let at = Where::Config(file, a.span());
+                let id = crate::policy::agent::AgentId::parse(a.get_ref()).ok_or_else(|| {
+                    at.error(format!(
+                        "agent: unknown agent {:?}; one of {}",
+                        a.get_ref(),
+                        crate::policy::agent::names().join(", ")
+                    ))
+                })?;
+                s.agent = Some((id, at.origin()));
+            }
             if let Some(a) = &sec.claude_args {
                 s.claude_args.push(ClaudeArgs {
                     args: a.get_ref().iter().map(OsString::from).collect(),
@@ -221,6 +232,9 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
     if cli.gpu {
         s.gpu = Some(Origin::CommandLine);
     }
+    if let Some(a) = cli.agent {
+        s.agent = Some((a, Origin::CommandLine));
+    }
     for (kind, value) in &cli.limits {
         let setting = limits::parse(*kind, value)
             .map_err(|e| anyhow!("{} {}: {e}", limits::row(*kind).flag, value.shown()))?;
@@ -231,6 +245,16 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
         });
     }
 
+    // The agent's own hosts join the defaults (the agent table's `hosts`).
+    if let (network::NetworkMode::Allowlist(list), Some((agent, _))) = (&mut s.network, &s.agent) {
+        if *agent != crate::policy::agent::AgentId::Claude {
+            for h in agent.row().hosts {
+                if let Ok(p) = network::HostPattern::parse(h) {
+                    list.push(p, "default");
+                }
+            }
+        }
+    }
     s.mounts = resolve_mounts(requests, cx)?;
     guard::check_config_not_writable(cx, &s.mounts)?;
     guard::check_state_not_writable(cx)?;

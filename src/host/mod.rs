@@ -139,16 +139,26 @@ pub fn check_path_lengths<'a>(paths: impl IntoIterator<Item = &'a Path>) -> Resu
 
 /// Finds `claude` on the host's PATH.
 pub fn find_claude(home: &Path) -> Result<ClaudeInstall> {
-    let on_path = which::which("claude").map_err(|_| {
-        Fixable::new(
-            "no `claude` on PATH",
-            "install Claude Code (npm install -g @anthropic-ai/claude-code, \
-             or the native installer) and make sure `claude` runs in this shell",
-        )
-    })?;
+    find_agent(crate::policy::agent::AgentId::Claude.row(), home)
+}
+
+/// Finds an agent's binary on the host's PATH, and what of its installation to bind: the
+/// npm package holding it, or its whole npm scope (`@openai/`) when the package lies in one
+/// (Codex's launcher finds its native binary in a sibling package, `@openai/codex-linux-x64`).
+pub fn find_agent(agent: &crate::policy::agent::Agent, home: &Path) -> Result<ClaudeInstall> {
+    let on_path = which::which(agent.binary)
+        .map_err(|_| Fixable::new(format!("no `{}` on PATH", agent.binary), agent.install))?;
     let real = fs::canonicalize(&on_path)
         .with_context(|| format!("cannot resolve {}", on_path.shown()))?;
-    let bind = package_root(&real, home).unwrap_or_else(|| real.clone());
+    let mut bind = package_root(&real, home).unwrap_or_else(|| real.clone());
+    if agent.id != crate::policy::agent::AgentId::Claude {
+        if let Some(scope) = bind.parent().filter(|p| {
+            p.file_name()
+                .is_some_and(|n| n.as_encoded_bytes().starts_with(b"@"))
+        }) {
+            bind = scope.to_path_buf();
+        }
+    }
     Ok(ClaudeInstall {
         on_path,
         real,

@@ -15,11 +15,13 @@ use crate::host::project;
 use crate::host::protect;
 use crate::host::sources;
 use crate::host::{self, HostFacts};
+use crate::policy::agent::AgentId;
 use crate::policy::plan::{self, Command, Inputs, Plan};
 use crate::policy::render;
 use crate::policy::render::Shown;
 use crate::proxy::netbridge;
 use crate::state::claude_home::{self, HostClaude};
+use crate::state::codex_home;
 use crate::state::inuse;
 use crate::state::review;
 use crate::state::sessions;
@@ -51,16 +53,8 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     } else {
         Command::Claude(cli.args.clone())
     };
-    let claude = match &command {
-        Command::Claude(_) => Some(host::find_claude(&home)?),
-        Command::Exec(_) => host::find_claude(&home).ok(),
-    };
     let state_home = StateHome::from_env(&home);
     let state = state_home.project(&project.id());
-    let session = match &cli.session {
-        Some(name) => Some(sessions::prepare(&state, name, &project.cwd, &cli.args)?),
-        None => None,
-    };
     let config_file = config::location(&home);
     let settings = settings::resolve(
         config::load(&config_file)?.as_ref(),
@@ -75,6 +69,26 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             yes: cli.yes,
         },
     )?;
+    let agent = settings.agent.as_ref().map(|(a, _)| *a).unwrap_or_default();
+    let claude = match (&command, agent) {
+        (Command::Claude(_), AgentId::Claude) => Some(host::find_claude(&home)?),
+        _ => host::find_claude(&home).ok(),
+    };
+    let codex = match (&command, agent) {
+        (Command::Claude(_), AgentId::Codex) => Some(host::find_agent(agent.row(), &home)?),
+        (_, AgentId::Codex) => host::find_agent(agent.row(), &home).ok(),
+        _ => None,
+    };
+    if cli.session.is_some() && !agent.row().named_sessions {
+        bail!(
+            "--session does not work with --agent {agent} yet; run it without, or with \
+             --agent claude"
+        );
+    }
+    let session = match &cli.session {
+        Some(name) => Some(sessions::prepare(&state, name, &project.cwd, &cli.args)?),
+        None => None,
+    };
     // Refuses a forward on the proxy's port, or too many, before anything is made.
     let forwards = crate::policy::forward::in_mode(&settings.network, &settings.forward_ports)?;
     let base_url = std::env::var_os(crate::policy::base_url::VAR);
@@ -109,6 +123,13 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         None
     };
     let claude_home = HostClaude::probe(&home);
+    let codex_home = match agent {
+        AgentId::Codex => crate::state::codex_home::HostCodex::probe(&home),
+        AgentId::Claude => crate::state::codex_home::HostCodex {
+            dir: home.join(".codex"),
+            entries: Vec::new(),
+        },
+    };
     let gpu = match settings.gpu {
         Some(_) => host::gpu::probe(),
         None => Default::default(),
@@ -126,6 +147,9 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         home_claude_json: home.join(".claude.json").symlink_metadata().is_ok(),
         home_alias,
         claude,
+        agent,
+        codex,
+        codex_home,
         command,
         host: HostFacts::probe(),
         session,
@@ -266,6 +290,10 @@ fn exec_registered(
     );
     claude_home::prepare_mount_points(&inp.home, &inp.claude_home, &inp.state, &overlays)?;
     claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
+    if inp.agent == AgentId::Codex {
+        let overlays = codex_home::overlays(&inp.home, &inp.codex_home, &inp.state);
+        codex_home::prepare(&inp.home, &inp.codex_home, &inp.state, &overlays)?;
+    }
     if inp.protect_project_metadata {
         if let Some(p) = inp
             .protected
@@ -290,7 +318,7 @@ fn exec_registered(
         }
         // claude's own --resume/--continue may pick a named session's conversation.
         None => match &inp.command {
-            Command::Claude(args) => {
+            Command::Claude(args) if inp.agent == AgentId::Claude => {
                 // As claude gets them: the configured defaults, then the user's own.
                 let all: Vec<std::ffi::OsString> = (inp.settings.claude_args.iter())
                     .flat_map(|d| d.args.iter().cloned())
@@ -298,7 +326,7 @@ fn exec_registered(
                     .collect();
                 sessions::guard_picked(&inp.state, &all, &inp.project.cwd, &inp.instance_id)?
             }
-            Command::Exec(_) => None,
+            Command::Claude(_) | Command::Exec(_) => None,
         },
     };
     let plan = replanned.as_ref().unwrap_or(&p.plan);
@@ -445,6 +473,9 @@ fn resume_line(inp: &Inputs, started: std::time::SystemTime) -> Option<String> {
     let Command::Claude(args) = &inp.command else {
         return None;
     };
+    if inp.agent != AgentId::Claude {
+        return None;
+    }
     if let Some(s) = &inp.session {
         // A checked name: letters, digits, `.`, `_`, `-`.
         return Some(format!("claudebox --session {}", s.name));
@@ -541,6 +572,10 @@ pub fn writable_areas(inp: &Inputs) -> Vec<std::path::PathBuf> {
     areas.extend(inp.project.outside_git_dirs());
     areas.push(guard::canonical_lossy(&inp.home.join(".claude")));
     areas.push(guard::canonical_lossy(&inp.state.conversations()));
+    if inp.agent == AgentId::Codex {
+        areas.push(guard::canonical_lossy(&inp.state.codex_home()));
+        areas.push(guard::canonical_lossy(&inp.state.codex_login_dir()));
+    }
     for m in &inp.settings.mounts {
         if m.kind == ExtraKind::Rw {
             areas.push(m.source.clone());

@@ -137,6 +137,7 @@ fn checks() -> Result<Vec<Row>> {
         }
     }
     rows.push(claude_row(&claude));
+    rows.push(codex_row(&home));
     match &bwrap {
         Ok(b) => rows.extend(sandbox_rows(b, claude.as_ref().ok())),
         Err(_) => {
@@ -493,6 +494,53 @@ fn claude_row(claude: &Result<ClaudeInstall>) -> Row {
             "reinstall Claude Code".into(),
         ),
     }
+}
+
+/// The agent a launch from this directory runs (`agent` in the config file), and Codex's
+/// install: a failure only when Codex is that agent and missing or broken.
+fn codex_row(home: &Path) -> Row {
+    use crate::policy::agent::AgentId;
+    let config_file = crate::config::location(home);
+    let agent = crate::config::load(&config_file)
+        .ok()
+        .and_then(|f| settings_here(home, f.as_ref(), &config_file).ok())
+        .and_then(|s| s.agent)
+        .map(|(a, o)| format!("{a} ({o})"))
+        .unwrap_or_else(|| "claude (default)".into());
+    let wanted = agent.starts_with("codex");
+    let row = AgentId::Codex.row();
+    let c = match host::find_agent(row, home) {
+        Ok(c) => c,
+        Err(_) if wanted => {
+            return fail(
+                "codex",
+                format!("agent here: {agent}; no `codex` on PATH"),
+                row.install.into(),
+            )
+        }
+        Err(_) => {
+            return ok(
+                "codex",
+                format!("agent here: {agent}; no `codex` on PATH (needed only for --agent codex)"),
+            )
+        }
+    };
+    // Not `codex --version`: every codex start writes into the real ~/.codex (its helper
+    // links in tmp/arg0-linux, measured), and --check changes nothing. The npm package
+    // says its version.
+    let version = c
+        .real
+        .ancestors()
+        .map(|d| d.join("package.json"))
+        .find(|p| p.is_file())
+        .and_then(|p| fs::read(p).ok())
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["version"].as_str().map(str::to_string))
+        .unwrap_or_else(|| "version unknown".into());
+    ok(
+        "codex",
+        format!("agent here: {agent}; {} ({version})", show(&c.on_path)),
+    )
 }
 
 fn claude_home_rows(home: &Path) -> Vec<Row> {

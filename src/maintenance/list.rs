@@ -47,6 +47,8 @@ struct Row<'a> {
     last_conversation: Option<LastConversation>,
     /// Entries the exit review moved aside (`claudebox --restore ID` puts one back).
     quarantined: usize,
+    /// The agents whose state the project holds: "claude", "codex".
+    agents: &'a [&'static str],
 }
 
 /// A project's most recently written conversation.
@@ -164,6 +166,7 @@ fn row(e: &Entry, v: Verdict) -> Row<'_> {
         last_used_unix: unix,
         running: e.running.unwrap_or(0),
         sessions: &e.sessions,
+        agents: &e.agents,
         gc: match v {
             Verdict::Live => "live",
             Verdict::Kept(_) => "kept",
@@ -255,6 +258,10 @@ fn table(entries: &[Entry], margin: std::time::Duration, now: SystemTime, sizes:
                 c.uuid,
                 utc(c.time_unix, ' ', false)
             ));
+        }
+        // Only when it is not Claude Code's alone (the default), so most tables stay short.
+        if e.agents.iter().any(|a| *a != "claude") {
+            s.push_str(&format!("{:<16}  agents\t{}\n", "", e.agents.join(", ")));
         }
         if e.quarantined > 0 {
             s.push_str(&format!(

@@ -9,6 +9,10 @@ pub const HISTORY_FILE: &str = "history.jsonl";
 pub const CLAUDE_CONFIG_DIR: &str = "claude-config";
 pub const CLAUDE_JSON_BASE: &str = "claude-json-host.json";
 pub const LOGIN_DIR: &str = "login";
+/// The project's own `~/.codex` (`--agent codex`, see `codex_home`).
+pub const CODEX_HOME_DIR: &str = "codex-home";
+/// Codex's login, shared by every project: `<state home>/codex-login`.
+pub const CODEX_LOGIN_DIR: &str = "codex-login";
 /// The project's own `~/.claude/plugins/data` (see `claude_home::WITHIN`).
 pub const PLUGIN_DATA_DIR: &str = "claude-plugin-data";
 pub const LOCK_FILE: &str = "lock";
@@ -54,6 +58,20 @@ impl ProjectState {
             .and_then(Path::parent)
             .unwrap_or(&self.dir);
         home.join(LOGIN_DIR)
+    }
+    /// Codex's login directory, shared by every project: `<state home>/codex-login`
+    /// (see `codex_home`).
+    pub fn codex_login_dir(&self) -> PathBuf {
+        let home = self
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(&self.dir);
+        home.join(CODEX_LOGIN_DIR)
+    }
+    /// Mounted at `~/.codex` with `--agent codex` (see `codex_home`).
+    pub fn codex_home(&self) -> PathBuf {
+        self.dir.join(CODEX_HOME_DIR)
     }
     /// Mounted at `~/.claude` (see `claude_home`).
     pub fn claude_config(&self) -> PathBuf {

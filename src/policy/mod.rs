@@ -1,9 +1,11 @@
 //! Pure data and policy, no I/O: the sandbox plan and its one renderer, the network
 //! policy, the IPC variables table, the `~/.claude` table, the state's layout, the escaper for untrusted text.
 
+pub mod agent;
 pub mod apparmor;
 pub mod base_url;
 pub mod claude_home;
+pub mod codex_home;
 pub mod confinement;
 pub mod credsync;
 pub mod error;

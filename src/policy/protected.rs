@@ -49,6 +49,11 @@ pub const WORK_TREE_ENTRIES: &[(&str, &str)] = &[
         "JetBrains IDEs run configurations from it on the host",
     ),
     (
+        ".codex",
+        "a host Codex reads the project's .codex (config.toml: notify commands, MCP servers, \
+         hooks)",
+    ),
+    (
         ".husky",
         "husky's hook stubs (core.hooksPath .husky/_) run .husky/<hook> on a host git commit",
     ),

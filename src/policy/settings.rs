@@ -91,6 +91,9 @@ pub struct Settings {
     pub gpu: Option<Origin>,
     /// `--memory`, `--pids`, `--cpu` and their config keys, the last layer winning.
     pub limits: crate::policy::limits::Requested,
+    /// `--agent`, the config file's `agent`: which agent runs, and where that was asked
+    /// for (none: Claude Code, the default).
+    pub agent: Option<(crate::policy::agent::AgentId, Origin)>,
 }
 
 /// What claudebox's own command-line options ask for.
@@ -105,6 +108,8 @@ pub struct CliRequest {
     pub writable_project_config: bool,
     pub writable_claude_setup: bool,
     pub gpu: bool,
+    /// `--agent`.
+    pub agent: Option<crate::policy::agent::AgentId>,
     /// `--memory`, `--pids`, `--cpu` as written.
     pub limits: Vec<(crate::policy::limits::Kind, String)>,
 }

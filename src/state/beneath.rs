@@ -406,6 +406,21 @@ impl Dir {
         }
     }
 
+    /// `symlink target rel`, failing when anything is there.
+    pub fn symlink(&self, target: &Path, rel: &Path) -> io::Result<()> {
+        self.at(rel, |d, n| rustix::fs::symlinkat(target, d, n).map_err(err))
+    }
+
+    /// The target of the symlink `rel` (never followed).
+    pub fn read_link(&self, rel: &Path) -> io::Result<PathBuf> {
+        use std::os::unix::ffi::OsStringExt;
+        self.at(rel, |d, n| {
+            rustix::fs::readlinkat(d, n, Vec::new())
+                .map(|t| PathBuf::from(OsString::from_vec(t.into_bytes())))
+                .map_err(err)
+        })
+    }
+
     pub fn remove_file(&self, rel: &Path) -> io::Result<()> {
         self.at(rel, |d, n| {
             rustix::fs::unlinkat(d, n, AtFlags::empty()).map_err(err)

@@ -71,6 +71,9 @@ pub struct Entry {
     /// Entries the exit review moved aside (`quarantine/<ID>/`), each restorable with
     /// `claudebox --restore ID` while the project exists.
     pub quarantined: usize,
+    /// The agents whose state the project holds (`policy::agent` names): claude when its
+    /// conversations directory holds any, codex when it has its own `~/.codex`.
+    pub agents: Vec<&'static str>,
 }
 
 /// Something in `projects/` that is not a project directory: left alone.
@@ -207,9 +210,11 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
         missing_since: read_missing_since(&dir),
         last_conversation: None,
         quarantined: 0,
+        agents: Vec::new(),
         dir,
     };
     e.quarantined = quarantined(&e.dir);
+    e.agents = agents(&e.dir);
     if !(detail.size || detail.running) {
         e.last_used = fs::symlink_metadata(e.dir.join(state::LOCK_FILE))
             .or_else(|_| fs::symlink_metadata(&e.dir))
@@ -230,6 +235,22 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
     }
     e.sessions = sessions(&e.dir);
     e
+}
+
+/// The agents whose state the project holds (read beneath the state directory).
+pub fn agents(dir: &Path) -> Vec<&'static str> {
+    let Ok(d) = crate::state::beneath::Dir::open(dir) else {
+        return Vec::new();
+    };
+    let mut v = Vec::new();
+    let conversations = Path::new(crate::policy::layout::CONVERSATIONS_DIR);
+    if d.entries(conversations).is_ok_and(|e| !e.is_empty()) {
+        v.push(crate::policy::agent::AgentId::Claude.name());
+    }
+    if d.is_dir(Path::new(crate::policy::layout::CODEX_HOME_DIR)) {
+        v.push(crate::policy::agent::AgentId::Codex.name());
+    }
+    v
 }
 
 /// How many entries the exit review moved aside in the project's state (its

@@ -31,6 +31,7 @@
 
 pub mod beneath;
 pub mod claude_home;
+pub mod codex_home;
 pub mod credsync;
 pub mod crossing;
 pub mod du;

@@ -5,6 +5,7 @@
 //! here means something.
 
 mod claude_home;
+mod codex_home;
 mod credentials;
 mod gc_walk;
 mod gpu;
@@ -318,6 +319,7 @@ fn contains_planted(p: &Path) -> bool {
 
 fn attempts(a: &Arena) -> Vec<Attempt> {
     let mut v = claude_home::attempts(a);
+    v.extend(codex_home::attempts(a));
     v.extend(project_files::attempts(a));
     v.extend(host_ports::attempts(a));
     v.extend(gpu::attempts(a));
@@ -728,6 +730,7 @@ fn escape_suite() {
     more.extend(gc_walk::attempts());
     more.extend(shared_dirs::attempts());
     more.extend(state_races::attempts());
+    more.extend(codex_home::attempts_more());
     for (name, escaped) in &more {
         if *escaped {
             eprintln!("ESCAPE: {name}");
@@ -798,6 +801,7 @@ fn controls_show_the_attempts_can_succeed() {
         assert!(stdout(&o).contains(MARK), "TIOCSTI control: {}", stdout(&o));
     }
     claude_home::controls(&arena);
+    codex_home::controls(&arena);
     // Inside with --writable-project-config, planting a hook and a config works.
     let o = arena
         .cmd(&arena.proj, &[])

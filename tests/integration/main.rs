@@ -14,6 +14,7 @@ mod credsync;
 mod crossing;
 mod docs;
 mod e2e_claude;
+mod e2e_codex;
 mod escape;
 mod faults;
 mod first_contact;

@@ -54,7 +54,9 @@ use crate::policy::network::{NetworkMode, ProxySpec};
 use crate::policy::protected::{Guard, Protected};
 use crate::policy::settings::{ExtraKind, ExtraMount, Origin, Settings, UserEnv};
 
+use crate::policy::agent::AgentId;
 use crate::policy::claude_home::{self, HostClaude, Overlay};
+use crate::policy::codex_home::{self, HostCodex};
 use crate::policy::layout::ProjectState;
 use crate::policy::session as sessions;
 
@@ -207,6 +209,12 @@ pub struct Inputs {
     pub home_claude_json: bool,
     pub state: ProjectState,
     pub claude: Option<ClaudeInstall>,
+    /// Which agent runs (`--agent`, the config file's `agent`): Claude Code unless asked.
+    pub agent: AgentId,
+    /// With `--agent codex`: Codex's installation, found on the host's PATH.
+    pub codex: Option<ClaudeInstall>,
+    /// With `--agent codex`: the real Codex directory and its entries (see `codex_home`).
+    pub codex_home: HostCodex,
     pub command: Command,
     pub instance_id: String,
     pub host: HostFacts,
@@ -259,6 +267,10 @@ impl Inputs {
         own_exe: PathBuf,
         instance_id: String,
     ) -> Inputs {
+        let codex_home = HostCodex {
+            dir: home.join(".codex"),
+            entries: Vec::new(),
+        };
         Inputs {
             claude_home: HostClaude {
                 dir: home.join(".claude"),
@@ -273,6 +285,9 @@ impl Inputs {
             home_claude_json: false,
             state,
             claude: None,
+            agent: AgentId::Claude,
+            codex: None,
+            codex_home,
             command: Command::Claude(Vec::new()),
             instance_id,
             host: HostFacts::default(),
@@ -369,6 +384,19 @@ fn settings_rows(s: &Settings) -> Vec<SettingRow> {
             from: s.network_origin.to_string(),
         },
     ];
+    rows.push(SettingRow {
+        name: "agent",
+        value: s
+            .agent
+            .as_ref()
+            .map_or("claude", |(a, _)| a.name())
+            .as_bytes()
+            .to_vec(),
+        from: s
+            .agent
+            .as_ref()
+            .map_or("default".to_string(), |(_, o)| o.to_string()),
+    });
     for a in &s.claude_args {
         rows.push(SettingRow {
             name: "claude-args",
@@ -382,6 +410,8 @@ fn settings_rows(s: &Settings) -> Vec<SettingRow> {
 /// The typed sandbox plan.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Plan {
+    /// Which agent runs (for `--dry-run`'s summary).
+    pub agent: AgentId,
     /// The project's work tree (for `--dry-run`'s summary).
     pub project: PathBuf,
     /// The project's state directory (for `--dry-run`'s summary).
@@ -529,6 +559,21 @@ pub fn build(inp: &Inputs) -> Plan {
             ));
         }
     }
+    if let Some(c) = inp.codex.as_ref().filter(|_| inp.agent == AgentId::Codex) {
+        m.push(Mount::same(
+            MountKind::Ro,
+            &c.bind,
+            "the codex installation (its npm scope: the launcher and its platform package)",
+        ));
+        if c.on_path != c.real && !c.bind.starts_with(&c.on_path) {
+            m.push(Mount::new(
+                MountKind::Symlink,
+                Some(&c.real),
+                &c.on_path,
+                "codex as the host's PATH finds it",
+            ));
+        }
+    }
     if !inp
         .host
         .system
@@ -570,7 +615,11 @@ pub fn build(inp: &Inputs) -> Plan {
         ));
     }
 
-    claude_home(inp, &mut m, &mut notes);
+    match inp.agent {
+        AgentId::Claude => claude_home(inp, &mut m, &mut notes),
+        AgentId::Codex => codex_home(inp, &mut m, &mut notes),
+    }
+    notes.extend(inp.agent.row().notes.iter().map(|n| n.to_string()));
     m.extend(extra_after);
 
     let mut flags = NAMESPACE_FLAGS.to_vec();
@@ -614,11 +663,20 @@ pub fn build(inp: &Inputs) -> Plan {
     if inp.ssh_agent.is_some() {
         env.push(set("SSH_AUTH_SOCK", OsStr::new(SSH_AGENT_SOCK)));
     }
-    env.push(set("CLAUDE_CONFIG_DIR", home.join(".claude").as_os_str()));
-    env.push(set(
-        "CLAUDE_SECURESTORAGE_CONFIG_DIR",
-        inp.state.login_dir().as_os_str(),
-    ));
+    match inp.agent {
+        AgentId::Claude => {
+            env.push(set("CLAUDE_CONFIG_DIR", home.join(".claude").as_os_str()));
+            env.push(set(
+                "CLAUDE_SECURESTORAGE_CONFIG_DIR",
+                inp.state.login_dir().as_os_str(),
+            ));
+        }
+        AgentId::Codex => {
+            env.push(set("CODEX_HOME", home.join(".codex").as_os_str()));
+            // The databases stay in the project's CODEX_HOME, whatever the host says.
+            env.push(EnvOp::Unset("CODEX_SQLITE_HOME".into()));
+        }
+    }
     env.extend([
         set("CLAUDEBOX", OsStr::new("1")),
         set("CLAUDEBOX_PROJECT_ROOT", p.root.as_os_str()),
@@ -653,6 +711,16 @@ pub fn build(inp: &Inputs) -> Plan {
 
     let argv = match &inp.command {
         Command::Exec(cmd) => cmd.clone(),
+        Command::Claude(args) if inp.agent == AgentId::Codex => {
+            let program = inp
+                .codex
+                .as_ref()
+                .map(|c| c.on_path.clone().into_os_string())
+                .unwrap_or_else(|| "codex".into());
+            let mut v = vec![program];
+            v.extend(args.iter().cloned());
+            v
+        }
         Command::Claude(args) => {
             let program = inp
                 .claude
@@ -679,9 +747,10 @@ pub fn build(inp: &Inputs) -> Plan {
         forwards: spec.forwards().unwrap_or_default(),
     });
 
-    let claude_dir = home.join(".claude");
-    let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &claude_dir);
+    let agent_dir = home.join(inp.agent.row().state_dir);
+    let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &agent_dir);
     Plan {
+        agent: inp.agent,
         project: p.work_tree.clone(),
         state_dir: inp.state.dir.clone(),
         bwrap: inp.bwrap.clone(),
@@ -718,27 +787,7 @@ fn claude_home(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
         &inp.state,
         inp.writable_claude_setup,
     ) {
-        m.push(match o {
-            Overlay::Bind {
-                source,
-                target,
-                writable,
-                file,
-                why,
-            } => {
-                let kind = match (writable, file) {
-                    (true, true) => MountKind::File,
-                    (true, false) => MountKind::Rw,
-                    (false, _) if source.starts_with(&inp.state.dir) => MountKind::Ro,
-                    (false, _) => MountKind::RoTry,
-                };
-                Mount::new(kind, Some(&source), &target, &why)
-            }
-            Overlay::EmptyDir { target, why } => {
-                Mount::new(MountKind::EmptyRo, None, &target, &why)
-            }
-            Overlay::Tmpfs { target, why } => Mount::new(MountKind::Tmpfs, None, &target, &why),
-        });
+        m.push(overlay_mount(inp, o));
     }
     if let Some(c) = &inp.claude {
         if c.bind.starts_with(&inside) {
@@ -789,6 +838,45 @@ fn claude_home(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
     }
 }
 
+/// One mount of an agent's state group (`claude_home`, `codex_home`) as a plan mount.
+fn overlay_mount(inp: &Inputs, o: Overlay) -> Mount {
+    match o {
+        Overlay::Bind {
+            source,
+            target,
+            writable,
+            file,
+            why,
+        } => {
+            let kind = match (writable, file) {
+                (true, true) => MountKind::File,
+                (true, false) => MountKind::Rw,
+                (false, _) if source.starts_with(&inp.state.dir) => MountKind::Ro,
+                (false, _) => MountKind::RoTry,
+            };
+            Mount::new(kind, Some(&source), &target, &why)
+        }
+        Overlay::EmptyDir { target, why } => Mount::new(MountKind::EmptyRo, None, &target, &why),
+        Overlay::Tmpfs { target, why } => Mount::new(MountKind::Tmpfs, None, &target, &why),
+    }
+}
+
+/// Step 6 with `--agent codex`: `~/.codex` (see `codex_home`); the login's symlink in it
+/// is made on the host by `state::codex_home` (a note says so).
+fn codex_home(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
+    for o in codex_home::overlays(&inp.home, &inp.codex_home, &inp.state) {
+        m.push(overlay_mount(inp, o));
+    }
+    notes.push(format!(
+        "agent codex: ~/.codex/auth.json is a symlink (made before each launch) to {}: Codex \
+         writes beside a link's target, so every Codex sandbox shares one login and its lock",
+        inp.state
+            .codex_login_dir()
+            .join(codex_home::LOGIN_FILE)
+            .display()
+    ));
+}
+
 fn project_dirs(p: &Project) -> Vec<PathBuf> {
     let mut v = vec![p.work_tree.clone()];
     v.extend(p.outside_git_dirs());
@@ -834,7 +922,7 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
     if !inp.protect_project_metadata {
         notes.push(
             "opt-in --writable-project-config: .git/hooks, .git/config, .envrc, .vscode, \
-             .idea, .claude, .mcp.json, .husky, lefthook and pre-commit config, .gitmodules, \
+             .idea, .codex, .claude, .mcp.json, .husky, lefthook and pre-commit config, .gitmodules, \
              .devcontainer and nested repositories' git dirs are writable; tools on the host \
              run code from them"
                 .to_string(),

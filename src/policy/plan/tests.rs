@@ -544,3 +544,81 @@ fn dry_run_shows_the_confinement_tables_exactly() {
     // Without Landlock scopes (ABI 5), no landlock line claims one.
     assert!(only(&text(5), "landlock").is_empty());
 }
+
+mod codex_group {
+    use super::*;
+    use crate::policy::codex_home::HostCodex;
+
+    /// `--agent codex`: `~/.codex` is the project's own directory with the user's setup
+    /// read-only over it (checked inside), CODEX_HOME instead of the `CLAUDE_*` variables,
+    /// nothing of `~/.claude`, codex as the program; Claude's plan has none of it.
+    #[test]
+    fn codex_gets_its_own_home_and_the_setup_read_only() {
+        let inp = Inputs {
+            agent: AgentId::Codex,
+            command: Command::Claude(vec!["exec".into()]),
+            codex: Some(ClaudeInstall {
+                on_path: "/u/bin/codex".into(),
+                real: "/u/lib/node_modules/@openai/codex/bin/codex.js".into(),
+                bind: "/u/lib/node_modules/@openai".into(),
+            }),
+            codex_home: HostCodex {
+                dir: "/h/.codex".into(),
+                entries: vec![("config.toml".into(), false), ("sessions".into(), true)],
+            },
+            ..test_inputs()
+        };
+        let plan = build(&inp);
+        assert_eq!(
+            plan.argv[..2],
+            ["/u/bin/codex".into(), "exec".into()] as [OsString; 2]
+        );
+        let set = |name: &str| {
+            plan.env
+                .iter()
+                .any(|e| matches!(e, EnvOp::Set(n, _) if n == name))
+        };
+        assert!(set("CODEX_HOME") && !set("CLAUDE_CONFIG_DIR"));
+        assert!(!plan
+            .mounts
+            .iter()
+            .any(|m| m.target.starts_with("/h/.claude")));
+        let home = plan
+            .mounts
+            .iter()
+            .find(|m| m.target == Path::new("/h/.codex"))
+            .unwrap();
+        assert_eq!(home.kind, MountKind::Rw);
+        assert_eq!(
+            home.source.as_deref(),
+            Some(Path::new(
+                "/h/.claudebox/projects/0123456789abcdef/codex-home"
+            ))
+        );
+        assert!(!plan
+            .mounts
+            .iter()
+            .any(|m| m.source.as_deref() == Some(Path::new("/h/.codex/sessions"))));
+        let checks = &plan.confine.as_ref().unwrap().mount_checks;
+        // The host's config.toml, read-only (skipped if it goes before the launch opens it,
+        // as for ~/.claude's setup); the stand-ins for what the host lacks are checked.
+        assert!(plan.mounts.iter().any(|m| m.kind == MountKind::RoTry
+            && m.source.as_deref() == Some(Path::new("/h/.codex/config.toml"))
+            && m.target == Path::new("/h/.codex/config.toml")));
+        for p in [
+            "/h/.codex/hooks.json",
+            "/h/.codex/rules",
+            "/h/.codex/AGENTS.md",
+        ] {
+            assert!(
+                checks.iter().any(|c| c.path == Path::new(p) && c.read_only),
+                "{p} not checked read-only: {checks:?}"
+            );
+        }
+        let claude = build(&test_inputs());
+        assert!(!claude
+            .mounts
+            .iter()
+            .any(|m| m.target.starts_with("/h/.codex")));
+    }
+}

@@ -6,6 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use super::{escape_bytes, shown};
+use crate::policy::agent::AgentId;
 use crate::policy::network::NetworkMode;
 use crate::policy::plan::{MountKind, Plan, SSH_AGENT_SOCK};
 use crate::policy::settings::Origin;
@@ -75,7 +76,13 @@ pub fn summary(plan: &Plan) -> Vec<u8> {
             _ => {}
         }
     }
-    if let Some(c) = &claude_dir {
+    let codex = plan.agent == AgentId::Codex;
+    if let Some(c) = claude_dir.as_ref().filter(|_| codex) {
+        writable.push(format!(
+            "{}: this project's own CODEX_HOME, kept in the state",
+            path(c)
+        ));
+    } else if let Some(c) = &claude_dir {
         writable.push(format!(
             "{} and {}.json: this project's own copies, kept in the state",
             path(c),
@@ -90,7 +97,11 @@ pub fn summary(plan: &Plan) -> Vec<u8> {
             list(&protected, 4)
         ));
     }
-    if claude_dir.is_some() {
+    if codex {
+        ro.push(
+            "your Codex setup in ~/.codex (config.toml, AGENTS.md, rules, hooks.json, ...)".into(),
+        );
+    } else if claude_dir.is_some() {
         ro.push("your Claude Code setup in ~/.claude (settings, hooks, plugins, ...)".into());
     }
     ro.extend(read_only);
@@ -134,6 +145,12 @@ pub fn summary(plan: &Plan) -> Vec<u8> {
         project_row.push_str(&format!(" (started in {})", path(&plan.cwd)));
     }
     row("project", project_row);
+    if codex {
+        row(
+            "agent",
+            "codex (experimental; notes at the end)".to_string(),
+        );
+    }
     row("state", path(&plan.state_dir));
     row("network", shown(&network));
     row("writable", writable.join("; "));

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 pub const MOCK_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/mock_api.py");
+/// The mock of OpenAI's Responses API, for the real Codex CLI (`--agent codex`).
+pub const MOCK_OPENAI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/mock_openai.py");
 
 /// The API key the tests give claude (and approve in the seeded `~/.claude.json`).
 pub const API_KEY: &str = "sk-ant-api03-claudebox-lab-key-0123456789";
@@ -57,6 +59,48 @@ pub fn claude_versions() -> Vec<Claude> {
     out
 }
 
+/// Both Codex CLI versions the tests run with: the pinned one (`CLAUDEBOX_TEST_CODEX`) and
+/// the newest (`CLAUDEBOX_TEST_CODEX_LATEST`); scripts/install-codex.sh installs them. As
+/// [`claude_versions`]: empty only with `CLAUDEBOX_SKIP_E2E=1`, else a missing one fails.
+pub fn codex_versions() -> Vec<Claude> {
+    let skip = std::env::var_os("CLAUDEBOX_SKIP_E2E").is_some_and(|v| v == "1");
+    let mut out = Vec::new();
+    for (label, var) in [
+        ("codex pinned", "CLAUDEBOX_TEST_CODEX"),
+        ("codex latest", "CLAUDEBOX_TEST_CODEX_LATEST"),
+    ] {
+        match std::env::var_os(var) {
+            Some(p) if !p.is_empty() => out.push(Claude {
+                label,
+                bin: PathBuf::from(p),
+            }),
+            _ if skip => {
+                eprintln!("skipping: CLAUDEBOX_SKIP_E2E=1");
+                return Vec::new();
+            }
+            _ => panic!(
+                "{var} is not set: run the tests with scripts/test (which installs the pinned \
+                 and the newest Codex CLI), or set CLAUDEBOX_SKIP_E2E=1 to skip the \
+                 end-to-end tests"
+            ),
+        }
+    }
+    out
+}
+
+/// The API key variable the lab's Codex config names, and its value.
+pub const OPENAI_KEY_VAR: &str = "CLAUDEBOX_LAB_OPENAI_KEY";
+pub const OPENAI_KEY: &str = "sk-proj-claudebox-lab-key-0123456789";
+
+/// A Codex `config.toml` whose model provider is the mock at `port`.
+pub fn codex_config(port: u16) -> String {
+    format!(
+        "model = \"mock-model\"\nmodel_provider = \"mock\"\n\n[model_providers.mock]\n\
+         name = \"mock\"\nbase_url = \"http://127.0.0.1:{port}/v1\"\n\
+         env_key = \"{OPENAI_KEY_VAR}\"\nwire_api = \"responses\"\n"
+    )
+}
+
 /// A world (`common::World`) whose `claude` is `c`, linked the way npm links it.
 pub fn world_with(c: &Claude) -> super::World {
     let w = super::World::new();
@@ -92,6 +136,16 @@ impl MockApi {
 
     /// `start` with more arguments for the mock; `@tls` stands for `<its dir>/tls`.
     fn start_with(script: &Value, extra: &[&str]) -> MockApi {
+        MockApi::spawn(MOCK_API, script, extra)
+    }
+
+    /// Starts the mock of OpenAI's Responses API playing `script` (see
+    /// `tests/lab/mock_openai.py`); point Codex at it with [`codex_config`].
+    pub fn start_openai(script: &Value) -> MockApi {
+        MockApi::spawn(MOCK_OPENAI, script, &[])
+    }
+
+    fn spawn(mock: &str, script: &Value, extra: &[&str]) -> MockApi {
         let dir = tempfile::Builder::new()
             .prefix("claudebox-mock-api-")
             .tempdir()
@@ -102,7 +156,7 @@ impl MockApi {
         let log = dir.path().join("requests.jsonl");
         let err = fs::File::create(dir.path().join("stderr")).unwrap();
         let mut cmd = Command::new("python3");
-        cmd.arg(MOCK_API)
+        cmd.arg(mock)
             .arg("--port-file")
             .arg(&port_file)
             .arg("--script")

@@ -28,9 +28,15 @@ pub struct World {
 
 impl World {
     pub fn new() -> World {
+        World::new_in(&std::env::temp_dir())
+    }
+
+    /// A world under `base` (Codex refuses to make its helper links when its home lies
+    /// under the temporary directory: its tests use /var/tmp).
+    pub fn new_in(base: &Path) -> World {
         let dir = tempfile::Builder::new()
             .prefix("claudebox-test-")
-            .tempdir()
+            .tempdir_in(base)
             .expect("tempdir");
         let w = World { dir };
         fs::create_dir_all(w.home()).unwrap();

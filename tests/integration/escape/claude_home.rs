@@ -71,7 +71,7 @@ pub(crate) fn seed(a: &Arena) {
 }
 
 /// Any file under `dir` that holds `PLANTED`.
-fn planted_under(dir: &Path) -> bool {
+pub(crate) fn planted_under(dir: &Path) -> bool {
     let Ok(rd) = fs::read_dir(dir) else {
         return contains_planted(dir);
     };

@@ -235,6 +235,11 @@ fn plants() -> Vec<Plant> {
             planted_at("mise.toml"),
         ),
         plant_case(
+            "a new .codex/config.toml (a host Codex runs its notify command and MCP servers)",
+            "mkdir -p .codex && printf 'notify = [\"sh\", \"-c\", \"echo PLANTED\"]\\n' > .codex/config.toml",
+            planted_at(".codex/config.toml"),
+        ),
+        plant_case(
             "a new .vscode/tasks.json in a subdirectory",
             plant("deep/.vscode/tasks.json"),
             planted_at("deep/.vscode/tasks.json"),

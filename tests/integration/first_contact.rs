@@ -440,3 +440,81 @@ fn which_fish() -> Result<PathBuf, ()> {
         .find(|p| p.exists())
         .ok_or(())
 }
+
+/// `git worktree add ../x` inside, run with real git: the directories around the project
+/// are the sandbox's own (bwrap's root, the home's or /tmp's tmpfs), so a worktree made
+/// there was lost at exit while the host's git kept its entry. They are read-only now
+/// (`scratch-ro`): git fails at once and removes its half-made entry. Three places: under
+/// the home (`~/src/app`), under the world's root (a tmpfs /tmp inside, or bwrap's root),
+/// and outside both (`/var/tmp`: bwrap's root, made read-only at the end). Control: the
+/// same bwrap command line from `--dry-run` without the scratch-ro rows; git returns 0 and
+/// the host's git lists a prunable worktree.
+#[test]
+fn a_worktree_outside_the_project_fails_at_once_and_leaves_no_entry() {
+    let w = World::new();
+    let var_tmp = tempfile::Builder::new()
+        .prefix("claudebox-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let outside = fs::canonicalize(var_tmp.path()).unwrap().join("proj");
+    let under_home = w.home().join("src/app");
+    let script = "git worktree add ../x >/dev/null 2>&1; echo WT=$?; \
+                  touch ../f 2>/dev/null; echo TOUCH=$?; \
+                  git worktree add .wt/y >/dev/null 2>&1; echo INSIDE=$?; \
+                  echo x > $HOME/scratch && echo HOME-OK";
+    for proj in [under_home.clone(), w.dir("app"), outside] {
+        init_repo(&proj);
+        let out = ok(&w
+            .cmd(&proj)
+            .args(["--exec", "sh", "-c", script])
+            .output()
+            .unwrap());
+        assert!(out.contains("WT=128\n"), "{}: {out}", proj.display());
+        assert!(out.contains("TOUCH=1\n"), "{}: {out}", proj.display());
+        assert!(out.contains("INSIDE=0\n"), "{}: {out}", proj.display());
+        assert!(out.contains("HOME-OK"), "{}: {out}", proj.display());
+        let list = git(&proj, &["worktree", "list", "--porcelain"]);
+        assert!(
+            !list.contains("/x\n") && !list.contains("prunable"),
+            "{list}"
+        );
+        assert!(list.contains("/.wt/y\n"), "{list}");
+        assert!(!proj.parent().unwrap().join("x").exists());
+    }
+
+    // Control: the dry run's own command line without the scratch-ro rows.
+    let proj = under_home;
+    let src = w.home().join("src");
+    let dry = ok(&w
+        .cmd(&proj)
+        .args(["--dry-run", "--exec", "sh", "-c"])
+        .arg("git worktree add ../x >/dev/null 2>&1; echo WT=$?")
+        .output()
+        .unwrap());
+    assert!(
+        dry.contains(&format!("scratch-ro\t-\t{}\t", src.display())),
+        "{dry}"
+    );
+    let line = dry.lines().last().unwrap().to_string();
+    let (tmpfs, remount) = (
+        format!("--tmpfs {} ", src.display()),
+        format!("--remount-ro {} ", src.display()),
+    );
+    assert!(line.contains(&tmpfs) && line.contains(&remount), "{line}");
+    let run = |line: &str| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(line)
+            .current_dir(&proj)
+            .env("HOME", w.home())
+            .env("PATH", w.path_var())
+            .output()
+            .unwrap()
+    };
+    assert!(stdout(&run(&line)).contains("WT=128"));
+    let off = line.replace(&tmpfs, "").replace(&remount, "");
+    let out = run(&off);
+    assert!(stdout(&out).contains("WT=0"), "{}", stderr(&out));
+    let list = git(&proj, &["worktree", "list", "--porcelain"]);
+    assert!(list.contains("prunable"), "{list}");
+}

@@ -75,6 +75,17 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             yes: cli.yes,
         },
     )?;
+    if let Command::Claude(args) = &command {
+        let all = settings
+            .claude_args
+            .iter()
+            .flat_map(|c| &c.args)
+            .chain(args);
+        if let Some(w) = crate::policy::session::root_refusal(nix::unistd::geteuid().is_root(), all)
+        {
+            eprintln!("claudebox: {w}");
+        }
+    }
     // Refuses a forward on the proxy's port, or too many, before anything is made.
     let forwards = crate::policy::forward::in_mode(&settings.network, &settings.forward_ports)?;
     let base_url = std::env::var_os(crate::policy::base_url::VAR);
@@ -109,6 +120,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         None
     };
     let claude_home = HostClaude::probe(&home);
+    let marketplaces = local_marketplaces(&claude_home.dir, &home, &project.work_tree);
     let gpu = match settings.gpu {
         Some(_) => host::gpu::probe(),
         None => Default::default(),
@@ -125,6 +137,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         gpu,
         home_claude_json: home.join(".claude.json").symlink_metadata().is_ok(),
         home_alias,
+        marketplaces,
         claude,
         command,
         host: HostFacts::probe(),
@@ -587,4 +600,35 @@ mod tests {
             assert_eq!(race_in(other), None, "{other}");
         }
     }
+}
+
+/// The host's local-directory plugin marketplaces that may be bound read-only; one line
+/// for each that may not (its plugins will not load inside), naming `--ro`.
+fn local_marketplaces(claude_dir: &Path, home: &Path, project: &Path) -> Vec<std::path::PathBuf> {
+    use crate::policy::claude_home as ch;
+    let known = std::fs::read(claude_dir.join(ch::KNOWN_MARKETPLACES)).unwrap_or_default();
+    let mut out = Vec::new();
+    for dir in ch::local_marketplaces(&known) {
+        // Canonical, so that the checks see where a symlink leads.
+        let Ok(real) = std::fs::canonicalize(&dir) else {
+            eprintln!(
+                "claudebox: plugins: the local marketplace {} is missing on the host; its \
+                 plugins will not load inside",
+                crate::policy::render::shown(&dir)
+            );
+            continue;
+        };
+        let manifest = real.join(".claude-plugin/marketplace.json").is_file();
+        match ch::marketplace(&real, manifest, home, &[project, claude_dir]) {
+            ch::Marketplace::Bind => out.push(real),
+            ch::Marketplace::Visible => {}
+            ch::Marketplace::Refused(why) => eprintln!(
+                "claudebox: plugins: the local marketplace {} is not bound ({why}): its \
+                 plugins will not load inside; `--ro {}` brings it in",
+                crate::policy::render::shown(&dir),
+                crate::policy::render::shown(&dir)
+            ),
+        }
+    }
+    out
 }

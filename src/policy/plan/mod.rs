@@ -213,6 +213,9 @@ pub struct Inputs {
     /// `$HOME` as the host names it, through a symlink: recreated inside as a symlink to
     /// `home` (see `host::home`).
     pub home_alias: Option<PathBuf>,
+    /// Local-directory plugin marketplaces the host's claude reads plugins from (see
+    /// `claude_home::local_marketplaces`), checked at the edge; bound read-only.
+    pub marketplaces: Vec<PathBuf>,
     /// The host's `~/.claude.json` exists: with the home as the project (`--yes`), the
     /// project's copy is bound over it (see `claude_home`).
     pub home_claude_json: bool,
@@ -281,6 +284,7 @@ impl Inputs {
             project,
             home,
             home_alias: None,
+            marketplaces: Vec::new(),
             home_claude_json: false,
             state,
             claude: None,
@@ -583,6 +587,14 @@ pub fn build(inp: &Inputs) -> Plan {
     }
 
     claude_home(inp, &mut m, &mut notes);
+    for dir in &inp.marketplaces {
+        m.push(Mount::same(
+            MountKind::Ro,
+            dir,
+            "a plugin marketplace added as a local directory \
+             (~/.claude/plugins/known_marketplaces.json): claude reads its plugins from here",
+        ));
+    }
     m.extend(extra_after);
     m.push(Mount::new(
         MountKind::ScratchRo,

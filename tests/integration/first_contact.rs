@@ -1,7 +1,7 @@
 //! What a newcomer meets first (issue 24): a home reached through a symlink, `--yes` in
 //! the home, a local gateway the network mode cannot reach, a hook's own log under
 //! `~/.claude`, the read-only notice, near-misses of claudebox's options, `--dry-run`'s
-//! summary and session-name completion.
+//! summary, session-name completion (bash, zsh, fish), a worktree outside the project.
 
 use crate::common::*;
 use std::fs;
@@ -360,7 +360,7 @@ fn dry_run_starts_with_a_summary_and_explains_every_kind_it_prints() {
 /// completion function from `claudebox completions bash`, run for real (and fish's when
 /// fish is installed). The control: `--ro <TAB>` in the same shell completes file names.
 #[test]
-fn session_names_complete_in_bash_and_fish() {
+fn session_names_complete_in_bash_zsh_and_fish() {
     let w = World::new();
     let p = w.dir("comp");
     init_repo(&p);
@@ -402,6 +402,51 @@ fn session_names_complete_in_bash_and_fish() {
     // The control: a path option still completes file names.
     assert!(bash("claudebox --ro", "REA").contains(&"README".to_string()));
     assert!(!bash("claudebox --session", "REA").contains(&"README".to_string()));
+
+    // zsh: the real completion system in an interactive zsh on a pseudo-terminal (zpty):
+    // the typed line after one Tab.
+    if let Ok(zsh) = which::which("zsh") {
+        let driver = "zmodload zsh/zpty\n\
+            zpty z zsh -f -i\n\
+            zpty -w z \"PROMPT='> '; autoload -U compinit; compinit -u -d $3; source $1\"\n\
+            sleep 2\n\
+            zpty -w -n z \"$2\"\n\
+            sleep 3\n\
+            out=\n\
+            while zpty -rt z chunk; do out+=$chunk; done\n\
+            print -r -- \"${out##*$'\\e'\\[\\?2004h}\"\n\
+            zpty -d z\n";
+        let file = script("zsh");
+        let zsh_tab = |typed: &str| {
+            let o = std::process::Command::new(&zsh)
+                .args(["-f", "-c", driver, "zsh"])
+                .arg(&file)
+                .arg(format!("{typed}\t"))
+                .arg(w.root().join("zcompdump"))
+                .current_dir(&p)
+                .env_clear()
+                .env("HOME", w.home())
+                .env("PATH", &path)
+                .output()
+                .unwrap();
+            stdout(&o)
+        };
+        let got = zsh_tab("claudebox --session b");
+        assert!(got.contains("claudebox --session beta-2"), "{got:?}");
+        let got = zsh_tab("claudebox --forget a");
+        assert!(got.contains("claudebox --forget alpha"), "{got:?}");
+        // The control: a path option still completes file names, a session option not.
+        let got = zsh_tab("claudebox --ro REA");
+        assert!(got.contains("claudebox --ro README"), "{got:?}");
+        let got = zsh_tab("claudebox --session REA");
+        assert!(!got.contains("README"), "{got:?}");
+    } else {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "zsh is missing in CI (.ci/run installs it)"
+        );
+        eprintln!("skipping the zsh half: zsh is not installed");
+    }
 
     let Ok(fish) = which_fish() else {
         eprintln!("skipping the fish half: fish is not installed");

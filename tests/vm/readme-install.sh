@@ -130,8 +130,12 @@ echo "--- claudebox --check (as user)"; as_user "cd ~/proj && claudebox --check"
 echo "--- claudebox --exec true (as user)"; as_user "cd ~/proj && claudebox --exec true" && echo LAUNCH-OK
 as_user "cd ~/proj && claudebox --exec sh -c \"touch made-inside && id -un\""'
     log "$name: the README's install as user, then --check and --exec true"
+    # The host's trust store, so that an egress proxy's CA this machine trusts holds inside.
+    local ca=()
+    [[ -f /etc/ssl/certs/ca-certificates.crt ]] &&
+        ca=(--ro-bind /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt)
     set +e
-    bwrap --bind "$r" / --dev /dev --proc /proc --tmpfs /tmp \
+    bwrap --bind "$r" / --dev /dev --proc /proc --tmpfs /tmp "${ca[@]}" \
         --ro-bind "$sysroot" /opt/rust \
         --bind "$cache/cargo-registry" /home/user/.cargo/registry \
         --bind "$cache/target-$name" /var/tmp/target \

@@ -442,6 +442,16 @@ fn exec_registered(
     if let Some(p) = pending {
         p.finish(&inp.state, &mut std::io::stderr());
     }
+    if let Some(common) = &inp.project.common_dir {
+        for lost in crate::state::worktrees::lost(common, started) {
+            eprintln!(
+                "claudebox: the worktree {} made inside lived in the sandbox's scratch home and \
+                 is gone; its entry stays in git (`git worktree prune` removes it): make \
+                 worktrees inside the project",
+                crate::policy::render::shown(&lost)
+            );
+        }
+    }
     if let Some(line) = resume_line(inp, started) {
         eprintln!("claudebox: to resume this conversation: {line}");
     }
@@ -576,32 +586,6 @@ fn ignore_terminal_signals() -> bool {
     !was_ignored
 }
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn bwrap_s_lines_for_a_replaced_source_are_recognised_and_no_others() {
-        use super::race_in;
-        let s = "bwrap: Can't find source path /proc/self/fd/17: No such file or directory\n";
-        assert_eq!(race_in(s), Some(Some(17)));
-        assert_eq!(
-            race_in("bwrap: Race condition binding dirfd: Invalid argument\n"),
-            Some(None)
-        );
-        let m = "bwrap: Can't bind mount /oldroot/h/c on /newroot/h/c: Unable to find \
-                 \"/newroot/h/c (deleted)\" in mount table\n";
-        assert_eq!(race_in(m), Some(None));
-        for other in [
-            "bwrap: Can't find source path /home/x: No such file or directory\n",
-            "bwrap: Can't bind mount /oldroot/a on /newroot/a: Unable to find \"/newroot/a\" in \
-             mount table\n",
-            "bwrap: setting up uid map: Permission denied\n",
-            "",
-        ] {
-            assert_eq!(race_in(other), None, "{other}");
-        }
-    }
-}
-
 /// The host's local-directory plugin marketplaces that may be bound read-only; one line
 /// for each that may not (its plugins will not load inside), naming `--ro`.
 fn local_marketplaces(claude_dir: &Path, home: &Path, project: &Path) -> Vec<std::path::PathBuf> {
@@ -631,4 +615,30 @@ fn local_marketplaces(claude_dir: &Path, home: &Path, project: &Path) -> Vec<std
         }
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn bwrap_s_lines_for_a_replaced_source_are_recognised_and_no_others() {
+        use super::race_in;
+        let s = "bwrap: Can't find source path /proc/self/fd/17: No such file or directory\n";
+        assert_eq!(race_in(s), Some(Some(17)));
+        assert_eq!(
+            race_in("bwrap: Race condition binding dirfd: Invalid argument\n"),
+            Some(None)
+        );
+        let m = "bwrap: Can't bind mount /oldroot/h/c on /newroot/h/c: Unable to find \
+                 \"/newroot/h/c (deleted)\" in mount table\n";
+        assert_eq!(race_in(m), Some(None));
+        for other in [
+            "bwrap: Can't find source path /home/x: No such file or directory\n",
+            "bwrap: Can't bind mount /oldroot/a on /newroot/a: Unable to find \"/newroot/a\" in \
+             mount table\n",
+            "bwrap: setting up uid map: Permission denied\n",
+            "",
+        ] {
+            assert_eq!(race_in(other), None, "{other}");
+        }
+    }
 }

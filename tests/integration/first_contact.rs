@@ -563,3 +563,46 @@ fn a_worktree_outside_the_project_fails_at_once_and_leaves_no_entry() {
     let list = git(&proj, &["worktree", "list", "--porcelain"]);
     assert!(list.contains("prunable"), "{list}");
 }
+
+/// A project directly in the home: `../x` is the sandbox's scratch home, writable and
+/// discarded at exit, so git succeeds inside and the worktree is gone at exit while its
+/// entry stays. The exit names it, with the command that drops the entry. Control: a
+/// worktree made inside the project (kept) and an older dangling entry (not this launch's)
+/// are not named.
+#[test]
+fn a_worktree_lost_with_the_scratch_home_is_named_at_exit() {
+    let w = World::new();
+    let proj = w.home().join("proj");
+    init_repo(&proj);
+    // An entry left dangling before this launch: not this launch's to name.
+    git(&proj, &["worktree", "add", "-q", "../old"]);
+    fs::remove_dir_all(w.home().join("old")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let o = w
+        .cmd(&proj)
+        .args(["--exec", "sh", "-c"])
+        .arg(
+            "git worktree add ../x >/dev/null 2>&1; echo WT=$?; \
+             git worktree add .wt/y >/dev/null 2>&1; echo INSIDE=$?",
+        )
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    assert!(
+        out.contains("WT=0\n") && out.contains("INSIDE=0\n"),
+        "{out}"
+    );
+    let err = stderr(&o);
+    let named: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("made inside lived in the sandbox's scratch home"))
+        .collect();
+    assert_eq!(named.len(), 1, "{err}");
+    assert!(
+        named[0].contains(&format!("worktree {} made", w.home().join("x").display()))
+            && named[0].contains("git worktree prune"),
+        "{err}"
+    );
+    let list = git(&proj, &["worktree", "list", "--porcelain"]);
+    assert!(list.contains("/.wt/y\n"), "{list}");
+}

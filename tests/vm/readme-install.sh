@@ -114,7 +114,7 @@ check_one() {
     # with `sudo ` runs as root without it (the root is the test's own), the rest as user.
     local script='set -e
 as_user() { runuser -u user -- env -i HOME=/home/user USER=user LOGNAME=user LANG=C.UTF-8 \
-    TERM=dumb PATH=/home/user/.cargo/bin:/opt/rust/bin:/usr/local/bin:/usr/bin:/bin \
+    TERM=dumb PATH=/home/user/.cargo/bin:/opt/rust/bin:${CLAUDE_BIN:+$CLAUDE_BIN:}/usr/local/bin:/usr/bin:/bin \
     CARGO_TARGET_DIR=/var/tmp/target bash -ec "$1"; }
 for c in "$@"; do
     printf "\$ %s\n" "$c"; start=$(date +%s)
@@ -126,7 +126,7 @@ for c in "$@"; do
 done
 as_user "command -v claudebox"
 as_user "cd ~/proj && git init -q ."
-echo "--- claudebox --check (as user)"; as_user "cd ~/proj && claudebox --check" || echo "CHECK-RC=$?"
+echo "--- claudebox --check (as user)"; as_user "cd ~/proj && claudebox --check" && echo CHECK-OK || echo "CHECK-RC=$?"
 echo "--- claudebox --exec true (as user)"; as_user "cd ~/proj && claudebox --exec true" && echo LAUNCH-OK
 as_user "cd ~/proj && claudebox --exec sh -c \"touch made-inside && id -un\""'
     log "$name: the README's install as user, then --check and --exec true"
@@ -135,12 +135,26 @@ as_user "cd ~/proj && claudebox --exec sh -c \"touch made-inside && id -un\""'
     [[ -f /etc/ssl/certs/ca-certificates.crt ]] &&
         ca=(--ro-bind /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt)
     set +e
-    bwrap --bind "$r" / --dev /dev --proc /proc --tmpfs /tmp "${ca[@]}" \
+    # Claude Code as the user would have it installed (npm's): the CI's cached one,
+    # read-only at the same path, its bin dir on the user's PATH.
+    local claude_bin="" claude=()
+    if [[ -n "${CLAUDEBOX_TEST_CLAUDE_LATEST:-}" && -x "$CLAUDEBOX_TEST_CLAUDE_LATEST" ]]; then
+        claude_bin="$(dirname "$CLAUDEBOX_TEST_CLAUDE_LATEST")"
+        local modules
+        modules="$(dirname "$claude_bin")"
+        mkdir -p "$r$modules"
+        claude=(--ro-bind "$modules" "$modules")
+    fi
+    # /proc is the host's, bound: bwrap's own --proc covers parts of it read-only, and the
+    # kernel then refuses the nested bwrap a proc of its own (not fully visible).
+    bwrap --bind "$r" / --dev /dev --dev-bind /proc /proc --perms 1777 --tmpfs /tmp \
+        "${ca[@]}" "${claude[@]}" \
         --ro-bind "$sysroot" /opt/rust \
         --bind "$cache/cargo-registry" /home/user/.cargo/registry \
         --bind "$cache/target-$name" /var/tmp/target \
         --die-with-parent --chdir / --setenv PATH /usr/sbin:/usr/bin:/sbin:/bin \
-        bash -c "$script" sh "${readme[@]}" </dev/null 2>&1 | tee "$work/out" | sed "s/^/[$name] /" >&2
+        --setenv CLAUDE_BIN "$claude_bin" \
+        bash -c "$script" sh "${readme[@]}" </dev/null 2>&1 | tee "$work/out" | sed -u "s/^/[$name] /" >&2
     rc=${PIPESTATUS[0]}
     set -e
     if [[ $rc -ne 0 ]] && grep -qE 'failed to (download|fetch|get)|Could not resolve host|index.crates.io' "$work/out" &&
@@ -148,6 +162,10 @@ as_user "cd ~/proj && claudebox --exec sh -c \"touch made-inside && id -un\""'
         rm -rf "$work"; unreachable crates.io
     fi
     grep -q '^LAUNCH-OK$' "$work/out" || { rm -rf "$work"; die "$name: the README's install did not reach a launch (exit $rc)"; }
+    # Without Claude Code (no CLAUDEBOX_TEST_CLAUDE_LATEST) --check fails its claude row.
+    if [[ -n "$claude_bin" ]] && ! grep -q '^CHECK-OK$' "$work/out"; then
+        rm -rf "$work"; die "$name: claudebox --check failed"
+    fi
     [[ -f "$r/home/user/proj/made-inside" ]] || { rm -rf "$work"; die "$name: a write inside the project did not reach it"; }
     [[ $rc -eq 0 ]] || { rm -rf "$work"; die "$name: exit $rc"; }
     log "$name: ok ($(grep -E '^took' "$work/out" | tr '\n' ' '))"

@@ -48,7 +48,7 @@ ubuntu_keyring() {
     [[ -s "$k" ]] && { echo "$k"; return; }
     source "$ROOT/tests/vm/lib.sh"
     tmp="$(mktemp -d)"
-    apt_in "$tmp/apt" "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian bookworm main" ||
+    apt_in "$tmp/apt" "deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian trixie main" ||
         { rm -rf "$tmp"; unreachable deb.debian.org; }
     (cd "$tmp" && apt-get "${o[@]}" -q download ubuntu-keyring </dev/null >&2) ||
         { rm -rf "$tmp"; unreachable deb.debian.org; }

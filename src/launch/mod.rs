@@ -120,7 +120,9 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         None
     };
     let claude_home = HostClaude::probe(&home);
-    let marketplaces = local_marketplaces(&claude_home.dir, &home, &project.work_tree);
+    let mut visible = vec![project.work_tree.clone(), claude_home.dir.clone()];
+    visible.extend(project.outside_git_dirs());
+    let marketplaces = local_marketplaces(&home, &claude_home.dir, &visible);
     let gpu = match settings.gpu {
         Some(_) => host::gpu::probe(),
         None => Default::default(),
@@ -588,9 +590,15 @@ fn ignore_terminal_signals() -> bool {
 
 /// The host's local-directory plugin marketplaces that may be bound read-only; one line
 /// for each that may not (its plugins will not load inside), naming `--ro`.
-fn local_marketplaces(claude_dir: &Path, home: &Path, project: &Path) -> Vec<std::path::PathBuf> {
+/// `visible`: the project's directories and `~/.claude` (the host's, as probed).
+fn local_marketplaces(
+    home: &Path,
+    claude_dir: &Path,
+    visible: &[std::path::PathBuf],
+) -> Vec<std::path::PathBuf> {
     use crate::policy::claude_home as ch;
     let known = std::fs::read(claude_dir.join(ch::KNOWN_MARKETPLACES)).unwrap_or_default();
+    let visible: Vec<&Path> = visible.iter().map(|v| v.as_path()).collect();
     let mut out = Vec::new();
     for dir in ch::local_marketplaces(&known) {
         // Canonical, so that the checks see where a symlink leads.
@@ -603,7 +611,7 @@ fn local_marketplaces(claude_dir: &Path, home: &Path, project: &Path) -> Vec<std
             continue;
         };
         let manifest = real.join(".claude-plugin/marketplace.json").is_file();
-        match ch::marketplace(&real, manifest, home, &[project, claude_dir]) {
+        match ch::marketplace(&real, manifest, home, &visible) {
             ch::Marketplace::Bind => out.push(real),
             ch::Marketplace::Visible => {}
             ch::Marketplace::Refused(why) => eprintln!(

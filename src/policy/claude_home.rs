@@ -461,10 +461,14 @@ pub enum Marketplace {
 
 /// A local marketplace directory is bound read-only when it holds a marketplace
 /// (`.claude-plugin/marketplace.json`, so that a doctored list cannot bring in any
-/// directory) and is neither the home nor above it.
+/// directory) and is neither the home nor above it, nor above the project (`visible`: the
+/// project's directories and `~/.claude`, where it is there already).
 pub fn marketplace(dir: &Path, has_manifest: bool, home: &Path, visible: &[&Path]) -> Marketplace {
     if home.starts_with(dir) {
         Marketplace::Refused("it is the home or above it")
+    } else if visible.iter().any(|v| v.starts_with(dir) && *v != dir) {
+        // Bound after them, it would cover the project's read-write mounts.
+        Marketplace::Refused("it holds the project")
     } else if visible.iter().any(|v| dir.starts_with(v)) {
         Marketplace::Visible
     } else if !has_manifest {
@@ -493,5 +497,6 @@ mod marketplace_tests {
         assert!(matches!(m("/h", true), Marketplace::Refused(_)));
         assert_eq!(m("/w/p/mk", true), Marketplace::Visible);
         assert!(matches!(m("/w/mk", false), Marketplace::Refused(_)));
+        assert_eq!(m("/w", true), Marketplace::Refused("it holds the project"));
     }
 }

@@ -6,7 +6,8 @@
 #   tests/vm/readme-install.sh [debian12|ubuntu2404 ...]     (default: both)
 #
 # Each root is made once with debootstrap (minbase plus what the README's apt-get line
-# installs, sudo and ca-certificates) and kept as a tarball in the CI cache
+# installs, sudo and ca-certificates; then the release's updates and security updates, as
+# an installed machine has them) and kept as a tarball in the CI cache
 # ($CLAUDEBOX_CI_CACHE, default /var/cache/claudebox-ci, dir readme-install/); every run
 # unpacks a fresh copy. Ubuntu's keyring comes from Debian's archive (signature checked),
 # as tests/vm/lib.sh fetches it. Rust cannot be downloaded here, so the host's toolchain
@@ -60,7 +61,7 @@ ubuntu_keyring() {
 
 # make_root NAME -> $cache/NAME.tar.gz (once)
 make_root() {
-    local name="$1" tar="$cache/$1.tar.gz" suite mirror keyring script=() tmp
+    local name="$1" tar="$cache/$1-updated.tar.gz" suite mirror keyring script=() tmp
     [[ -s "$tar" ]] && return
     case "$name" in
         debian12) suite=bookworm mirror=http://deb.debian.org/debian
@@ -82,6 +83,20 @@ make_root() {
         fi
         rm -rf "$tmp"; die "debootstrap of $suite failed"
     fi
+    # A machine as installed: with its release's updates and security updates (Ubuntu
+    # 24.04's bubblewrap gained --bind-fd in 0.9.0-1ubuntu0.1, Debian 12's in +deb12u1).
+    case "$name" in
+        debian12) printf '%s\n' "deb $mirror bookworm main" "deb $mirror bookworm-updates main" \
+            "deb http://security.debian.org/debian-security bookworm-security main" ;;
+        ubuntu2404) printf '%s\n' "deb $mirror noble main universe" \
+            "deb $mirror noble-updates main universe" "deb $mirror noble-security main universe" ;;
+    esac >"$tmp/r/etc/apt/sources.list"
+    rm -f "$tmp/r/etc/apt/sources.list.d/"*.sources
+    cp -L /etc/resolv.conf "$tmp/r/etc/resolv.conf"
+    if ! chroot "$tmp/r" sh -c 'apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get -y -q dist-upgrade' >>"$tmp/log" 2>&1; then
+        tail -n 20 "$tmp/log" >&2
+        rm -rf "$tmp"; unreachable "$mirror's updates"
+    fi
     tar -C "$tmp/r" -czf "$tmp/root.tar.gz" .
     mv "$tmp/root.tar.gz" "$tar"
     rm -rf "$tmp"
@@ -94,7 +109,7 @@ check_one() {
     work="$(mktemp -d /var/tmp/readme-install-XXXXXX)"
     r="$work/r"
     mkdir "$r"
-    tar -C "$r" -xzf "$cache/$name.tar.gz"
+    tar -C "$r" -xzf "$cache/$name-updated.tar.gz"
     chroot "$r" useradd -m -u 1000 -s /bin/bash user
     printf 'user ALL=(ALL) NOPASSWD: ALL\n' >"$r/etc/sudoers.d/user"
     # The checkout, as a fresh clone would have it (tracked files, no build).

@@ -102,9 +102,13 @@ make_root() {
     rm -rf "$tmp"
 }
 
+# The fresh root being checked, removed however the script ends.
+work=""
+trap '[[ -n "$work" ]] && rm -rf "$work"' EXIT
+
 # Runs the README's commands as `user` in a fresh copy of NAME's root.
 check_one() {
-    local name="$1" r work rc
+    local name="$1" r rc
     make_root "$name"
     work="$(mktemp -d /var/tmp/readme-install-XXXXXX)"
     r="$work/r"
@@ -186,6 +190,7 @@ as_user "cd ~/proj && claudebox --exec sh -c \"touch made-inside && id -un\""'
     log "$name: ok ($(grep -E '^took' "$work/out" | tr '\n' ' '))"
     echo "RESULT $name ok"
     rm -rf "$work"
+    work=""
 }
 
 for d in "${distros[@]}"; do check_one "$d"; done

@@ -89,6 +89,17 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         Some(name) => Some(sessions::prepare(&state, name, &project.cwd, &cli.args)?),
         None => None,
     };
+    if let (Command::Claude(args), AgentId::Claude) = (&command, agent) {
+        let all = settings
+            .claude_args
+            .iter()
+            .flat_map(|c| &c.args)
+            .chain(args);
+        if let Some(w) = crate::policy::session::root_refusal(nix::unistd::geteuid().is_root(), all)
+        {
+            eprintln!("claudebox: {w}");
+        }
+    }
     // Refuses a forward on the proxy's port, or too many, before anything is made.
     let forwards = crate::policy::forward::in_mode(&settings.network, &settings.forward_ports)?;
     let base_url = std::env::var_os(crate::policy::base_url::VAR);
@@ -130,6 +141,9 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             entries: Vec::new(),
         },
     };
+    let mut visible = vec![project.work_tree.clone(), claude_home.dir.clone()];
+    visible.extend(project.outside_git_dirs());
+    let marketplaces = local_marketplaces(&home, &claude_home.dir, &visible);
     let gpu = match settings.gpu {
         Some(_) => host::gpu::probe(),
         None => Default::default(),
@@ -146,6 +160,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         gpu,
         home_claude_json: home.join(".claude.json").symlink_metadata().is_ok(),
         home_alias,
+        marketplaces,
         claude,
         agent,
         codex,
@@ -457,6 +472,16 @@ fn exec_registered(
     if let Some(p) = pending {
         p.finish(&inp.state, &mut std::io::stderr());
     }
+    if let Some(common) = &inp.project.common_dir {
+        for lost in crate::state::worktrees::lost(common, started) {
+            eprintln!(
+                "claudebox: the worktree {} made inside lived in the sandbox's scratch home and \
+                 is gone; its entry stays in git (`git worktree prune` removes it): make \
+                 worktrees inside the project",
+                crate::policy::render::shown(&lost)
+            );
+        }
+    }
     if let Some(line) = resume_line(inp, started) {
         eprintln!("claudebox: to resume this conversation: {line}");
     }
@@ -598,6 +623,43 @@ fn ignore_terminal_signals() -> bool {
             sig == nix::sys::signal::Signal::SIGINT && matches!(old, Ok(SigHandler::SigIgn));
     }
     !was_ignored
+}
+
+/// The host's local-directory plugin marketplaces that may be bound read-only; one line
+/// for each that may not (its plugins will not load inside), naming `--ro`.
+/// `visible`: the project's directories and `~/.claude` (the host's, as probed).
+fn local_marketplaces(
+    home: &Path,
+    claude_dir: &Path,
+    visible: &[std::path::PathBuf],
+) -> Vec<std::path::PathBuf> {
+    use crate::policy::claude_home as ch;
+    let known = std::fs::read(claude_dir.join(ch::KNOWN_MARKETPLACES)).unwrap_or_default();
+    let visible: Vec<&Path> = visible.iter().map(|v| v.as_path()).collect();
+    let mut out = Vec::new();
+    for dir in ch::local_marketplaces(&known) {
+        // Canonical, so that the checks see where a symlink leads.
+        let Ok(real) = std::fs::canonicalize(&dir) else {
+            eprintln!(
+                "claudebox: plugins: the local marketplace {} is missing on the host; its \
+                 plugins will not load inside",
+                crate::policy::render::shown(&dir)
+            );
+            continue;
+        };
+        let manifest = real.join(".claude-plugin/marketplace.json").is_file();
+        match ch::marketplace(&real, manifest, home, &visible) {
+            ch::Marketplace::Bind => out.push(real),
+            ch::Marketplace::Visible => {}
+            ch::Marketplace::Refused(why) => eprintln!(
+                "claudebox: plugins: the local marketplace {} is not bound ({why}): its \
+                 plugins will not load inside; `--ro {}` brings it in",
+                crate::policy::render::shown(&dir),
+                crate::policy::render::shown(&dir)
+            ),
+        }
+    }
+    out
 }
 
 #[cfg(test)]

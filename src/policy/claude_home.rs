@@ -421,3 +421,82 @@ fn placeholder(name: &str) -> bool {
             | "workflows"
     )
 }
+
+/// Where claude keeps the marketplaces it knows, under `~/.claude`.
+pub const KNOWN_MARKETPLACES: &str = "plugins/known_marketplaces.json";
+
+/// The directories of marketplaces added as local directories (`/plugin marketplace add
+/// ./dir`: `"source": {"source": "directory", "path": DIR}`) in `known_marketplaces.json`.
+/// claude reads such a marketplace's plugins from that directory, not from its cache, so
+/// inside they load only when it is there. Absolute paths only; anything unreadable is
+/// none. Whether each may be bound is the edge's check (`marketplace_refusal`).
+pub fn local_marketplaces(known: &[u8]) -> Vec<PathBuf> {
+    let Ok(serde_json::Value::Object(map)) = serde_json::from_slice(known) else {
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = map
+        .values()
+        .filter_map(|m| {
+            let src = m.get("source")?;
+            (src.get("source")?.as_str()? == "directory").then_some(())?;
+            let p = PathBuf::from(src.get("path")?.as_str()?);
+            p.is_absolute().then_some(p)
+        })
+        .collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// What to do with a local marketplace directory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Marketplace {
+    /// Bind it read-only.
+    Bind,
+    /// Inside the project or `~/.claude`: there already.
+    Visible,
+    /// Not bound, and why.
+    Refused(&'static str),
+}
+
+/// A local marketplace directory is bound read-only when it holds a marketplace
+/// (`.claude-plugin/marketplace.json`, so that a doctored list cannot bring in any
+/// directory) and is neither the home nor above it, nor above the project (`visible`: the
+/// project's directories and `~/.claude`, where it is there already).
+pub fn marketplace(dir: &Path, has_manifest: bool, home: &Path, visible: &[&Path]) -> Marketplace {
+    if home.starts_with(dir) {
+        Marketplace::Refused("it is the home or above it")
+    } else if visible.iter().any(|v| v.starts_with(dir) && *v != dir) {
+        // Bound after them, it would cover the project's read-write mounts.
+        Marketplace::Refused("it holds the project")
+    } else if visible.iter().any(|v| dir.starts_with(v)) {
+        Marketplace::Visible
+    } else if !has_manifest {
+        Marketplace::Refused("it has no .claude-plugin/marketplace.json")
+    } else {
+        Marketplace::Bind
+    }
+}
+
+#[cfg(test)]
+mod marketplace_tests {
+    use super::*;
+
+    #[test]
+    fn directory_sources_are_found_and_checked() {
+        let known = br#"{"lab":{"source":{"source":"directory","path":"/w/mk"},"installLocation":"/w/mk"},
+            "gh":{"source":{"source":"github","repo":"a/b"},"installLocation":"/h/.claude/plugins/marketplaces/gh"},
+            "rel":{"source":{"source":"directory","path":"mk"}}}"#;
+        assert_eq!(local_marketplaces(known), vec![PathBuf::from("/w/mk")]);
+        assert!(local_marketplaces(b"not json").is_empty());
+        let home = Path::new("/h");
+        let proj = Path::new("/w/p");
+        let m = |d: &str, manifest| marketplace(Path::new(d), manifest, home, &[proj]);
+        assert_eq!(m("/w/mk", true), Marketplace::Bind);
+        assert!(matches!(m("/", true), Marketplace::Refused(_)));
+        assert!(matches!(m("/h", true), Marketplace::Refused(_)));
+        assert_eq!(m("/w/p/mk", true), Marketplace::Visible);
+        assert!(matches!(m("/w/mk", false), Marketplace::Refused(_)));
+        assert_eq!(m("/w", true), Marketplace::Refused("it holds the project"));
+    }
+}

@@ -108,6 +108,14 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
                 m.target.display()
             );
         }
+        if m.kind == MountKind::ScratchRo {
+            // Made read-only after every mount (below); bwrap's root is there already.
+            if m.target != std::path::Path::new("/") {
+                a.push("--tmpfs".into());
+                a.push(m.target.clone().into_os_string());
+            }
+            continue;
+        }
         if m.kind == MountKind::EmptyRo {
             a.push("--tmpfs".into());
             a.push(m.target.clone().into_os_string());
@@ -124,12 +132,20 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
             MountKind::Dev => "--dev",
             MountKind::Proc => "--proc",
             MountKind::DevBind => "--dev-bind-try",
-            MountKind::EmptyRo => unreachable!("handled above"),
+            MountKind::EmptyRo | MountKind::ScratchRo => unreachable!("handled above"),
         };
         a.push(flag.into());
         if let Some(src) = &m.source {
             a.push(src.clone().into_os_string());
         }
+        a.push(m.target.clone().into_os_string());
+    }
+    for m in plan
+        .mounts
+        .iter()
+        .filter(|m| m.kind == MountKind::ScratchRo)
+    {
+        a.push("--remount-ro".into());
         a.push(m.target.clone().into_os_string());
     }
     for e in &plan.env {

@@ -40,6 +40,7 @@ pub mod inventory;
 pub mod review;
 pub mod sessions;
 pub mod transcripts;
+pub mod worktrees;
 
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{ErrorKind, Write};

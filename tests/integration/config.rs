@@ -514,7 +514,7 @@ fn the_agent_cannot_read_or_change_its_own_configuration() {
         format!(
             "cat {c} 2>/dev/null && echo CONFIG-READ; \
              mkdir -p {d} && printf 'network = \"open\"\\nro = [\"~/.ssh\"]\\n' > {c} \
-             && echo WROTE-SOMEWHERE",
+             && echo WROTE-SOMEWHERE; true",
             c = cfg.display(),
             d = cfg.parent().unwrap().display()
         )

@@ -1,7 +1,7 @@
 //! What a newcomer meets first (issue 24): a home reached through a symlink, `--yes` in
 //! the home, a local gateway the network mode cannot reach, a hook's own log under
 //! `~/.claude`, the read-only notice, near-misses of claudebox's options, `--dry-run`'s
-//! summary and session-name completion.
+//! summary, session-name completion (bash, zsh, fish), a worktree outside the project.
 
 use crate::common::*;
 use std::fs;
@@ -360,7 +360,7 @@ fn dry_run_starts_with_a_summary_and_explains_every_kind_it_prints() {
 /// completion function from `claudebox completions bash`, run for real (and fish's when
 /// fish is installed). The control: `--ro <TAB>` in the same shell completes file names.
 #[test]
-fn session_names_complete_in_bash_and_fish() {
+fn session_names_complete_in_bash_zsh_and_fish() {
     let w = World::new();
     let p = w.dir("comp");
     init_repo(&p);
@@ -403,6 +403,51 @@ fn session_names_complete_in_bash_and_fish() {
     assert!(bash("claudebox --ro", "REA").contains(&"README".to_string()));
     assert!(!bash("claudebox --session", "REA").contains(&"README".to_string()));
 
+    // zsh: the real completion system in an interactive zsh on a pseudo-terminal (zpty):
+    // the typed line after one Tab.
+    if let Ok(zsh) = which::which("zsh") {
+        let driver = "zmodload zsh/zpty\n\
+            zpty z zsh -f -i\n\
+            zpty -w z \"PROMPT='> '; autoload -U compinit; compinit -u -d $3; source $1\"\n\
+            sleep 2\n\
+            zpty -w -n z \"$2\"\n\
+            sleep 3\n\
+            out=\n\
+            while zpty -rt z chunk; do out+=$chunk; done\n\
+            print -r -- \"${out##*$'\\e'\\[\\?2004h}\"\n\
+            zpty -d z\n";
+        let file = script("zsh");
+        let zsh_tab = |typed: &str| {
+            let o = std::process::Command::new(&zsh)
+                .args(["-f", "-c", driver, "zsh"])
+                .arg(&file)
+                .arg(format!("{typed}\t"))
+                .arg(w.root().join("zcompdump"))
+                .current_dir(&p)
+                .env_clear()
+                .env("HOME", w.home())
+                .env("PATH", &path)
+                .output()
+                .unwrap();
+            stdout(&o)
+        };
+        let got = zsh_tab("claudebox --session b");
+        assert!(got.contains("claudebox --session beta-2"), "{got:?}");
+        let got = zsh_tab("claudebox --forget a");
+        assert!(got.contains("claudebox --forget alpha"), "{got:?}");
+        // The control: a path option still completes file names, a session option not.
+        let got = zsh_tab("claudebox --ro REA");
+        assert!(got.contains("claudebox --ro README"), "{got:?}");
+        let got = zsh_tab("claudebox --session REA");
+        assert!(!got.contains("README"), "{got:?}");
+    } else {
+        assert!(
+            !std::env::var("CI").is_ok_and(|v| v == "true"),
+            "zsh is missing in CI (.ci/run installs it)"
+        );
+        eprintln!("skipping the zsh half: zsh is not installed");
+    }
+
     let Ok(fish) = which_fish() else {
         eprintln!("skipping the fish half: fish is not installed");
         return;
@@ -439,4 +484,125 @@ fn which_fish() -> Result<PathBuf, ()> {
         .map(PathBuf::from)
         .find(|p| p.exists())
         .ok_or(())
+}
+
+/// `git worktree add ../x` inside, run with real git: the directories around the project
+/// are the sandbox's own (bwrap's root, the home's or /tmp's tmpfs), so a worktree made
+/// there was lost at exit while the host's git kept its entry. They are read-only now
+/// (`scratch-ro`): git fails at once and removes its half-made entry. Three places: under
+/// the home (`~/src/app`), under the world's root (a tmpfs /tmp inside, or bwrap's root),
+/// and outside both (`/var/tmp`: bwrap's root, made read-only at the end). Control: the
+/// same bwrap command line from `--dry-run` without the scratch-ro rows; git returns 0 and
+/// the host's git lists a prunable worktree.
+#[test]
+fn a_worktree_outside_the_project_fails_at_once_and_leaves_no_entry() {
+    let w = World::new();
+    let var_tmp = tempfile::Builder::new()
+        .prefix("claudebox-test-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let outside = fs::canonicalize(var_tmp.path()).unwrap().join("proj");
+    let under_home = w.home().join("src/app");
+    let script = "git worktree add ../x >/dev/null 2>&1; echo WT=$?; \
+                  touch ../f 2>/dev/null; echo TOUCH=$?; \
+                  git worktree add .wt/y >/dev/null 2>&1; echo INSIDE=$?; \
+                  echo x > $HOME/scratch && echo HOME-OK";
+    for proj in [under_home.clone(), w.dir("app"), outside] {
+        init_repo(&proj);
+        let out = ok(&w
+            .cmd(&proj)
+            .args(["--exec", "sh", "-c", script])
+            .output()
+            .unwrap());
+        assert!(out.contains("WT=128\n"), "{}: {out}", proj.display());
+        assert!(out.contains("TOUCH=1\n"), "{}: {out}", proj.display());
+        assert!(out.contains("INSIDE=0\n"), "{}: {out}", proj.display());
+        assert!(out.contains("HOME-OK"), "{}: {out}", proj.display());
+        let list = git(&proj, &["worktree", "list", "--porcelain"]);
+        assert!(
+            !list.contains("/x\n") && !list.contains("prunable"),
+            "{list}"
+        );
+        assert!(list.contains("/.wt/y\n"), "{list}");
+        assert!(!proj.parent().unwrap().join("x").exists());
+    }
+
+    // Control: the dry run's own command line without the scratch-ro rows.
+    let proj = under_home;
+    let src = w.home().join("src");
+    let dry = ok(&w
+        .cmd(&proj)
+        .args(["--dry-run", "--exec", "sh", "-c"])
+        .arg("git worktree add ../x >/dev/null 2>&1; echo WT=$?")
+        .output()
+        .unwrap());
+    assert!(
+        dry.contains(&format!("scratch-ro\t-\t{}\t", src.display())),
+        "{dry}"
+    );
+    let line = dry.lines().last().unwrap().to_string();
+    let (tmpfs, remount) = (
+        format!("--tmpfs {} ", src.display()),
+        format!("--remount-ro {} ", src.display()),
+    );
+    assert!(line.contains(&tmpfs) && line.contains(&remount), "{line}");
+    let run = |line: &str| {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(line)
+            .current_dir(&proj)
+            .env("HOME", w.home())
+            .env("PATH", w.path_var())
+            .output()
+            .unwrap()
+    };
+    assert!(stdout(&run(&line)).contains("WT=128"));
+    let off = line.replace(&tmpfs, "").replace(&remount, "");
+    let out = run(&off);
+    assert!(stdout(&out).contains("WT=0"), "{}", stderr(&out));
+    let list = git(&proj, &["worktree", "list", "--porcelain"]);
+    assert!(list.contains("prunable"), "{list}");
+}
+
+/// A project directly in the home: `../x` is the sandbox's scratch home, writable and
+/// discarded at exit, so git succeeds inside and the worktree is gone at exit while its
+/// entry stays. The exit names it, with the command that drops the entry. Control: a
+/// worktree made inside the project (kept) and an older dangling entry (not this launch's)
+/// are not named.
+#[test]
+fn a_worktree_lost_with_the_scratch_home_is_named_at_exit() {
+    let w = World::new();
+    let proj = w.home().join("proj");
+    init_repo(&proj);
+    // An entry left dangling before this launch: not this launch's to name.
+    git(&proj, &["worktree", "add", "-q", "../old"]);
+    fs::remove_dir_all(w.home().join("old")).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let o = w
+        .cmd(&proj)
+        .args(["--exec", "sh", "-c"])
+        .arg(
+            "git worktree add ../x >/dev/null 2>&1; echo WT=$?; \
+             git worktree add .wt/y >/dev/null 2>&1; echo INSIDE=$?",
+        )
+        .output()
+        .unwrap();
+    let out = ok(&o);
+    assert!(
+        out.contains("WT=0\n") && out.contains("INSIDE=0\n"),
+        "{out}"
+    );
+    let err = stderr(&o);
+    let named: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("made inside lived in the sandbox's scratch home"))
+        .collect();
+    assert_eq!(named.len(), 1, "{err}");
+    assert!(
+        named[0].contains(&format!("worktree {} made", w.home().join("x").display()))
+            && named[0].contains("git worktree prune"),
+        "{err}"
+    );
+    let list = git(&proj, &["worktree", "list", "--porcelain"]);
+    assert!(list.contains("/.wt/y\n"), "{list}");
 }

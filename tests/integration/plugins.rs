@@ -182,3 +182,65 @@ fn an_installed_plugins_command_hook_skill_and_mcp_server_work_from_the_read_onl
         );
     }
 }
+
+/// A marketplace added as a local directory (`claude plugin marketplace add ./dir`):
+/// `known_marketplaces.json` names the directory and claude reads the plugin from there,
+/// not from its cache, so inside it failed to load ("cache-miss") without a word. The
+/// launch binds that directory read-only: the real claude inside lists the plugin enabled,
+/// read from the directory, and cannot write there. Control: the same launch with the
+/// directory hidden (`--hide`) fails to load it, as before.
+#[test]
+fn a_plugin_from_a_local_directory_marketplace_loads_inside() {
+    for c in claude_versions() {
+        let label = c.label;
+        let w = world_with(&c);
+        let dir = w.root().join("my marketplace");
+        let o = Command::new("cp")
+            .arg("-r")
+            .arg(MARKETPLACE)
+            .arg(&dir)
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", stderr(&o));
+        host_claude(
+            &w,
+            &c,
+            &["plugin", "marketplace", "add", "./my marketplace"],
+        );
+        host_claude(&w, &c, &["plugin", "install", "labplug@lab"]);
+        let known =
+            fs::read_to_string(w.home().join(".claude/plugins/known_marketplaces.json")).unwrap();
+        assert!(known.contains("\"directory\""), "[{label}] {known}");
+        let p = w.dir("proj");
+        init_repo(&p);
+        let list = |extra: &[&std::ffi::OsStr]| {
+            let o = w
+                .cmd(&p)
+                .args(extra)
+                .args(["--exec", "sh", "-c"])
+                .arg("claude plugin list; touch \"$1/x\" 2>/dev/null && echo WROTE")
+                .arg("sh")
+                .arg(&dir)
+                .output()
+                .unwrap();
+            (stdout(&o), stderr(&o))
+        };
+        let (out, err) = list(&[]);
+        assert!(out.contains("labplug@lab"), "[{label}] {out}{err}");
+        assert!(out.contains("enabled"), "[{label}] {out}{err}");
+        assert!(!out.contains("failed to load"), "[{label}] {out}");
+        assert!(
+            !out.contains("WROTE"),
+            "[{label}] the marketplace is writable inside"
+        );
+        let dry = dry_run(&w, &p);
+        assert!(
+            dry.contains(&format!("ro\t{}\t", dir.display()).replace(' ', "\\ "))
+                || dry.contains("a plugin marketplace added as a local directory"),
+            "[{label}] {dry}"
+        );
+        // Control: hidden, the plugin fails to load as it did.
+        let (out, err) = list(&["--hide".as_ref(), dir.as_os_str()]);
+        assert!(out.contains("failed to load"), "[{label}] {out}{err}");
+    }
+}

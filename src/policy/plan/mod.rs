@@ -84,6 +84,11 @@ pub enum MountKind {
     /// A host device node (or a directory of them) with device access, skipped when
     /// missing: `--gpu` only (see `gpu`), named, since bwrap has no `--dev-bind-fd`.
     DevBind,
+    /// A directory of the sandbox's own around the project (its parents), made read-only
+    /// once every mount beneath it is in place: a write there (`git worktree add ../x`)
+    /// would be lost at exit, so it fails at once. `/` is bwrap's own root (no tmpfs made);
+    /// any other target is a tmpfs (see `scratch_parents`).
+    ScratchRo,
 }
 
 impl MountKind {
@@ -95,6 +100,7 @@ impl MountKind {
         MountKind::File,
         MountKind::Tmpfs,
         MountKind::EmptyRo,
+        MountKind::ScratchRo,
         MountKind::Symlink,
         MountKind::Dev,
         MountKind::Proc,
@@ -110,6 +116,10 @@ impl MountKind {
             MountKind::File => "the host's file, read-write: writes reach the host",
             MountKind::Tmpfs => "an empty writable directory in memory, gone at exit",
             MountKind::EmptyRo => "an empty read-only directory: what is there is hidden",
+            MountKind::ScratchRo => {
+                "the sandbox's own directories around the project, read-only once the mounts \
+                 beneath are made: a write there would be lost at exit, so it fails at once"
+            }
             MountKind::Symlink => "a symlink made inside, pointing at the source",
             MountKind::Dev => "a minimal /dev (null, zero, random, tty, ...)",
             MountKind::Proc => "a /proc of the sandbox's own processes",
@@ -132,6 +142,7 @@ impl fmt::Display for MountKind {
             MountKind::Dev => "dev",
             MountKind::Proc => "proc",
             MountKind::EmptyRo => "empty-ro",
+            MountKind::ScratchRo => "scratch-ro",
             MountKind::DevBind => "dev-bind?",
         })
     }
@@ -204,6 +215,9 @@ pub struct Inputs {
     /// `$HOME` as the host names it, through a symlink: recreated inside as a symlink to
     /// `home` (see `host::home`).
     pub home_alias: Option<PathBuf>,
+    /// Local-directory plugin marketplaces the host's claude reads plugins from (see
+    /// `claude_home::local_marketplaces`), checked at the edge; bound read-only.
+    pub marketplaces: Vec<PathBuf>,
     /// The host's `~/.claude.json` exists: with the home as the project (`--yes`), the
     /// project's copy is bound over it (see `claude_home`).
     pub home_claude_json: bool,
@@ -282,6 +296,7 @@ impl Inputs {
             project,
             home,
             home_alias: None,
+            marketplaces: Vec::new(),
             home_claude_json: false,
             state,
             claude: None,
@@ -518,6 +533,7 @@ pub fn build(inp: &Inputs) -> Plan {
     let p = &inp.project;
     let (extra_before, extra_after) =
         place_extras(&inp.settings.mounts, p, &inp.state.empty_file());
+    scratch_parents(&mut m, p, home, &extra_before);
     m.extend(extra_before);
     let project_mount = m.len();
     m.push(Mount::same(
@@ -616,11 +632,21 @@ pub fn build(inp: &Inputs) -> Plan {
     }
 
     match inp.agent {
-        AgentId::Claude => claude_home(inp, &mut m, &mut notes),
+        AgentId::Claude => {
+            claude_home(inp, &mut m, &mut notes);
+            marketplaces(inp, &mut m);
+        }
         AgentId::Codex => codex_home(inp, &mut m, &mut notes),
     }
     notes.extend(inp.agent.row().notes.iter().map(|n| n.to_string()));
     m.extend(extra_after);
+    m.push(Mount::new(
+        MountKind::ScratchRo,
+        None,
+        Path::new("/"),
+        "bwrap's root, read-only once every mount is made: a directory made there (the \
+         project's parents, the home's) would be lost at exit",
+    ));
 
     let mut flags = NAMESPACE_FLAGS.to_vec();
     let mut proxy = None;
@@ -775,6 +801,19 @@ pub fn build(inp: &Inputs) -> Plan {
     }
 }
 
+/// Marketplaces added as a local directory (`~/.claude/plugins/known_marketplaces.json`):
+/// claude reads their plugins from there, so each is bound read-only.
+fn marketplaces(inp: &Inputs, m: &mut Vec<Mount>) {
+    for dir in &inp.marketplaces {
+        m.push(Mount::same(
+            MountKind::Ro,
+            dir,
+            "a plugin marketplace added as a local directory \
+             (~/.claude/plugins/known_marketplaces.json): claude reads its plugins from here",
+        ));
+    }
+}
+
 /// Steps 6 and 7: `~/.claude` (see `claude_home`), then the installation again if it
 /// lies under `~/.claude` (so nothing of that group can re-expose it read-write), and
 /// `~/.claude.json` as a symlink to the project's copy.
@@ -901,12 +940,16 @@ fn mount_checks(
             | MountKind::Symlink
             | MountKind::Dev
             | MountKind::Proc
-            | MountKind::DevBind => continue,
+            | MountKind::DevBind
+            | MountKind::ScratchRo => continue,
         };
         let t = &mount.target;
         let reachable = project_dirs.iter().any(|d| t.starts_with(d))
             || (t.starts_with(claude_dir) && t != claude_dir);
-        let covered = m[i + 1..].iter().any(|later| t.starts_with(&later.target));
+        // A scratch-ro row only remounts what lies around the mounts beneath it.
+        let covered = m[i + 1..]
+            .iter()
+            .any(|later| later.kind != MountKind::ScratchRo && t.starts_with(&later.target));
         if reachable && !covered {
             out.push(MountCheck {
                 path: t.clone(),
@@ -965,6 +1008,58 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
 
 /// The user's extra mounts as plan mounts, split into those that go before the project
 /// (parents of it) and those that go last; each list parents first.
+/// The directories around the project that would live only in the sandbox: the parents of
+/// the project's directories up to the file system they are made in (bwrap's root, the
+/// home's tmpfs or /tmp's). Below the home or /tmp, the first directory under it on the way
+/// to the project becomes a tmpfs, inserted right after that file system's mount (before
+/// anything mounted beneath it) and made read-only at the end (`ScratchRo`); a project
+/// directly in the home or /tmp keeps its parent writable, as the scratch home must be.
+/// Parents in bwrap's root need nothing here: `/` is made read-only at the end in every
+/// plan. A user's mount at or above that directory covers it.
+fn scratch_parents(m: &mut Vec<Mount>, p: &Project, home: &Path, before: &[Mount]) {
+    let mut dirs = vec![p.work_tree.clone()];
+    dirs.extend(p.outside_git_dirs());
+    let tmp = Path::new("/tmp");
+    for d in &dirs {
+        let base = if d.starts_with(home) && d != home {
+            home
+        } else if d.starts_with(tmp) && d != tmp {
+            tmp
+        } else {
+            continue;
+        };
+        let Ok(rel) = d.strip_prefix(base) else {
+            continue;
+        };
+        let Some(first) = rel.components().next() else {
+            continue;
+        };
+        let top = base.join(first);
+        let covered = before.iter().any(|e| top.starts_with(&e.target))
+            || m.iter()
+                .any(|e| e.kind == MountKind::ScratchRo && e.target == top);
+        if top == *d || covered {
+            continue;
+        }
+        let Some(at) = m
+            .iter()
+            .position(|e| e.kind == MountKind::Tmpfs && e.target == base)
+        else {
+            continue;
+        };
+        m.insert(
+            at + 1,
+            Mount::new(
+                MountKind::ScratchRo,
+                None,
+                &top,
+                "the project's parents, read-only once the mounts beneath are made: a \
+                 worktree or file made there would be lost at exit",
+            ),
+        );
+    }
+}
+
 fn place_extras(extras: &[ExtraMount], p: &Project, empty: &Path) -> (Vec<Mount>, Vec<Mount>) {
     let mut sorted: Vec<&ExtraMount> = extras.iter().collect();
     sorted.sort_by_key(|e| e.target.components().count());
@@ -1026,7 +1121,8 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
           project's copy), and the temporary /tmp and home directory (both discarded when \
           the sandbox exits). The rest of the system is read-only; the rest of the real \
           home directory (ssh keys, other projects) is not visible. Files you create \
-          outside the project and ~/.claude are lost at exit. A single read-only file \
+          outside the project and ~/.claude are lost at exit (the directories around the \
+          project are read-only for that reason: make git worktrees inside the project). A single read-only file \
           that a program replaces by rename fails with \"Device or resource busy\" \
           (EBUSY), not \"Read-only file system\": it means read-only. If a command fails \
           for lack of access, say so instead of working around the sandbox.",

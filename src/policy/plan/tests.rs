@@ -57,7 +57,7 @@ mod claude_home_group {
                 plan.mounts
                     .iter()
                     .rev()
-                    .find(|m| Path::new(p).starts_with(&m.target))
+                    .find(|m| m.kind != MountKind::ScratchRo && Path::new(p).starts_with(&m.target))
                     .unwrap()
                     .clone()
             };
@@ -621,4 +621,56 @@ mod codex_group {
             .iter()
             .any(|m| m.target.starts_with("/h/.codex")));
     }
+}
+
+/// The directories around the project are the sandbox's own: read-only at the end.
+#[test]
+fn the_projects_parents_are_read_only_once_mounted() {
+    let kinds = |plan: &Plan| -> Vec<(String, MountKind)> {
+        plan.mounts
+            .iter()
+            .map(|m| (m.target.display().to_string(), m.kind.clone()))
+            .collect()
+    };
+    // Outside the home and /tmp: bwrap's root, remounted last.
+    let plan = build(&test_inputs());
+    let m = kinds(&plan);
+    assert_eq!(m.last(), Some(&("/".to_string(), MountKind::ScratchRo)));
+    assert_eq!(m.iter().filter(|k| k.1 == MountKind::ScratchRo).count(), 1);
+    let argv: Vec<String> = crate::policy::render::argv(&plan)
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let at = argv.iter().position(|a| a == "--remount-ro").unwrap();
+    assert!(!argv[..at].iter().any(|a| a == "/"), "no tmpfs over /");
+    // Under the home: its first directory on the way is a tmpfs right after the home's.
+    for (work_tree, top, base) in [
+        ("/h/src/a/app", "/h/src", "/h"),
+        ("/tmp/t/app", "/tmp/t", "/tmp"),
+    ] {
+        let mut inp = test_inputs();
+        inp.project.work_tree = work_tree.into();
+        let plan = build(&inp);
+        let m = kinds(&plan);
+        let b = m
+            .iter()
+            .position(|k| k.0 == base && k.1 == MountKind::Tmpfs)
+            .unwrap();
+        assert_eq!(m[b + 1], (top.to_string(), MountKind::ScratchRo), "{m:?}");
+        let argv: Vec<String> = crate::policy::render::argv(&plan)
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        let pairs: Vec<&[String]> = argv.windows(2).filter(|w| w[0] == "--remount-ro").collect();
+        assert!(pairs.iter().any(|w| w[1] == top), "{argv:?}");
+    }
+    // Directly in the home: the home stays writable (scratch), nothing added there.
+    let mut inp = test_inputs();
+    inp.project.work_tree = "/h/app".into();
+    let m = kinds(&build(&inp));
+    assert_eq!(
+        m.iter().filter(|k| k.1 == MountKind::ScratchRo).count(),
+        1,
+        "{m:?}"
+    );
 }

@@ -90,6 +90,20 @@ pub fn summary(plan: &Plan) -> Vec<u8> {
         ));
     }
     let mut ro = vec!["the system (/usr, /etc, ...)".to_string()];
+    let around: Vec<String> = plan
+        .mounts
+        .iter()
+        .filter(|m| m.kind == MountKind::ScratchRo && m.target != Path::new("/"))
+        .map(|m| path(&m.target))
+        .collect();
+    ro.push(if around.is_empty() {
+        "the directories around the project (a write there would be lost at exit)".to_string()
+    } else {
+        format!(
+            "the directories around the project, {} (a write there would be lost at exit)",
+            around.join(", ")
+        )
+    });
     if !protected.is_empty() {
         ro.push(format!(
             "{} code-bearing paths of the project ({})",

@@ -26,7 +26,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/host/supervise.rs", 4, "/proc/<own pid>/task/<pid>/children and /proc/<pid>/comm: read-only; bwrap's stderr pipe as a File (a descriptor, no name)"),
     ("src/host/sources.rs", 8, "/proc/self/fd: the bind sources' own descriptors; a no-follow stat of each source's path, only compared with its descriptor (a difference reopens it, checked again), or to see an optional one renamed away (then skipped, as if missing)"),
     ("src/inside/confine.rs", 4, "inside the sandbox: /proc/self, its own mounts"),
-    ("src/launch/mod.rs", 4, "the ssh agent's socket and the home, canonicalised: the user's"),
+    ("src/launch/mod.rs", 6, "the ssh agent's socket and the home, canonicalised: the user's; the host's ~/.claude/plugins/known_marketplaces.json and the directories it names, read and canonicalised: the user's setup, never bound writable by default"),
     ("src/layers.rs", 2, "the crate's own sources, read in a test"),
     ("src/maintenance/apparmor.rs", 6, "/etc/apparmor.d and /sys: the system's"),
     ("src/maintenance/check.rs", 16, "--check's own throwaway home under a fresh temporary dir, and reads of the user's setup (and the Codex npm package's package.json)"),

@@ -27,10 +27,11 @@
 //! every slot is taken and a new connection waits, the connection that has been sending
 //! its head the longest (at least [`EVICT_AFTER`]) is closed to make room. Connections
 //! past their head that are blind tunnels (CONNECT, loopback forwards) hold at most
-//! [`tunnel_cap`] of the slots: a share is always kept for new connections, and a
-//! connection that becomes a tunnel when that many are open closes the tunnel idle the
-//! longest (no byte either way for the longest time). Requests being relayed are never
-//! closed for room.
+//! [`tunnel_cap`] of the slots: a share is kept for new connections, and a connection
+//! that becomes a tunnel when that many are open closes the tunnel idle the longest (no
+//! byte either way for the longest time, at least [`TUNNEL_IDLE_EVICT`]); when every slot
+//! is taken, no head can be closed and a connection waits, so is such a tunnel. Requests
+//! being relayed, and tunnels in use, are never closed for room.
 
 pub mod netbridge;
 
@@ -61,6 +62,9 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection still sending its head after this long is closed when every slot is
 /// taken and another connection waits (a client's own head takes microseconds).
 pub const EVICT_AFTER: Duration = Duration::from_millis(250);
+/// A tunnel is closed for room only once no byte went through it for this long (a
+/// tunnel just opened, or one in use, is not).
+pub const TUNNEL_IDLE_EVICT: Duration = Duration::from_secs(1);
 /// How often a full proxy looks again for a connection it may close.
 const EVICT_POLL: Duration = Duration::from_millis(50);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -181,35 +185,53 @@ fn clock() -> u64 {
 }
 
 impl Tunnels {
-    /// Lists the tunnel of `a` and `b`; when more than [`tunnel_cap`] are open, the one
-    /// idle the longest (not this one) is shut down: its pump ends and frees its slot.
+    /// Lists the tunnel of `a` and `b`; while more than [`tunnel_cap`] are open, the one
+    /// idle the longest (at least [`TUNNEL_IDLE_EVICT`]) is shut down: its pump ends and
+    /// frees its slot.
     fn enter(a: &TcpStream, b: &TcpStream) -> (TunnelPhase, Arc<std::sync::atomic::AtomicU64>) {
         use std::os::fd::AsRawFd;
         static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
         let id = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let active = Arc::new(std::sync::atomic::AtomicU64::new(clock()));
         let cap = TUNNEL_CAP.get().copied().unwrap_or(MAX_CONNECTIONS);
-        let mut open = TUNNELS.lock().unwrap_or_else(|e| e.into_inner());
-        open.push((id, active.clone(), a.as_raw_fd(), b.as_raw_fd()));
-        while open.len() > cap {
-            let Some(i) = open
-                .iter()
-                .enumerate()
-                .filter(|(_, t)| t.0 != id)
-                .min_by_key(|(_, t)| t.1.load(std::sync::atomic::Ordering::Relaxed))
-                .map(|(i, _)| i)
-            else {
+        let over = {
+            let mut open = TUNNELS.lock().unwrap_or_else(|e| e.into_inner());
+            open.push((id, active.clone(), a.as_raw_fd(), b.as_raw_fd()));
+            open.len().saturating_sub(cap)
+        };
+        for _ in 0..over {
+            if !Tunnels::evict_idlest(Some(id)) {
                 break;
-            };
-            let (_, _, x, y) = open.swap_remove(i);
-            // SAFETY: both descriptors are open: their pump removes the entry (under this
-            // lock) before it closes the streams, and the entry is gone now.
-            unsafe {
-                nix::libc::shutdown(x, nix::libc::SHUT_RDWR);
-                nix::libc::shutdown(y, nix::libc::SHUT_RDWR);
             }
         }
         (TunnelPhase(id), active)
+    }
+
+    /// Shuts down the tunnel idle the longest, if at least [`TUNNEL_IDLE_EVICT`] (never
+    /// `keep`). Whether one was.
+    fn evict_idlest(keep: Option<u64>) -> bool {
+        let now = clock();
+        let idle = u64::try_from(TUNNEL_IDLE_EVICT.as_millis()).unwrap_or(u64::MAX);
+        let mut open = TUNNELS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = open
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| Some(t.0) != keep)
+            .map(|(i, t)| (i, t.1.load(std::sync::atomic::Ordering::Relaxed)))
+            .filter(|(_, last)| now.saturating_sub(*last) >= idle)
+            .min_by_key(|(_, last)| *last)
+            .map(|(i, _)| i)
+        else {
+            return false;
+        };
+        let (_, _, x, y) = open.swap_remove(i);
+        // SAFETY: both descriptors are open: their pump removes the entry (under this
+        // lock) before it closes the streams, and the entry is gone now.
+        unsafe {
+            nix::libc::shutdown(x, nix::libc::SHUT_RDWR);
+            nix::libc::shutdown(y, nix::libc::SHUT_RDWR);
+        }
+        true
     }
 }
 
@@ -295,8 +317,8 @@ impl Slots {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         while *free == 0 {
             drop(free);
-            if waiting(listener) {
-                Heads::evict_oldest();
+            if waiting(listener) && !Heads::evict_oldest() {
+                Tunnels::evict_idlest(None);
             }
             free = self.free.lock().unwrap_or_else(|e| e.into_inner());
             if *free == 0 {
@@ -347,7 +369,8 @@ impl Heads {
     }
     /// Shuts down the connection that has sent its head the longest, if that is at least
     /// [`EVICT_AFTER`]; its handler then sees the end of the stream and frees its slot.
-    fn evict_oldest() {
+    /// Whether one was.
+    fn evict_oldest() -> bool {
         let mut heads = HEADS.lock().unwrap_or_else(|e| e.into_inner());
         let Some(i) = heads
             .iter()
@@ -356,7 +379,7 @@ impl Heads {
             .min_by_key(|(_, (_, t, _))| *t)
             .map(|(i, _)| i)
         else {
-            return;
+            return false;
         };
         let (_, _, fd) = heads.swap_remove(i);
         // SAFETY: the descriptor is open: its handler removes the entry (under this lock)
@@ -364,6 +387,7 @@ impl Heads {
         unsafe {
             nix::libc::shutdown(fd, nix::libc::SHUT_RDWR);
         }
+        true
     }
 }
 

@@ -432,10 +432,10 @@ fn wait_for(child: Pid) -> WaitStatus {
     }
 }
 
-/// Kills and reaps the bwrap processes left as this process's children once bwrap has
-/// exited: a sandbox's pid 1 orphaned while it tears down (it would die with its parent
-/// anyway), or the child of a bwrap killed before it let it go on (bubblewrap #633).
-fn end_orphans(bwrap: Pid) {
+/// Kills and reaps the bwrap processes left as this process's children once the keeper
+/// has exited (this process is a child subreaper too): bwrap's orphans reach it only if
+/// the keeper itself was killed (SIGKILL) before it could end them.
+fn end_orphans(keeper: Pid) {
     let me = std::process::id();
     let Ok(list) = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")) else {
         return;
@@ -444,7 +444,7 @@ fn end_orphans(bwrap: Pid) {
         .split_whitespace()
         .filter_map(|p| p.parse::<i32>().ok())
     {
-        if pid == bwrap.as_raw() {
+        if pid == keeper.as_raw() {
             continue;
         }
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();

@@ -30,8 +30,8 @@ pub const LAYERS: &[(&str, &str)] = &[
          holders of a file, bind sources opened by descriptor, exec, GPU nodes (`gpu`), \
          AppArmor's state and the label of the bwrap in use (`apparmor`), how the companions \
          are bound to bwrap's life (`companion`), the sandbox's limits (`limits`: the systemd \
-         manager or a delegated cgroup v2 subtree, the sandbox's cgroup, and the watcher, \
-         hidden role `--internal-limits-watch`), the supervising parent (`supervise`)",
+         manager or a delegated cgroup v2 subtree, the sandbox's cgroup, read and removed \
+         after the wait), the supervising parent (`supervise`)",
     ),
     (
         "state",

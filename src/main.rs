@@ -1,9 +1,8 @@
 //! claudebox's binary: picks its role once and calls into the library. The roles: the one
 //! step inside the sandbox (`--sandbox-init`), the allowlist's proxy on the host
 //! (`--internal-proxy`), the credentials sync on the host (`--internal-credentials-sync`),
-//! the limits watcher on the host (`--internal-limits-watch`), and otherwise the launcher
-//! and maintenance command line. The four hidden roles have their own parsers and are no
-//! part of the user's `--help` (docs/reference.md lists them).
+//! and otherwise the launcher and maintenance command line. The three hidden roles have
+//! their own parsers and are no part of the user's `--help` (docs/reference.md lists them).
 
 use std::process::ExitCode;
 
@@ -16,7 +15,6 @@ fn main() -> ExitCode {
         Some(a) if a == confine::INIT_FLAG => confine::main(&args[2..]),
         Some(a) if a == INTERNAL_PROXY => netbridge::main(&args[2..]),
         Some(a) if a == INTERNAL_CREDENTIALS_SYNC => claudebox::state::credsync::main(&args[2..]),
-        Some(a) if a == host::limits::INTERNAL_LIMITS_WATCH => host::limits::watch_main(&args[2..]),
         _ => run::main(args),
     }
 }

@@ -53,8 +53,8 @@ pub fn exit_with_parent() {
 /// holding the host's refresh lock): its parent's death (armed as SIGTERM, and a pidfd
 /// where there is one), SIGTERM, SIGHUP and SIGINT end the process only once `hold` is
 /// free. Call first thing, before any other thread exists (the signals are blocked and
-/// read by a thread of their own). SIGKILL cannot be waited for: see the lock's
-/// staleness rule.
+/// read by a thread of their own). SIGKILL cannot be waited for: the launcher
+/// removes a lock the dead sync held (`state::credsync`).
 pub fn end_with_parent_outside(hold: &'static std::sync::Mutex<()>) {
     use nix::sys::signal::{SigSet, Signal};
     let parent = nix::unistd::getppid();

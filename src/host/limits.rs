@@ -2,7 +2,7 @@
 //! host offers (the user's systemd manager, or a cgroup v2 directory the user may make a
 //! child of), making the sandbox's own cgroup and writing its limits, moving the launch
 //! into it right before bwrap starts, and after the sandbox ends reading which limit it
-//! hit (the watcher, hidden role `--internal-limits-watch`).
+//! hit and removing its cgroup (the supervising claudebox, after its wait: [`Entry::finish`]).
 //!
 //! Why a process moves itself rather than bwrap being started under a wrapper: the move
 //! is one write of `0` to `cgroup.procs` by the process that then execs bwrap, so it works
@@ -17,9 +17,7 @@ use std::ffi::{CString, OsString};
 use std::fs;
 use std::io;
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::Result;
@@ -28,9 +26,6 @@ use nix::libc;
 use crate::policy::error::Fixable;
 use crate::policy::limits::{self, Decided, Hits, Support};
 use crate::policy::render::Shown;
-
-/// The hidden role of the watcher that reports a limit after the sandbox ends.
-pub const INTERNAL_LIMITS_WATCH: &str = "--internal-limits-watch";
 
 /// The prefix of the cgroups claudebox makes (one per sandbox, named by its instance).
 const PREFIX: &str = "claudebox-";
@@ -226,7 +221,7 @@ fn write(path: &Path, content: &str) -> Result<()> {
         .map_err(|e| anyhow::anyhow!("cannot write {content} to {}: {e}", path.shown()))
 }
 
-/// Removes the empty cgroups of sandboxes that ended without their watcher (a populated
+/// Removes the empty cgroups of sandboxes whose claudebox was killed (a populated
 /// one refuses: EBUSY). Only those made a minute ago or more: a sibling launch may have
 /// made its own and not entered it yet.
 fn remove_stale(parent: &Path) {
@@ -246,17 +241,16 @@ fn remove_stale(parent: &Path) {
     }
 }
 
-/// For a launcher that execs bwrap, right before it does: makes the limits ready, starts
-/// the watcher, moves this process into the sandbox's cgroup and returns `argv` with the
-/// systemd prefix where that is the mechanism. (A launcher that forks bwrap calls
-/// [`apply`], [`Applied::enter`] in the child and reads [`Applied::hits`] after its wait.)
+/// Before bwrap starts: makes the limits ready and returns `argv` with the systemd prefix
+/// where that is the mechanism, and the [`Entry`] bwrap's process enters the sandbox's
+/// cgroup with (between fork and exec), whose [`Entry::finish`] the supervising parent
+/// calls after its wait.
 pub fn prepare(
     d: &Decided,
     instance_id: &str,
     argv: Vec<OsString>,
 ) -> Result<(Vec<OsString>, Entry)> {
     let applied = apply(d, instance_id)?;
-    applied.start_watcher(d);
     let required = requested(d);
     let prefix = applied.prefix.clone();
     Ok((
@@ -274,7 +268,7 @@ pub struct Entry {
 impl Entry {
     /// Moves the calling process (bwrap's, before its exec) into the sandbox's cgroup. A
     /// failure stops the launch when a limit was asked for; the default alone lets it go
-    /// on without it (async-signal-safe: no message here, the watcher's line stays).
+    /// on without it (async-signal-safe: no message here).
     pub fn enter(&self) -> io::Result<()> {
         match self.applied.enter() {
             Err(e) if self.required => Err(e),
@@ -328,40 +322,25 @@ impl Applied {
     pub fn hits(&self) -> Hits {
         self.cgroup.as_deref().map(hits_of).unwrap_or_default()
     }
+}
 
-    /// Starts the watcher that, after bwrap (this process, once exec'd) ends, prints the
-    /// line naming the limit the sandbox hit and removes its cgroup. For a launcher that
-    /// execs bwrap; a supervising parent instead calls [`Applied::hits`] and
-    /// `policy::limits::ended_line` after its wait, and removes the cgroup itself.
-    pub fn start_watcher(&self, d: &Decided) {
-        let Some(dir) = &self.cgroup else { return };
-        let shown = |k| {
-            d.limits
-                .iter()
-                .find(|a| a.kind == k)
-                .map(|a| limits::shown(k, a.setting))
-                .unwrap_or_default()
+impl Entry {
+    /// After the sandbox ended (bwrap and its orphans reaped): waits for its cgroup to
+    /// empty (its pid namespace goes with bwrap's end; at most 5 s), prints the line
+    /// naming the limit it hit, if any, and removes the cgroup. Nothing where the limits
+    /// took no cgroup of claudebox's (systemd's scope, or none).
+    pub fn finish(&self, d: &Decided) {
+        let Some(dir) = &self.applied.cgroup else {
+            return;
         };
-        let mut cmd = std::process::Command::new("/proc/self/exe");
-        cmd.arg0("claudebox")
-            .arg(INTERNAL_LIMITS_WATCH)
-            .arg(nix::unistd::getpid().as_raw().to_string())
-            .arg(dir)
-            .arg(shown(limits::Kind::Memory))
-            .arg(shown(limits::Kind::Pids))
-            .current_dir("/")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
-        // SAFETY: setsid is async-signal-safe: the watcher leaves the terminal's process
-        // group, so a Ctrl-C meant for the agent does not end it.
-        unsafe {
-            cmd.pre_exec(|| {
-                nix::unistd::setsid()?;
-                Ok(())
-            });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while populated(dir) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
         }
-        if let Err(e) = cmd.spawn() {
-            eprintln!("claudebox: limits: cannot start the watcher ({e}); a limit the sandbox hits will not be named");
+        let hits = self.applied.hits();
+        let _ = fs::remove_dir(dir);
+        if let Some((line, _)) = limits::ended_line(d, hits) {
+            eprintln!("{line}");
         }
     }
 }
@@ -378,75 +357,10 @@ fn hits_of(dir: &Path) -> Hits {
     }
 }
 
-/// The watcher: waits for the launcher (bwrap after the exec) to end and for the cgroup to
-/// empty, then prints the line naming the limit hit, if any, and removes the cgroup.
-pub fn watch_main(args: &[OsString]) -> ExitCode {
-    let [pid, dir, memory, pids] = args else {
-        eprintln!("claudebox: internal limits watch: bad arguments");
-        return ExitCode::from(2);
-    };
-    let Some(pid) = pid.to_str().and_then(|p| p.parse::<i32>().ok()) else {
-        return ExitCode::from(2);
-    };
-    let _ = nix::sys::prctl::set_name(c"claudebox-limits");
-    let dir = PathBuf::from(dir);
-    wait_for_exit(pid);
-    // bwrap's end ends its pid namespace: the cgroup empties right after.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while populated(&dir) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let hits = hits_of(&dir);
-    let _ = fs::remove_dir(&dir);
-    let value = |s: &OsString, k| match s.to_str().and_then(|v| limits::parse(k, v).ok()) {
-        Some(v) => vec![limits::Asked {
-            kind: k,
-            setting: v,
-            origin: Default::default(),
-        }],
-        None => Vec::new(),
-    };
-    let d = Decided {
-        limits: [
-            value(memory, limits::Kind::Memory),
-            value(pids, limits::Kind::Pids),
-        ]
-        .concat(),
-        ..Decided::default()
-    };
-    if let Some((line, _)) = limits::ended_line(&d, hits) {
-        eprintln!("{line}");
-    }
-    ExitCode::SUCCESS
-}
-
 fn populated(dir: &Path) -> bool {
     fs::read_to_string(dir.join("cgroup.events"))
         .map(|t| limits::event_count(&t, "populated") > 0)
         .unwrap_or(false)
-}
-
-/// Blocks until process `pid` (not a child) exits: a pidfd where the kernel has them
-/// (5.3), else polling `/proc`.
-fn wait_for_exit(pid: i32) {
-    // SAFETY: a plain system call with integer arguments.
-    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    if raw >= 0 {
-        let mut p = libc::pollfd {
-            fd: raw as i32,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd; then the descriptor pidfd_open returned is closed.
-        unsafe {
-            while libc::poll(&mut p, 1, -1) < 0 {}
-            libc::close(raw as i32);
-        }
-        return;
-    }
-    while Path::new(&format!("/proc/{pid}")).exists() {
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[cfg(test)]

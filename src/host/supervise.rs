@@ -5,11 +5,16 @@
 //! What stays as it was when claudebox exec'd bwrap: both stay in the caller's process
 //! group, so Ctrl-C (SIGINT, ignored by both as before; the agent gets it) and Ctrl-Z
 //! (SIGTSTP stops both, `fg`'s SIGCONT continues both; the wait ignores stops) reach them
-//! as the terminal sends them; bwrap's `--die-with-parent` ends the sandbox when this
-//! process is killed, and this process gets SIGTERM (a parent-death signal, forwarded to
-//! bwrap) when its own parent dies, as bwrap did when claudebox exec'd it. It is also a child subreaper: a bwrap child orphaned by a bwrap
-//! killed in its first milliseconds (bubblewrap issue #633, blocked for ever) becomes its
-//! child and is killed once bwrap has exited.
+//! as the terminal sends them; this process gets SIGTERM (a parent-death signal, forwarded
+//! to bwrap) when its own parent dies, as bwrap did when claudebox exec'd it.
+//!
+//! Between this process and bwrap stands a small keeper (a fork of this process, see
+//! [`keep`]) that outlives a claudebox killed with SIGKILL: bwrap's `--die-with-parent`
+//! (which binds bwrap to the keeper) is armed only some time after bwrap starts, and
+//! bwrap's child waits for ever if bwrap dies before letting it go on (bubblewrap issue
+//! #633). The keeper is a child subreaper: it kills bwrap when claudebox dies, and every
+//! bwrap orphan left once bwrap has ended, then passes bwrap's status on and exits. No
+//! bwrap outlives the launch, and nothing holds the caller's stderr after it.
 //!
 //! With `watch_setup`, bwrap's stderr is a pipe read here until the step inside writes
 //! `UP_MARKER` on it (bwrap's setup is done; it then puts the caller's stderr back for the
@@ -117,36 +122,30 @@ pub fn run<S: AsRef<OsStr>>(
     let err_wr = err_pipe
         .as_ref()
         .map(|(_, w)| std::os::fd::AsRawFd::as_raw_fd(w));
-    // SAFETY: the child only makes async-signal-safe calls before exec or _exit.
+    // bwrap's wait status, from the keeper.
+    let (status_rd, status_wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let me = nix::unistd::getpid();
+    let start = Start {
+        program: &program,
+        argv: &ptrs,
+        pre_exec,
+        previous: &previous,
+        old_mask: &old,
+        exec_err: std::os::fd::AsRawFd::as_raw_fd(&wr),
+        err_wr,
+        status_wr: std::os::fd::AsRawFd::as_raw_fd(&status_wr),
+        launcher: me,
+    };
+    // SAFETY: the child (the keeper) only makes async-signal-safe calls (see `keep`).
     match unsafe { nix::unistd::fork() }? {
         ForkResult::Child => {
             drop(rd);
-            for (s, old_action) in &previous {
-                // SAFETY: restoring the dispositions claudebox had (default or ignored).
-                let _ = unsafe { signal::sigaction(*s, old_action) };
-            }
-            let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
-            // SAFETY: SIG_DFL installs no handler.
-            let _ = unsafe { signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) };
-            // SAFETY: dup2 on descriptors this process holds.
-            let redirected = match err_wr {
-                Some(w) if unsafe { libc::dup2(w, 2) } < 0 => Err(io::Error::last_os_error()),
-                _ => Ok(()),
-            };
-            let e = match redirected.and_then(|()| pre_exec()) {
-                Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
-                Ok(()) => {
-                    // SAFETY: a NUL-terminated array of valid C strings, made before the fork.
-                    unsafe { libc::execvp(program.as_ptr(), ptrs.as_ptr()) };
-                    nix::errno::Errno::last_raw()
-                }
-            };
-            let _ = nix::unistd::write(&wr, &e.to_ne_bytes());
-            // SAFETY: leaving the forked child without running the parent's destructors.
-            unsafe { libc::_exit(127) }
+            drop(status_rd);
+            keep(&start)
         }
         ForkResult::Parent { child } => {
             drop(wr);
+            drop(status_wr);
             let watcher = err_pipe.map(|(r, w)| {
                 drop(w);
                 Watcher::start(r)
@@ -154,14 +153,15 @@ pub fn run<S: AsRef<OsStr>>(
             CHILD.store(child.as_raw(), Ordering::SeqCst);
             let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
             let mut buf = [0u8; 4];
-            let n = loop {
-                match nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(&rd), &mut buf) {
-                    Err(nix::errno::Errno::EINTR) => continue,
-                    r => break r.unwrap_or(0),
-                }
-            };
-            let status = wait_for(child);
+            let n = read_full(&rd, &mut buf);
+            let kept = wait_for(child);
             CHILD.store(0, Ordering::SeqCst);
+            let mut raw = [0u8; 4];
+            let status = if read_full(&status_rd, &mut raw) == 4 {
+                WaitStatus::from_raw(child, i32::from_ne_bytes(raw)).unwrap_or(kept)
+            } else {
+                kept
+            };
             if n == 4 {
                 return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf)));
             }
@@ -170,6 +170,185 @@ pub fn run<S: AsRef<OsStr>>(
                 None => Ended::Ran(status),
                 Some(w) => w.ended(status),
             })
+        }
+    }
+}
+
+/// Reads up to `buf.len()` bytes (a pipe's writer writes them at once): how many came
+/// before the end.
+fn read_full(fd: &OwnedFd, buf: &mut [u8]) -> usize {
+    loop {
+        match nix::unistd::read(std::os::fd::AsRawFd::as_raw_fd(fd), buf) {
+            Err(nix::errno::Errno::EINTR) => continue,
+            r => return r.unwrap_or(0),
+        }
+    }
+}
+
+/// What the keeper needs to start bwrap (all made before the fork: no allocation after it).
+struct Start<'a> {
+    program: &'a CString,
+    argv: &'a [*const libc::c_char],
+    pre_exec: &'a dyn Fn() -> io::Result<()>,
+    previous: &'a [(Signal, signal::SigAction)],
+    old_mask: &'a SigSet,
+    exec_err: libc::c_int,
+    err_wr: Option<libc::c_int>,
+    status_wr: libc::c_int,
+    launcher: Pid,
+}
+
+/// The signal the keeper gets when the launching claudebox dies (a parent-death signal).
+const LAUNCHER_GONE: Signal = Signal::SIGUSR2;
+
+extern "C" fn launcher_gone(_: libc::c_int) {
+    let pid = CHILD.load(Ordering::SeqCst);
+    if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// The keeper: a forked copy of claudebox between it and bwrap that outlives a claudebox
+/// killed with SIGKILL. bwrap's `--die-with-parent` is armed only some time after its
+/// start, and its child waits for it for ever if it dies first (bubblewrap #633): a
+/// SIGKILL of claudebox in bwrap's first milliseconds left either a sandbox running
+/// without its claudebox or a stuck child holding the caller's stderr. The keeper is a
+/// child subreaper: it gets bwrap's orphans; on claudebox's death (its parent-death
+/// signal) it kills bwrap, and once bwrap has ended it kills and reaps every orphan left,
+/// sends bwrap's wait status to claudebox and exits. SIGHUP and SIGTERM (forwarded by
+/// claudebox) it forwards to bwrap; SIGINT/SIGQUIT it ignores as claudebox does.
+/// Async-signal-safe calls only: claudebox may have threads.
+fn keep(s: &Start) -> ! {
+    // SAFETY: every call below is a plain system call (or libc's thin wrapper of one) on
+    // memory made before the fork; nothing allocates or takes a lock.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        let gone = signal::SigAction::new(
+            SigHandler::Handler(launcher_gone),
+            signal::SaFlags::SA_RESTART,
+            SigSet::empty(),
+        );
+        let _ = signal::sigaction(LAUNCHER_GONE, &gone);
+        let mut block: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut block);
+        libc::sigaddset(&mut block, LAUNCHER_GONE as libc::c_int);
+        libc::sigprocmask(libc::SIG_BLOCK, &block, std::ptr::null_mut());
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            LAUNCHER_GONE as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        if libc::getppid() != s.launcher.as_raw() {
+            libc::_exit(1); // claudebox died before bwrap was started: nothing to start
+        }
+        let bwrap = libc::fork();
+        if bwrap < 0 {
+            let e = nix::errno::Errno::last_raw();
+            let _ = libc::write(s.exec_err, (&e as *const i32).cast(), 4);
+            libc::_exit(127);
+        }
+        if bwrap == 0 {
+            start_bwrap(s);
+        }
+        CHILD.store(bwrap, Ordering::SeqCst);
+        libc::close(s.exec_err);
+        if let Some(w) = s.err_wr {
+            libc::close(w);
+        }
+        // The signals blocked across the forks come now: forwarded, or bwrap killed.
+        libc::sigprocmask(libc::SIG_UNBLOCK, &block, std::ptr::null_mut());
+        let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(s.old_mask), None);
+        let mut status: libc::c_int = 0;
+        loop {
+            let r = libc::waitpid(bwrap, &mut status, 0);
+            if r == bwrap {
+                break;
+            }
+            if r < 0 && nix::errno::Errno::last() != nix::errno::Errno::EINTR {
+                status = 1 << 8;
+                break;
+            }
+        }
+        CHILD.store(0, Ordering::SeqCst);
+        kill_orphans();
+        let _ = libc::write(s.status_wr, (&status as *const i32).cast(), 4);
+        libc::_exit(0)
+    }
+}
+
+/// In the keeper's child: back to claudebox's signal dispositions and mask, stderr on
+/// the watched pipe, `pre_exec`, then bwrap. Its error goes back on the exec-error pipe.
+fn start_bwrap(s: &Start) -> ! {
+    for (sig, old_action) in s.previous {
+        // SAFETY: restoring the dispositions claudebox had (default or ignored).
+        let _ = unsafe { signal::sigaction(*sig, old_action) };
+    }
+    // SAFETY: SIG_DFL installs no handler.
+    let _ = unsafe { signal::signal(LAUNCHER_GONE, SigHandler::SigDfl) };
+    let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(s.old_mask), None);
+    // SAFETY: SIG_DFL installs no handler.
+    let _ = unsafe { signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) };
+    // SAFETY: dup2 on descriptors this process holds.
+    let redirected = match s.err_wr {
+        Some(w) if unsafe { libc::dup2(w, 2) } < 0 => Err(io::Error::last_os_error()),
+        _ => Ok(()),
+    };
+    let e = match redirected.and_then(|()| (s.pre_exec)()) {
+        Err(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        Ok(()) => {
+            // SAFETY: a NUL-terminated array of valid C strings, made before the fork.
+            unsafe { libc::execvp(s.program.as_ptr(), s.argv.as_ptr()) };
+            nix::errno::Errno::last_raw()
+        }
+    };
+    // SAFETY: a 4-byte write from a local, then leaving without the parent's destructors.
+    unsafe {
+        let _ = libc::write(s.exec_err, (&e as *const i32).cast(), 4);
+        libc::_exit(127)
+    }
+}
+
+/// In the keeper, once bwrap has ended: kills and reaps every process left as its child
+/// (bwrap's own child, orphaned: the sandbox's pid 1 tearing down, or stuck at start),
+/// read from `/proc/thread-self/children` into a buffer on the stack.
+///
+/// # Safety
+/// Async-signal-safe calls only; call in the single-threaded keeper.
+unsafe fn kill_orphans() {
+    for _ in 0..64 {
+        let fd = libc::open(
+            c"/proc/thread-self/children".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if fd < 0 {
+            break;
+        }
+        let mut buf = [0u8; 4096];
+        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+        libc::close(fd);
+        let n = if n > 0 { n as usize } else { 0 };
+        let mut any = false;
+        let mut pid: libc::pid_t = 0;
+        for &b in buf[..n].iter().chain(std::iter::once(&b' ')) {
+            if b.is_ascii_digit() {
+                pid = pid
+                    .saturating_mul(10)
+                    .saturating_add(libc::pid_t::from(b - b'0'));
+            } else if pid > 0 {
+                libc::kill(pid, libc::SIGKILL);
+                let mut st = 0;
+                while libc::waitpid(pid, &mut st, 0) < 0
+                    && nix::errno::Errno::last() == nix::errno::Errno::EINTR
+                {}
+                any = true;
+                pid = 0;
+            }
+        }
+        if !any {
+            break;
         }
     }
 }
@@ -253,10 +432,10 @@ fn wait_for(child: Pid) -> WaitStatus {
     }
 }
 
-/// Kills and reaps the bwrap processes left as this process's children once bwrap has
-/// exited: a sandbox's pid 1 orphaned while it tears down (it would die with its parent
-/// anyway), or the child of a bwrap killed before it let it go on (bubblewrap #633).
-fn end_orphans(bwrap: Pid) {
+/// Kills and reaps the bwrap processes left as this process's children once the keeper
+/// has exited (this process is a child subreaper too): bwrap's orphans reach it only if
+/// the keeper itself was killed (SIGKILL) before it could end them.
+fn end_orphans(keeper: Pid) {
     let me = std::process::id();
     let Ok(list) = std::fs::read_to_string(format!("/proc/{me}/task/{me}/children")) else {
         return;
@@ -265,7 +444,7 @@ fn end_orphans(bwrap: Pid) {
         .split_whitespace()
         .filter_map(|p| p.parse::<i32>().ok())
     {
-        if pid == bwrap.as_raw() {
+        if pid == keeper.as_raw() {
             continue;
         }
         let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();

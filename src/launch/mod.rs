@@ -394,8 +394,7 @@ fn exec_registered(
         sources::keep_only(&keep)?;
         if limits.is_none() {
             // The sandbox's limits: its own cgroup, entered by bwrap's process between fork
-            // and exec (or the systemd-run prefix). Once, after keep_only: the watcher it
-            // starts must inherit nothing of the shell's.
+            // and exec (or the systemd-run prefix). Once, for every try.
             if let Some(w) = &plan.limits.warning {
                 crate::host::limits::warn_once(&p.state_home.dir, w);
             }
@@ -419,6 +418,7 @@ fn exec_registered(
             match crate::host::supervise::run(&argv, &|| limits.enter(), stderr_copy.is_some()) {
                 Ok(ended) => Some(ended),
                 Err(err) => {
+                    limits.finish(&plan.limits);
                     if let Some(p) = pending {
                         p.cancel();
                     }
@@ -436,6 +436,7 @@ fn exec_registered(
                     break status;
                 }
                 Some(file) if tries >= HOST_RACE_TRIES => {
+                    limits.finish(&plan.limits);
                     if let Some(p) = pending {
                         p.cancel();
                     }
@@ -469,6 +470,10 @@ fn exec_registered(
     };
     // The sandbox's descriptors go: nothing of it is open in here during the review.
     drop(opened);
+    // The limit it hit, if any, named; its cgroup removed.
+    if let Some((_, entry)) = &limits {
+        entry.finish(&plan.limits);
+    }
     if let Some(p) = pending {
         p.finish(&inp.state, &mut std::io::stderr());
     }

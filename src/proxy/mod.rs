@@ -26,7 +26,12 @@
 //! [`HEAD_TIMEOUT`] of the accept (one deadline for the head, not one per byte), and when
 //! every slot is taken and a new connection waits, the connection that has been sending
 //! its head the longest (at least [`EVICT_AFTER`]) is closed to make room. Connections
-//! past their head (tunnels, requests being relayed) are never closed for room.
+//! past their head that are blind tunnels (CONNECT, loopback forwards) hold at most
+//! [`tunnel_cap`] of the slots: a share is kept for new connections, and a connection
+//! that becomes a tunnel when that many are open closes the tunnel idle the longest (no
+//! byte either way for the longest time, at least [`TUNNEL_IDLE_EVICT`]); when every slot
+//! is taken, no head can be closed and a connection waits, so is such a tunnel. Requests
+//! being relayed, and tunnels in use, are never closed for room.
 
 pub mod netbridge;
 
@@ -57,6 +62,9 @@ pub const HEAD_TIMEOUT: Duration = Duration::from_secs(10);
 /// A connection still sending its head after this long is closed when every slot is
 /// taken and another connection waits (a client's own head takes microseconds).
 pub const EVICT_AFTER: Duration = Duration::from_millis(250);
+/// A tunnel is closed for room only once no byte went through it for this long (a
+/// tunnel just opened, or one in use, is not).
+pub const TUNNEL_IDLE_EVICT: Duration = Duration::from_secs(1);
 /// How often a full proxy looks again for a connection it may close.
 const EVICT_POLL: Duration = Duration::from_millis(50);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
@@ -136,8 +144,121 @@ pub fn capacity(nofile: u64) -> usize {
 fn shared_slots() -> Arc<Slots> {
     static SLOTS: std::sync::OnceLock<Arc<Slots>> = std::sync::OnceLock::new();
     SLOTS
-        .get_or_init(|| Arc::new(Slots::new(capacity(raise_fd_limit()))))
+        .get_or_init(|| {
+            let n = capacity(raise_fd_limit());
+            let _ = TUNNEL_CAP.set(tunnel_cap(n));
+            Arc::new(Slots::new(n))
+        })
         .clone()
+}
+
+/// How many of `slots` open tunnels may hold: all but an eighth (at least one), kept for
+/// new connections (their heads, and the tunnel each may become by closing an idle one).
+pub fn tunnel_cap(slots: usize) -> usize {
+    slots.saturating_sub((slots / 8).max(1)).max(1)
+}
+
+static TUNNEL_CAP: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+
+/// The open tunnels: their id, when a byte last went through either way (milliseconds
+/// since [`clock`]'s start), and their two sockets. Listed only while `pump` holds both
+/// streams open (the entry goes first, under this lock), so the descriptors shut down by
+/// [`Tunnels::enter`] are always that tunnel's.
+struct Tunnels;
+
+type TunnelEntry = (
+    u64,
+    Arc<std::sync::atomic::AtomicU64>,
+    std::os::fd::RawFd,
+    std::os::fd::RawFd,
+);
+
+static TUNNELS: Mutex<Vec<TunnelEntry>> = Mutex::new(Vec::new());
+
+/// A tunnel's place in [`TUNNELS`] while it is pumped.
+struct TunnelPhase(u64);
+
+fn clock() -> u64 {
+    static START: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+    let ms = START.get_or_init(Instant::now).elapsed().as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
+impl Tunnels {
+    /// Lists the tunnel of `a` and `b`; while more than [`tunnel_cap`] are open, the one
+    /// idle the longest (at least [`TUNNEL_IDLE_EVICT`]) is shut down: its pump ends and
+    /// frees its slot.
+    fn enter(a: &TcpStream, b: &TcpStream) -> (TunnelPhase, Arc<std::sync::atomic::AtomicU64>) {
+        use std::os::fd::AsRawFd;
+        static SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let active = Arc::new(std::sync::atomic::AtomicU64::new(clock()));
+        let cap = TUNNEL_CAP.get().copied().unwrap_or(MAX_CONNECTIONS);
+        let over = {
+            let mut open = TUNNELS.lock().unwrap_or_else(|e| e.into_inner());
+            open.push((id, active.clone(), a.as_raw_fd(), b.as_raw_fd()));
+            open.len().saturating_sub(cap)
+        };
+        for _ in 0..over {
+            if !Tunnels::evict_idlest(Some(id)) {
+                break;
+            }
+        }
+        (TunnelPhase(id), active)
+    }
+
+    /// Shuts down the tunnel idle the longest, if at least [`TUNNEL_IDLE_EVICT`] (never
+    /// `keep`). Whether one was.
+    fn evict_idlest(keep: Option<u64>) -> bool {
+        let now = clock();
+        let idle = u64::try_from(TUNNEL_IDLE_EVICT.as_millis()).unwrap_or(u64::MAX);
+        let mut open = TUNNELS.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(i) = open
+            .iter()
+            .enumerate()
+            .filter(|(_, t)| Some(t.0) != keep)
+            .map(|(i, t)| (i, t.1.load(std::sync::atomic::Ordering::Relaxed)))
+            .filter(|(_, last)| now.saturating_sub(*last) >= idle)
+            .min_by_key(|(_, last)| *last)
+            .map(|(i, _)| i)
+        else {
+            return false;
+        };
+        let (_, _, x, y) = open.swap_remove(i);
+        // SAFETY: both descriptors are open: their pump removes the entry (under this
+        // lock) before it closes the streams, and the entry is gone now.
+        unsafe {
+            nix::libc::shutdown(x, nix::libc::SHUT_RDWR);
+            nix::libc::shutdown(y, nix::libc::SHUT_RDWR);
+        }
+        true
+    }
+}
+
+impl Drop for TunnelPhase {
+    fn drop(&mut self) {
+        let mut open = TUNNELS.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|t| t.0 != self.0);
+    }
+}
+
+/// Copies `from` to `to` until the end of `from` (`true`) or an error, marking `active`
+/// at each chunk.
+fn copy_marking(from: &TcpStream, to: &TcpStream, active: &std::sync::atomic::AtomicU64) -> bool {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        match (&*from).read(&mut buf) {
+            Ok(0) => return true,
+            Ok(n) => {
+                active.store(clock(), std::sync::atomic::Ordering::Relaxed);
+                if (&*to).write_all(&buf[..n]).is_err() {
+                    return false;
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(_) => return false,
+        }
+    }
 }
 
 /// A loopback forward (see `network::LoopbackForward`): each connection accepted on
@@ -196,8 +317,8 @@ impl Slots {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         while *free == 0 {
             drop(free);
-            if waiting(listener) {
-                Heads::evict_oldest();
+            if waiting(listener) && !Heads::evict_oldest() {
+                Tunnels::evict_idlest(None);
             }
             free = self.free.lock().unwrap_or_else(|e| e.into_inner());
             if *free == 0 {
@@ -248,7 +369,8 @@ impl Heads {
     }
     /// Shuts down the connection that has sent its head the longest, if that is at least
     /// [`EVICT_AFTER`]; its handler then sees the end of the stream and frees its slot.
-    fn evict_oldest() {
+    /// Whether one was.
+    fn evict_oldest() -> bool {
         let mut heads = HEADS.lock().unwrap_or_else(|e| e.into_inner());
         let Some(i) = heads
             .iter()
@@ -257,7 +379,7 @@ impl Heads {
             .min_by_key(|(_, (_, t, _))| *t)
             .map(|(i, _)| i)
         else {
-            return;
+            return false;
         };
         let (_, _, fd) = heads.swap_remove(i);
         // SAFETY: the descriptor is open: its handler removes the entry (under this lock)
@@ -265,6 +387,7 @@ impl Heads {
         unsafe {
             nix::libc::shutdown(fd, nix::libc::SHUT_RDWR);
         }
+        true
     }
 }
 
@@ -600,12 +723,15 @@ fn decide_and_connect(
 /// Copies both ways until both sides are done. Both directions borrow the same two
 /// sockets: no descriptor is duplicated.
 fn pump(a: TcpStream, b: TcpStream) {
+    // Dropped before the streams (declared after them): see `Tunnels`.
+    let (_listed, active) = Tunnels::enter(&a, &b);
+    let active = &*active;
     let (a, b) = (&a, &b);
     thread::scope(|s| {
         let back = thread::Builder::new()
             .stack_size(STACK_SIZE)
             .spawn_scoped(s, move || {
-                let ok = io::copy(&mut &*b, &mut &*a).is_ok();
+                let ok = copy_marking(b, a, active);
                 let _ = a.shutdown(if ok { Shutdown::Write } else { Shutdown::Both });
                 if !ok {
                     let _ = b.shutdown(Shutdown::Both);
@@ -614,7 +740,7 @@ fn pump(a: TcpStream, b: TcpStream) {
         if back.is_err() {
             return;
         }
-        let ok = io::copy(&mut &*a, &mut &*b).is_ok();
+        let ok = copy_marking(a, b, active);
         let _ = b.shutdown(if ok { Shutdown::Write } else { Shutdown::Both });
         if !ok {
             let _ = a.shutdown(Shutdown::Both);
@@ -777,5 +903,13 @@ mod tests {
         assert_eq!(capacity(128), 32);
         assert_eq!(capacity(20), 1);
         assert_eq!(capacity(1 << 20), MAX_CONNECTIONS);
+    }
+
+    #[test]
+    fn open_tunnels_leave_a_share_of_the_slots() {
+        assert_eq!(tunnel_cap(256), 224);
+        assert_eq!(tunnel_cap(32), 28);
+        assert_eq!(tunnel_cap(2), 1);
+        assert_eq!(tunnel_cap(1), 1);
     }
 }

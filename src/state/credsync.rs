@@ -24,7 +24,9 @@
 //!   place rather than temp + rename so that sandboxes started since the host's last
 //!   rename (which hold that very inode) see it at once. Nothing is ever created, no
 //!   other path is written, and content larger than 64 KiB or not a JSON object is
-//!   never copied either way.
+//!   never copied either way. A sync killed while it holds the lock (SIGKILL: nothing
+//!   else can end it then) leaves no lock: the launcher, told over a pipe which directory
+//!   it holds, removes that one as soon as the sync is gone.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -89,6 +91,17 @@ pub const FORCE_POLL_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_POLL";
 pub const TRUNCATE_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_TRUNCATE";
 
 static TRUNCATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Set to a number of milliseconds: the sync holds the host's refresh lock that much
+/// longer at each copy to the host (the test that kills it while it holds the lock).
+pub const HOLD_MS_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_HOLD_MS";
+
+static HOLD_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The descriptor the sync process reports on (a pipe to the launching claudebox) which
+/// refresh lock it is about to hold and when it let it go: a sync that dies holding it
+/// (SIGKILL) leaves it to the launcher, which removes it at once ([`guard_lock`]).
+const REPORT_FD: RawFd = 5;
 
 /// How the sync process learns of changes.
 pub enum Watch {
@@ -191,9 +204,14 @@ pub fn start(
         .arg(login)
         .arg("--watch")
         .arg(if ino.is_some() { "inotify" } else { "poll" });
-    if let Some(v) = std::env::var_os(TRUNCATE_ENV) {
-        cmd.env(TRUNCATE_ENV, v);
+    for name in [TRUNCATE_ENV, HOLD_MS_ENV] {
+        if let Some(v) = std::env::var_os(name) {
+            cmd.env(name, v);
+        }
     }
+    // The sync's reports of the host's refresh lock; the write end is its alone.
+    let (report_rd, report_wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    let report = report_wr.as_raw_fd();
     cmd.current_dir("/")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -215,10 +233,14 @@ pub fn start(
             };
             let b = high(fd)?;
             let i = if ino_fd >= 0 { high(ino_fd)? } else { -1 };
+            let r = high(report)?;
             if libc::dup2(b, BOUND_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             if i >= 0 && libc::dup2(i, INOTIFY_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::dup2(r, REPORT_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             // Nothing else crosses: no lock of the launch, no descriptor of the shell
@@ -227,7 +249,7 @@ pub fn start(
             const CLOSE_RANGE_CLOEXEC: libc::c_uint = 1 << 2;
             libc::syscall(
                 libc::SYS_close_range,
-                INOTIFY_FD + 1,
+                REPORT_FD + 1,
                 u32::MAX,
                 CLOSE_RANGE_CLOEXEC,
             );
@@ -237,6 +259,11 @@ pub fn start(
     let child = cmd
         .spawn()
         .context("cannot start the credentials sync process")?;
+    drop(report_wr);
+    let (dir, pid) = (dir.to_path_buf(), child.id());
+    let _ = std::thread::Builder::new()
+        .stack_size(64 * 1024)
+        .spawn(move || guard_lock(report_rd, &dir, pid));
     Ok((watch, child))
 }
 
@@ -256,6 +283,13 @@ pub fn main(args: &[OsString]) -> ExitCode {
     let _ = nix::sys::prctl::set_name(c"claudebox-creds");
     TRUNCATE.store(
         std::env::var_os(TRUNCATE_ENV).is_some_and(|v| !v.is_empty()),
+        std::sync::atomic::Ordering::Relaxed,
+    );
+    HOLD_MS.store(
+        std::env::var(HOLD_MS_ENV)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
         std::sync::atomic::Ordering::Relaxed,
     );
     // Ended by a signal or its parent's death only between copies, never holding the
@@ -431,6 +465,10 @@ fn sync_once(bound: &File, host: &Path, dir: &Path, last: &mut Vec<u8>) -> Round
             };
             let act = decide(h.as_ref(), &b, last);
             let round = apply(act, bound, host, h, b, last);
+            let hold = HOLD_MS.load(std::sync::atomic::Ordering::Relaxed);
+            if hold > 0 {
+                std::thread::sleep(Duration::from_millis(hold));
+            }
             drop(lock);
             round
         }
@@ -547,22 +585,155 @@ fn write_host(host: &Path, inode: (u64, u64), content: &[u8]) -> std::io::Result
 /// A lock older than claude's stale time (untouched for 10 s: proper-lockfile touches
 /// its own every 5 s; or dated ahead) is a dead holder's, for claude as here: removed
 /// and taken. A live one is waited for up to 5 s; then `None` (no copy without it).
+///
+/// A SIGKILL cannot be waited for: the directory is made under a name of this process's
+/// own (`.oauth_refresh.lock.claudebox-<pid>`), reported to the launcher (its identity:
+/// device, inode, birth time) and only then renamed into place (`RENAME_NOREPLACE`: a
+/// lock taken meanwhile is never replaced). Whenever this process dies, the launcher
+/// knows which directory, under either name, is its, and removes it ([`guard_lock`]).
 struct RefreshLock {
     path: PathBuf,
+    id: Option<LockId>,
     _hold: std::sync::MutexGuard<'static, ()>,
 }
 
 /// The lock's name in the host's credentials directory.
 pub const REFRESH_LOCK: &str = ".oauth_refresh.lock";
 
+/// A lock directory's identity: device, inode and birth time (0 where the file system
+/// keeps none), so that a directory made later on a reused inode is not taken for it.
+type LockId = (u64, u64, i64, u32);
+
+fn lock_id(p: &Path) -> Option<LockId> {
+    let m = std::fs::symlink_metadata(p).ok()?;
+    if !m.is_dir() {
+        return None;
+    }
+    let born = m
+        .created()
+        .ok()
+        .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+        .map_or((0, 0), |d| {
+            (i64::try_from(d.as_secs()).unwrap_or(0), d.subsec_nanos())
+        });
+    Some((m.dev(), m.ino(), born.0, born.1))
+}
+
+/// This process's own name for the lock before it is put in place.
+fn own_name(dir: &Path, pid: u32) -> PathBuf {
+    dir.join(format!("{REFRESH_LOCK}.claudebox-{pid}"))
+}
+
+const RECORD: usize = 1 + 8 + 8 + 8 + 4;
+
+/// Tells the launcher: `Some`, about to hold (or holding) the lock of that identity;
+/// `None`, holding none. One write of a record smaller than a pipe's atomic size.
+fn report(id: Option<LockId>) {
+    let rec = record(id);
+    // SAFETY: a write from a local buffer; a missing descriptor only fails.
+    let _ = unsafe { libc::write(REPORT_FD, rec.as_ptr().cast(), RECORD) };
+}
+
+fn record(id: Option<LockId>) -> [u8; RECORD] {
+    let mut rec = [0u8; RECORD];
+    if let Some((dev, ino, s, ns)) = id {
+        rec[0] = 1;
+        rec[1..9].copy_from_slice(&dev.to_ne_bytes());
+        rec[9..17].copy_from_slice(&ino.to_ne_bytes());
+        rec[17..25].copy_from_slice(&s.to_ne_bytes());
+        rec[25..29].copy_from_slice(&ns.to_ne_bytes());
+    }
+    rec
+}
+
+fn decode(rec: &[u8; RECORD]) -> Option<LockId> {
+    let n8 = |r: std::ops::Range<usize>| {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(&rec[r]);
+        b
+    };
+    let mut ns = [0u8; 4];
+    ns.copy_from_slice(&rec[25..29]);
+    (rec[0] == 1).then(|| {
+        (
+            u64::from_ne_bytes(n8(1..9)),
+            u64::from_ne_bytes(n8(9..17)),
+            i64::from_ne_bytes(n8(17..25)),
+            u32::from_ne_bytes(ns),
+        )
+    })
+}
+
+/// In the launcher, for the life of one sync process (`pid`): reads its reports until it
+/// ends; if it ended holding the host's refresh lock, removes that directory (only that
+/// one: same identity, under the lock's name or the sync's own).
+fn guard_lock(report: OwnedFd, dir: &Path, pid: u32) {
+    use std::io::Read;
+    let mut from = File::from(report);
+    let mut held = None;
+    let mut rec = [0u8; RECORD];
+    while from.read_exact(&mut rec).is_ok() {
+        held = decode(&rec);
+    }
+    if let Some(id) = held {
+        for p in [dir.join(REFRESH_LOCK), own_name(dir, pid)] {
+            if lock_id(&p) == Some(id) {
+                let _ = std::fs::remove_dir(&p);
+            }
+        }
+    }
+}
+
 impl RefreshLock {
     fn take(dir: &Path) -> Option<RefreshLock> {
         let path = dir.join(REFRESH_LOCK);
+        let mine = own_name(dir, std::process::id());
         for _ in 0..50 {
             let hold = HOLD.lock().unwrap_or_else(|e| e.into_inner());
-            match std::fs::create_dir(&path) {
-                Ok(()) => return Some(RefreshLock { path, _hold: hold }),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+            // A leftover of this very process (its pid is its own while it lives).
+            let _ = std::fs::remove_dir(&mine);
+            std::fs::create_dir(&mine).ok()?;
+            let id = lock_id(&mine);
+            report(id);
+            let mut put = nix::fcntl::renameat2(
+                None,
+                &mine,
+                None,
+                &path,
+                nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+            );
+            if matches!(
+                put,
+                Err(nix::errno::Errno::EINVAL | nix::errno::Errno::ENOSYS)
+            ) {
+                // No RENAME_NOREPLACE on this file system (NFS): claude's own way, a
+                // mkdir, reported right after (a SIGKILL between the two is not covered).
+                let _ = std::fs::remove_dir(&mine);
+                put = std::fs::create_dir(&path).map_err(|e| {
+                    nix::errno::Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO))
+                });
+                let id = lock_id(&path);
+                if put.is_ok() {
+                    report(id);
+                    return Some(RefreshLock {
+                        path,
+                        id,
+                        _hold: hold,
+                    });
+                }
+                report(None);
+            }
+            match put {
+                Ok(()) => {
+                    return Some(RefreshLock {
+                        path,
+                        id,
+                        _hold: hold,
+                    })
+                }
+                Err(nix::errno::Errno::EEXIST) => {
+                    let _ = std::fs::remove_dir(&mine);
+                    report(None);
                     drop(hold);
                     let stale = std::fs::symlink_metadata(&path)
                         .and_then(|m| m.modified())
@@ -572,7 +743,11 @@ impl RefreshLock {
                         std::thread::sleep(Duration::from_millis(100));
                     }
                 }
-                Err(_) => return None,
+                Err(_) => {
+                    let _ = std::fs::remove_dir(&mine);
+                    report(None);
+                    return None;
+                }
             }
         }
         None
@@ -581,7 +756,11 @@ impl RefreshLock {
 
 impl Drop for RefreshLock {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir(&self.path);
+        // Only the directory put there: never one another holder made since.
+        if lock_id(&self.path) == self.id {
+            let _ = std::fs::remove_dir(&self.path);
+        }
+        report(None);
     }
 }
 
@@ -618,6 +797,48 @@ mod tests {
         std::fs::remove_file(&host).unwrap();
         nix::unistd::mkfifo(&host, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
         assert!(read_host(&host).is_none());
+    }
+
+    /// The launcher's side of a sync that died: the lock it reported holding is removed
+    /// (under the lock's name or the sync's own); one it let go, or a directory made
+    /// since under the same name (another identity), is left.
+    #[test]
+    fn the_launcher_removes_only_the_lock_a_dead_sync_held() {
+        use std::io::Write;
+        let d = tempfile::tempdir().unwrap();
+        let lock = d.path().join(REFRESH_LOCK);
+        let guarded = |records: &[Option<LockId>]| {
+            let (rd, wr) = nix::unistd::pipe().unwrap();
+            let mut wr = File::from(wr);
+            for r in records {
+                wr.write_all(&record(*r)).unwrap();
+            }
+            drop(wr);
+            guard_lock(rd, d.path(), 4242);
+        };
+        // Held when it died: removed.
+        std::fs::create_dir(&lock).unwrap();
+        guarded(&[lock_id(&lock)]);
+        assert!(!lock.exists());
+        // Killed before the rename: its own name is removed.
+        let own = own_name(d.path(), 4242);
+        std::fs::create_dir(&own).unwrap();
+        guarded(&[lock_id(&own)]);
+        assert!(!own.exists());
+        // Let go before it died: a lock there now is another holder's.
+        std::fs::create_dir(&lock).unwrap();
+        guarded(&[lock_id(&lock), None]);
+        assert!(lock.exists());
+        // Held, but the directory there now is another one (removed and made again).
+        let id = lock_id(&lock);
+        std::fs::remove_dir(&lock).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        std::fs::create_dir(&lock).unwrap();
+        let now = lock_id(&lock);
+        if now != id {
+            guarded(&[id]);
+            assert!(lock.exists(), "another holder's lock was removed");
+        }
     }
 
     #[test]

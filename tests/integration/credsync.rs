@@ -272,3 +272,109 @@ fn readers_inside_never_see_a_torn_file() {
         "control: write-then-truncate stayed under one torn read per 100,000 in three tries"
     );
 }
+
+/// The children of `pid` named `comm`.
+fn children_named(pid: u32, comm: &str) -> Vec<i32> {
+    fs::read_to_string(format!("/proc/{pid}/task/{pid}/children"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .filter_map(|p| p.parse::<i32>().ok())
+        .filter(|p| fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == comm))
+        .collect()
+}
+
+/// Issue 22 (3): a sync SIGKILLed while it holds the host's refresh lock (held 3 s at
+/// each copy here, `CLAUDEBOX_CREDENTIALS_SYNC_HOLD_MS`) leaves no lock: the launcher,
+/// told which directory it holds, removes it at once. Control: the launcher stopped
+/// (SIGSTOP) when the sync is killed: the lock stays (what claude would wait out, up to
+/// its 10 s stale time); it goes once the launcher continues.
+#[test]
+fn a_sync_killed_holding_the_refresh_lock_leaves_no_lock() {
+    let _g = heavy();
+    for control in [false, true] {
+        let w = World::new();
+        fs::write(host_creds(&w), creds("old")).unwrap();
+        let lock = w.home().join(".claude/.oauth_refresh.lock");
+        let p = w.dir("p");
+        init_repo(&p);
+        let script = format!(
+            "{F}; touch ready; i=0; while ! grep -q old2 \"$F\" && [ $i -lt 100 ]; do \
+             sleep 0.1; i=$((i+1)); done; printf '%s' '{}' > \"$F.tmp\"; \
+             cat \"$F.tmp\" > \"$F\"; sleep 30",
+            creds("inside")
+        );
+        let mut k = sandbox(
+            &w,
+            &p,
+            &script,
+            false,
+            &[("CLAUDEBOX_CREDENTIALS_SYNC_HOLD_MS", "3000")],
+        );
+        let t = Instant::now();
+        while !p.join("ready").exists() {
+            assert!(t.elapsed() < Duration::from_secs(60), "no sandbox");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        host_refresh(&w, &creds("old2"));
+        while !lock.exists() {
+            assert!(
+                t.elapsed() < Duration::from_secs(30),
+                "the sync never took the lock"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        let launcher = nix::unistd::Pid::from_raw(k.id() as i32);
+        let sync = children_named(k.id(), "claudebox-creds");
+        assert_eq!(sync.len(), 1, "{sync:?}");
+        if control {
+            nix::sys::signal::kill(launcher, nix::sys::signal::Signal::SIGSTOP).unwrap();
+        }
+        let killed = Instant::now();
+        nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(sync[0]),
+            nix::sys::signal::Signal::SIGKILL,
+        )
+        .unwrap();
+        while lock.exists() && killed.elapsed() < Duration::from_secs(1) {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let gone_after = (!lock.exists()).then(|| killed.elapsed());
+        let mut resumed = None;
+        if control {
+            nix::sys::signal::kill(launcher, nix::sys::signal::Signal::SIGCONT).unwrap();
+            let c = Instant::now();
+            while lock.exists() && c.elapsed() < Duration::from_secs(2) {
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            resumed = (!lock.exists()).then(|| c.elapsed());
+        }
+        let leftovers: Vec<_> = fs::read_dir(w.home().join(".claude"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name())
+            .filter(|n| n.to_string_lossy().starts_with(".oauth_refresh.lock"))
+            .collect();
+        let _ = nix::sys::signal::kill(launcher, nix::sys::signal::Signal::SIGTERM);
+        let _ = k.wait();
+        println!(
+            "sync killed holding the lock (launcher stopped: {control}): gone after \
+             {gone_after:?}, after the launcher continued {resumed:?}, left {leftovers:?}"
+        );
+        if control {
+            assert!(
+                gone_after.is_none(),
+                "control: the lock went with the launcher stopped"
+            );
+            assert!(
+                resumed.is_some(),
+                "the lock stayed after the launcher continued"
+            );
+        } else {
+            assert!(
+                gone_after.is_some_and(|d| d < Duration::from_millis(500)),
+                "the dead sync's lock stayed: {gone_after:?}"
+            );
+        }
+        assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}

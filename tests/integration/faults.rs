@@ -415,10 +415,12 @@ fn children(pid: u32) -> Vec<u32> {
     out
 }
 
-/// Issue 15 (bubblewrap #633): claudebox killed (SIGKILL) while bwrap's child waits for
-/// bwrap leaves that child stuck for ever, holding the in-use slot (no longer the
-/// session's lock, which stays in claudebox). `--list` names the pid and the command
-/// that clears it and does not count it as running; the session starts meanwhile.
+/// Issue 15 (bubblewrap #633): claudebox and its keeper both killed (SIGKILL, as a
+/// `kill -KILL` of the whole process group would) while bwrap's child waits for bwrap
+/// leave that child stuck for ever, holding the in-use slot (not the session's lock,
+/// which stays in claudebox). `--list` names the pid and the command that clears it and
+/// does not count it as running; the session starts meanwhile. (claudebox alone killed
+/// leaves nothing: `launch_kills::claudebox_killed_while_bwrap_s_child_waits_leaves_nothing`.)
 #[test]
 fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
     let _heavy = crate::common::heavy();
@@ -430,8 +432,18 @@ fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
     c.env("CLAUDEBOX_BWRAP", &wrapper).args(["--session", "s"]);
     let mut child = spawn_quiet(&mut c);
     let stuck = blocked_child(child.id());
-    // claudebox itself killed: bwrap dies with it, its child is left to init, stuck.
+    // claudebox and the keeper killed (the keeper stopped first, so that it cannot act
+    // on claudebox's death): bwrap dies with them, its child is left to init, stuck.
+    let keeper = children(child.id())
+        .into_iter()
+        .find(|p| children(*p).contains(&stuck[0]))
+        .expect("the keeper");
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(keeper as i32),
+        nix::sys::signal::Signal::SIGSTOP,
+    );
     sigkill(child.id());
+    sigkill(keeper);
     child.wait().unwrap();
     let stuck = stuck[1] as i32;
     let cleanup = scopeguard(stuck);
@@ -467,12 +479,17 @@ fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
         .unwrap());
 }
 
-/// The child of the bwrap that `claudebox` (pid `launcher`) started, blocked at start:
-/// `[bwrap's pid, its child's]`.
+/// The child of the bwrap that `claudebox` (pid `launcher`) started (through its keeper),
+/// blocked at start: `[bwrap's pid, its child's]`.
 fn blocked_child(launcher: u32) -> Vec<u32> {
     for _ in 0..1000 {
         let bwrap: Vec<u32> = children(launcher)
             .into_iter()
+            .flat_map(|k| {
+                let mut v = children(k);
+                v.push(k);
+                v
+            })
             .filter(|p| {
                 fs::read_to_string(format!("/proc/{p}/comm")).is_ok_and(|c| c.trim() == "bwrap")
             })

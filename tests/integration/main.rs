@@ -26,6 +26,7 @@ mod host_renames;
 mod identity;
 mod lab_findings;
 mod launch;
+mod launch_kills;
 mod limits;
 mod list;
 mod network;

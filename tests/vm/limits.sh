@@ -63,7 +63,7 @@ as() {
 }
 u() { as 1000 $C/u1000/shell /home/user/proj "$@"; }
 o() { as 1001 $C/nodeleg /home/other/proj "$@"; }
-# line FILE: claudebox's line after the sandbox (the watcher prints it once the cgroup empties).
+# line FILE: claudebox's line after the sandbox (printed once the cgroup empties).
 line() {
     for i in 1 2 3 4 5 6 7 8 9 10; do grep -q '^claudebox: the sandbox' "$1" && break; sleep 0.3; done
     grep '^claudebox: the sandbox' "$1" | head -n1

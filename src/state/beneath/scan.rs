@@ -36,7 +36,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/state/claude_home.rs", 3, "the host's ~/.claude (read_dir, the credentials probe) and the WITHIN mount point in it: the user's, never bound writable by default"),
     ("src/state/codex_home.rs", 3, "the host's ~/.codex (read_dir, a symlink's target's type) and its auth.json, read once to seed the login: the user's, never bound writable"),
     ("src/state/claude_home/claude_json.rs", 4, "the host's own ~/.claude.json: read, and its inode stamp"),
-    ("src/state/credsync.rs", 13, "the host's .credentials.json (O_NOFOLLOW, same-inode check) and its refresh lock in the host's dir (taken, and broken when past claude's stale time), the bound file reopened through /proc/self/fd, /proc/sys's inotify limits"),
+    ("src/state/credsync.rs", 21, "the host's .credentials.json (O_NOFOLLOW, same-inode check) and its refresh lock in the host's dir (made under the sync's own name, renamed into place, broken when past claude's stale time, removed by identity when the sync that held it died), the bound file reopened through /proc/self/fd, /proc/sys's inotify limits"),
     ("src/state/inuse.rs", 6, "running/ slots and the lock file in the project's state dir, which no sandbox sees"),
     ("src/state/du.rs", 2, "the size walk's top directory, lstat for its own blocks: read-only; the walk below it goes by descriptors"),
     ("src/state/inventory.rs", 10, "--list's and --gc's reads: project-root, sizes; read-only (lstat, then read_dir by name: a directory an agent swaps for a symlink mid-walk can only miscount --list's size and last-used date; nothing is written or removed by name, and nothing read reaches a sandbox)"),

@@ -184,6 +184,10 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
                 a.push(confine::PROXY_PORT_FLAG.into());
                 a.push(port.to_string().into());
             }
+            if let Some(dir) = &l.broker_dir {
+                a.push(confine::BROKER_DIR_FLAG.into());
+                a.push(dir.clone().into_os_string());
+            }
             for f in &l.forwards {
                 a.push(
                     if f.optional {
@@ -219,6 +223,10 @@ pub fn proxy_argv(spec: &ProxySpec, fd: i32) -> Vec<OsString> {
     }
     if !spec.http_proxy {
         a.push("--forwards-only".into());
+    }
+    if let Some(c) = &spec.broker {
+        a.push("--login-broker".into());
+        a.push(c.clone().into_os_string());
     }
     for e in &spec.allowlist.entries {
         a.push("--allow".into());

@@ -90,7 +90,9 @@ fn receive_stand_in(fd: RawFd, dir: &Path) -> Result<()> {
     let v: serde_json::Value =
         serde_json::from_slice(&text).context("the login broker sent no stand-in login")?;
     for (name, key) in [(BROKER_CA_FILE, "ca"), (".credentials.json", "credentials")] {
-        let body = v[key].as_str().context("the login broker's answer is incomplete")?;
+        let body = v[key]
+            .as_str()
+            .context("the login broker's answer is incomplete")?;
         let path = dir.join(name);
         std::fs::OpenOptions::new()
             .write(true)

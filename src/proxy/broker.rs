@@ -328,7 +328,9 @@ impl Broker {
                 }
                 s
             }
-            None => TcpStream::connect((HOST, 443)).with_context(|| format!("cannot reach {HOST}"))?,
+            None => {
+                TcpStream::connect((HOST, 443)).with_context(|| format!("cannot reach {HOST}"))?
+            }
         };
         tcp.set_write_timeout(Some(TIMEOUT))?;
         let name = ServerName::try_from(HOST)?;
@@ -368,7 +370,11 @@ fn relay_response<U: Read, C: Write>(up: &mut U, client: &mut C) {
     }
     out.extend_from_slice(b"connection: close\r\n\r\n");
     out.extend_from_slice(&buf[head..]);
-    if client.write_all(&out).and_then(|()| client.flush()).is_err() {
+    if client
+        .write_all(&out)
+        .and_then(|()| client.flush())
+        .is_err()
+    {
         return;
     }
     let mut chunk = vec![0u8; 16 * 1024];

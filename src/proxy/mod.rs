@@ -400,7 +400,11 @@ fn tunnel(
 ) -> Result<Option<TcpStream>, Reject> {
     let (host, port) = network::parse_authority(&head.target, None)
         .map_err(|e| bad(format!("bad CONNECT target: {e}")))?;
-    if let Some(b) = cfg.broker.as_ref().filter(|_| broker::Broker::serves(&host, port)) {
+    if let Some(b) = cfg
+        .broker
+        .as_ref()
+        .filter(|_| broker::Broker::serves(&host, port))
+    {
         if client
             .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
             .is_ok()

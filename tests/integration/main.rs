@@ -27,6 +27,7 @@ mod lab_findings;
 mod launch;
 mod limits;
 mod list;
+mod login_broker;
 mod network;
 mod no_git;
 mod oauth_refresh;

@@ -27,6 +27,7 @@ Python 3 standard library only. Listens on 127.0.0.1 only (never another address
                   only takes three approved https origins).
   --refresh-token T  with --oauth, the login's refresh token (the seeded one); others
                   the mock did not issue are refused
+  --access-token T   with --oauth, an access token taken as issued (a live login)
 
 OAuth (with --oauth), modelled on Anthropic's: refresh tokens are single-use. POST
 /v1/oauth/token {"grant_type": "refresh_token", "refresh_token": R} answers a new pair
@@ -479,6 +480,7 @@ def main():
     ap.add_argument("--final-text", default=DEFAULT_FINAL_TEXT)
     ap.add_argument("--oauth")
     ap.add_argument("--refresh-token")
+    ap.add_argument("--access-token")
     a = ap.parse_args()
 
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
@@ -490,6 +492,8 @@ def main():
     srv.oauth = srv.tls = None
     if a.oauth:
         srv.oauth = OAuth(a.refresh_token)
+        if a.access_token:
+            srv.oauth.access.add(a.access_token)
         srv.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         srv.tls.load_cert_chain(*make_cert(a.oauth))
     port = srv.server_address[1]

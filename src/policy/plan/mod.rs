@@ -582,7 +582,11 @@ pub fn build(inp: &Inputs) -> Plan {
         // Nothing of the host's login inside: the login dir is this sandbox's own tmpfs,
         // where the step inside writes the stand-in the broker hands it.
         let login = inp.state.login_dir();
-        m.retain(|x| x.target != login && x.target != login.join(".credentials.json"));
+        m.retain(|x| {
+            x.target != login
+                && !x.target.starts_with(&login)
+                && x.source.as_ref() != broker.as_ref()
+        });
         m.push(Mount::new(
             MountKind::Tmpfs,
             None,
@@ -676,7 +680,10 @@ pub fn build(inp: &Inputs) -> Plan {
         }
     }
     if broker.is_some() {
-        let ca = inp.state.login_dir().join(crate::policy::network::BROKER_CA_FILE);
+        let ca = inp
+            .state
+            .login_dir()
+            .join(crate::policy::network::BROKER_CA_FILE);
         env.push(set("NODE_EXTRA_CA_CERTS", ca.as_os_str()));
         // A credential in the launcher's environment would be one more way in.
         for v in crate::policy::network::BROKER_UNSET_ENV {

@@ -448,6 +448,9 @@ mod tests {
             denied_log: PathBuf::from(OsString::from_vec(b"/s/a b\xff/denied.log".to_vec())),
             log_stderr: true,
             instance_id: "i-1".into(),
+            broker: Some(PathBuf::from(OsString::from_vec(
+                b"/h/.claude/a b\xff/.credentials.json".to_vec(),
+            ))),
         };
         let argv = crate::policy::render::proxy_argv(&spec, 9);
         assert_eq!(argv[0], crate::policy::network::INTERNAL_PROXY);
@@ -459,6 +462,7 @@ mod tests {
         assert_eq!(p.allow, ["*.example.com", "localhost:8080"]);
         assert_eq!(p.forward_port, ["localhost:5432"]);
         assert!(p.forwards_only);
+        assert_eq!(p.login_broker, spec.broker);
     }
 
     #[test]

@@ -151,9 +151,12 @@ impl Broker {
         use std::os::unix::fs::OpenOptionsExt;
         let mut f = std::fs::OpenOptions::new()
             .read(true)
-            .custom_flags(nix::libc::O_NOFOLLOW)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
             .open(&self.credentials)
             .context("cannot read the host's login")?;
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            bail!("the host's login is not a regular file");
+        }
         let mut text = String::new();
         Read::by_ref(&mut f)
             .take(1 << 20)

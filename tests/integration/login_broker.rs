@@ -322,19 +322,17 @@ fn result<'a>(r: &'a [(String, String)], name: &str) -> &'a str {
 /// `api.anthropic.com` (through its HTTPS proxy) with `token`.
 fn from_host(mock: &MockApi, token: &str) -> String {
     let port = mock.base_url().rsplit(':').next().unwrap().to_string();
-    let code = format!(
-        r#"
+    let code = r#"
 import http.client, ssl, sys
 ctx = ssl.create_default_context(cafile=sys.argv[2])
 c = http.client.HTTPSConnection("127.0.0.1", int(sys.argv[1]), context=ctx, timeout=20)
 c.set_tunnel("api.anthropic.com", 443)
-c.request("POST", "/v1/messages/count_tokens", body=b"{{}}",
-          headers={{"Authorization": "Bearer " + sys.argv[3], "Content-Type": "application/json"}})
+c.request("POST", "/v1/messages/count_tokens", body=b"{}",
+          headers={"Authorization": "Bearer " + sys.argv[3], "Content-Type": "application/json"})
 print(c.getresponse().status)
-"#
-    );
+"#;
     let o = std::process::Command::new("python3")
-        .args(["-c", &code, &port])
+        .args(["-c", code, &port])
         .arg(mock.ca_cert())
         .arg(token)
         .output()
@@ -404,4 +402,46 @@ fn the_broker_is_refused_in_open_mode_and_without_a_login() {
         .output()
         .unwrap();
     assert!(o.status.success(), "{}", common::stderr(&o));
+}
+
+#[test]
+fn dry_run_shows_the_broker_and_binds_no_login() {
+    let w = World::new();
+    let p = w.dir("proj");
+    let creds = w.home().join(".claude/.credentials.json");
+    fs::write(&creds, real_login().to_string()).unwrap();
+    let o = w
+        .cmd(&p)
+        .args([
+            "--login-broker",
+            "--network",
+            "none",
+            "--dry-run",
+            "--exec",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let out = common::stdout(&o);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert!(out.contains("login broker: api.anthropic.com"), "{out}");
+    assert!(
+        out.contains("# login broker: in the proxy process"),
+        "{out}"
+    );
+    assert!(!out.contains("# credentials sync"), "{out}");
+    let bound = format!("--bind {}", creds.display());
+    assert!(!out.contains(&bound), "the login is bound: {out}");
+    // Control: without the broker the login is bound and synced.
+    let o = w
+        .cmd(&p)
+        .args(["--network", "none", "--dry-run", "--exec", "true"])
+        .output()
+        .unwrap();
+    let out = common::stdout(&o);
+    assert!(
+        out.contains(&bound) && out.contains("# credentials sync"),
+        "{out}"
+    );
+    assert!(!out.contains("login broker"), "{out}");
 }

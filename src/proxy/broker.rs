@@ -69,6 +69,8 @@ pub struct Broker {
     upstream_proxy: Option<String>,
     /// The certificate authority's certificate, for the sandbox to trust.
     pub ca_pem: String,
+    /// One refresh at a time in this process (the lock on disk is for the others).
+    refreshing: std::sync::Mutex<()>,
 }
 
 /// `n` random bytes as hex, from the kernel.
@@ -138,6 +140,7 @@ impl Broker {
                 .ok()
                 .filter(|v| !v.is_empty()),
             ca_pem: ca_cert.pem(),
+            refreshing: std::sync::Mutex::new(()),
         })
     }
 
@@ -148,6 +151,121 @@ impl Broker {
 
     /// The host's login as JSON (`claudeAiOauth`), read now.
     fn host_login(&self) -> Result<serde_json::Value> {
+        Ok(self.host_file()?["claudeAiOauth"].clone())
+    }
+
+    /// The stand-in `.credentials.json` for the sandbox: the host login's scopes and
+    /// subscription (so claude behaves as that subscriber), random tokens.
+    pub fn stand_in_credentials(&self) -> Result<String> {
+        let real = self.host_login()?;
+        let now = now_ms();
+        let mut login = serde_json::json!({
+            "accessToken": self.stand_in,
+            "refreshToken": self.stand_in_refresh,
+            "expiresAt": now + STAND_IN_LIFETIME_MS,
+        });
+        for k in ["scopes", "subscriptionType", "rateLimitTier"] {
+            if let Some(v) = real.get(k) {
+                login[k] = v.clone();
+            }
+        }
+        Ok(serde_json::json!({ "claudeAiOauth": login }).to_string())
+    }
+
+    /// The host's access token, refreshed first when it expires within
+    /// [`REFRESH_MARGIN_MS`]: under claude's own lock (`.oauth_refresh.lock` beside the
+    /// host's file), re-read under it (another claude may have just refreshed), so that
+    /// a refresh token is spent once.
+    fn access_token(&self) -> Result<String, Refusal> {
+        let no_login = |e: anyhow::Error| Refusal(502, format!("{e:#}"));
+        let login = self.host_login().map_err(no_login)?;
+        if !expiring(&login) {
+            return token_of(&login);
+        }
+        let _one = self.refreshing.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = self
+            .credentials
+            .parent()
+            .ok_or_else(|| Refusal(502, "the host's login has no directory".into()))?;
+        let Some(_lock) = crate::state::credsync::RefreshLock::take(dir) else {
+            return Err(Refusal(
+                503,
+                "the host's login is being refreshed by another claude; try again".into(),
+            ));
+        };
+        let login = self.host_login().map_err(no_login)?;
+        if !expiring(&login) {
+            return token_of(&login);
+        }
+        let fresh = self.refresh(&login).map_err(|e| {
+            Refusal(
+                502,
+                format!(
+                    "the host's login could not be refreshed ({e:#}); log in again on the host"
+                ),
+            )
+        })?;
+        token_of(&fresh)
+    }
+
+    /// Spends the host login's refresh token at claude's token endpoint and writes the
+    /// new pair into the host's file (a new file renamed over it, as claude does).
+    fn refresh(&self, login: &serde_json::Value) -> Result<serde_json::Value> {
+        let refresh = login["refreshToken"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+            .context("the host's login has no refresh token")?;
+        let mut req = serde_json::json!({
+            "grant_type": "refresh_token",
+            "refresh_token": refresh,
+            "client_id": CLIENT_ID,
+        });
+        if let Some(scopes) = login["scopes"].as_array() {
+            let s: Vec<&str> = scopes.iter().filter_map(|v| v.as_str()).collect();
+            req["scope"] = s.join(" ").into();
+        }
+        let body = req.to_string();
+        let mut up = self.connect_upstream(TOKEN_HOST)?;
+        write!(
+            up,
+            "POST {TOKEN_PATH} HTTP/1.1\r\nhost: {TOKEN_HOST}\r\ncontent-type: application/json\r\n\
+             accept: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        up.flush()?;
+        let _ = up.sock.set_read_timeout(Some(TIMEOUT));
+        let mut raw = Vec::new();
+        // The end of the stream without TLS's close_notify still ends the answer.
+        let _ = Read::by_ref(&mut up).take(1 << 20).read_to_end(&mut raw);
+        let (status, answer) = parse_answer(&raw)?;
+        let v: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
+        if status != 200 {
+            bail!(
+                "{TOKEN_HOST} answered {status} {}",
+                v["error"].as_str().unwrap_or("")
+            );
+        }
+        let access = v["access_token"]
+            .as_str()
+            .context("no access_token in the answer")?;
+        let now = now_ms();
+        let mut file = self.host_file()?;
+        let o = &mut file["claudeAiOauth"];
+        o["accessToken"] = access.into();
+        if let Some(r) = v["refresh_token"].as_str() {
+            o["refreshToken"] = r.into();
+        }
+        o["expiresAt"] = (now + v["expires_in"].as_u64().unwrap_or(3600) * 1000).into();
+        if let Some(scope) = v["scope"].as_str() {
+            o["scopes"] = scope.split(' ').collect::<Vec<_>>().into();
+        }
+        let fresh = o.clone();
+        self.write_host_file(&file)?;
+        Ok(fresh)
+    }
+
+    /// The host's whole `.credentials.json`.
+    fn host_file(&self) -> Result<serde_json::Value> {
         use std::os::unix::fs::OpenOptionsExt;
         let mut f = std::fs::OpenOptions::new()
             .read(true)
@@ -162,30 +280,30 @@ impl Broker {
             .take(1 << 20)
             .read_to_string(&mut text)
             .context("cannot read the host's login")?;
-        let v: serde_json::Value =
-            serde_json::from_str(&text).context("the host's login is not JSON")?;
-        Ok(v["claudeAiOauth"].clone())
+        serde_json::from_str(&text).context("the host's login is not JSON")
     }
 
-    /// The stand-in `.credentials.json` for the sandbox: the host login's scopes and
-    /// subscription (so claude behaves as that subscriber), random tokens.
-    pub fn stand_in_credentials(&self) -> Result<String> {
-        let real = self.host_login()?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
-        let mut login = serde_json::json!({
-            "accessToken": self.stand_in,
-            "refreshToken": self.stand_in_refresh,
-            "expiresAt": now + STAND_IN_LIFETIME_MS,
-        });
-        for k in ["scopes", "subscriptionType", "rateLimitTier"] {
-            if let Some(v) = real.get(k) {
-                login[k] = v.clone();
-            }
+    /// A new file beside the host's, renamed over it (mode 0600).
+    fn write_host_file(&self, v: &serde_json::Value) -> Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut tmp = self.credentials.clone().into_os_string();
+        tmp.push(format!(".claudebox-broker.{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)
+            .context("cannot write the host's login")?;
+        let done = f
+            .write_all(v.to_string().as_bytes())
+            .and_then(|()| f.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, &self.credentials));
+        if done.is_err() {
+            let _ = std::fs::remove_file(&tmp);
         }
-        Ok(serde_json::json!({ "claudeAiOauth": login }).to_string())
+        done.context("cannot write the host's login")
     }
 
     /// Serves one request of a `CONNECT api.anthropic.com:443` tunnel whose `200` the
@@ -267,14 +385,7 @@ impl Broker {
                     host_seen = true;
                 }
                 "authorization" if h.value == format!("Bearer {}", self.stand_in).as_bytes() => {
-                    let real = self
-                        .host_login()
-                        .ok()
-                        .and_then(|l| l["accessToken"].as_str().map(str::to_string))
-                        .filter(|t| !t.is_empty())
-                        .ok_or_else(|| {
-                            Refusal(502, "the host has no OAuth login to lend".into())
-                        })?;
+                    let real = self.access_token()?;
                     out.extend_from_slice(b"authorization: Bearer ");
                     out.extend_from_slice(real.as_bytes());
                     out.extend_from_slice(b"\r\n");
@@ -301,7 +412,7 @@ impl Broker {
             .map_err(|_| Refusal(400, "the body ended early".into()))?;
 
         let mut up = self
-            .connect_upstream()
+            .connect_upstream(HOST)
             .map_err(|e| Refusal(502, format!("{e:#}")))?;
         up.write_all(&out)
             .and_then(|()| up.write_all(&body))
@@ -312,12 +423,15 @@ impl Broker {
         Ok(())
     }
 
-    fn connect_upstream(&self) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    fn connect_upstream(
+        &self,
+        host: &str,
+    ) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
         let tcp = match &self.upstream_proxy {
             Some(proxy) => {
                 let mut s = TcpStream::connect(proxy.as_str())
                     .with_context(|| format!("cannot reach the test upstream proxy {proxy}"))?;
-                write!(s, "CONNECT {HOST}:443 HTTP/1.1\r\nhost: {HOST}:443\r\n\r\n")?;
+                write!(s, "CONNECT {host}:443 HTTP/1.1\r\nhost: {host}:443\r\n\r\n")?;
                 let mut head = Vec::new();
                 let mut b = [0u8; 1];
                 while !head.ends_with(b"\r\n\r\n") {
@@ -339,6 +453,75 @@ impl Broker {
         let name = ServerName::try_from(HOST)?;
         let conn = rustls::ClientConnection::new(self.client.clone(), name)?;
         Ok(rustls::StreamOwned::new(conn, tcp))
+    }
+}
+
+/// Claude Code's OAuth client id and token endpoint (measured: what both pinned versions
+/// send when they refresh).
+const CLIENT_ID: &str = "9d1c250a-e61b-44d9-88ed-5944d1962f5e";
+const TOKEN_HOST: &str = "platform.claude.com";
+const TOKEN_PATH: &str = "/v1/oauth/token";
+/// Refresh when the access token expires within this (claude's own margin: 5 minutes).
+const REFRESH_MARGIN_MS: u64 = 5 * 60 * 1000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn expiring(login: &serde_json::Value) -> bool {
+    login["expiresAt"]
+        .as_u64()
+        .is_none_or(|t| t < now_ms() + REFRESH_MARGIN_MS)
+}
+
+fn token_of(login: &serde_json::Value) -> Result<String, Refusal> {
+    login["accessToken"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| Refusal(502, "the host has no OAuth login to lend".into()))
+}
+
+/// The status and body of a whole HTTP/1.1 answer (`Content-Length`, chunked, or up to
+/// the end of the stream).
+fn parse_answer(raw: &[u8]) -> Result<(u16, Vec<u8>)> {
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut hs);
+    let httparse::Status::Complete(n) = resp.parse(raw)? else {
+        bail!("a partial answer");
+    };
+    let chunked = resp.headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("transfer-encoding")
+            && String::from_utf8_lossy(h.value)
+                .to_ascii_lowercase()
+                .contains("chunked")
+    });
+    let status = resp.code.unwrap_or(0);
+    let mut body = &raw[n..];
+    if !chunked {
+        return Ok((status, body.to_vec()));
+    }
+    let mut out = Vec::new();
+    loop {
+        let line_end = body
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .context("a bad chunk")?;
+        let size_text = String::from_utf8_lossy(&body[..line_end]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .context("a bad chunk size")?;
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return Ok((status, out));
+        }
+        if body.len() < size + 2 {
+            bail!("a cut chunk");
+        }
+        out.extend_from_slice(&body[..size]);
+        body = &body[size + 2..];
     }
 }
 
@@ -424,6 +607,7 @@ fn reason(code: u16) -> &'static str {
         411 => "Length Required",
         413 => "Content Too Large",
         421 => "Misdirected Request",
+        503 => "Service Unavailable",
         _ => "Bad Gateway",
     }
 }

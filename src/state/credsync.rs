@@ -524,7 +524,7 @@ fn write_host(host: &Path, inode: (u64, u64), content: &[u8]) -> std::io::Result
 /// A lock older than claude's stale time (untouched for 10 s: proper-lockfile touches
 /// its own every 5 s; or dated ahead) is a dead holder's, for claude as here: removed
 /// and taken. A live one is waited for up to 5 s; then `None` (no copy without it).
-struct RefreshLock {
+pub struct RefreshLock {
     path: PathBuf,
     _hold: std::sync::MutexGuard<'static, ()>,
 }
@@ -533,7 +533,7 @@ struct RefreshLock {
 pub const REFRESH_LOCK: &str = ".oauth_refresh.lock";
 
 impl RefreshLock {
-    fn take(dir: &Path) -> Option<RefreshLock> {
+    pub fn take(dir: &Path) -> Option<RefreshLock> {
         let path = dir.join(REFRESH_LOCK);
         for _ in 0..50 {
             let hold = HOLD.lock().unwrap_or_else(|e| e.into_inner());

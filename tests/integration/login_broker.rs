@@ -445,3 +445,151 @@ fn dry_run_shows_the_broker_and_binds_no_login() {
     );
     assert!(!out.contains("login broker"), "{out}");
 }
+
+/// The login's refresh token before any refresh (live at the mock) and its access token,
+/// expired.
+const SEED_REFRESH: &str = "sk-ant-ort01-lab-seed-r000";
+const SEED_ACCESS: &str = "sk-ant-oat01-lab-seed-expired-a000";
+
+fn expired(access: &str, refresh: &str) -> Value {
+    let mut v = real_login();
+    v["claudeAiOauth"]["accessToken"] = access.into();
+    v["claudeAiOauth"]["refreshToken"] = refresh.into();
+    v["claudeAiOauth"]["expiresAt"] = 1000.into();
+    v
+}
+
+fn host_file(w: &World) -> Value {
+    serde_json::from_str(&fs::read_to_string(w.home().join(".claude/.credentials.json")).unwrap())
+        .unwrap()
+}
+
+/// The host's claude, bare, logged in by the host's file, pointed at the mock.
+fn host_claude(w: &World, p: &Path, mock: &MockApi) -> std::process::Command {
+    let mut c = std::process::Command::new(w.bin().join("claude"));
+    c.current_dir(p)
+        .env_clear()
+        .env("HOME", w.home())
+        .env("PATH", w.path_var())
+        .env("LANG", "C.UTF-8")
+        .envs(mock.oauth_env(&mock.ca_cert()))
+        .args(["-p", "hello"]);
+    c
+}
+
+#[test]
+fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
+    let _g = common::heavy();
+    for c in lab::claude_versions() {
+        let w = lab::world_with(&c);
+        let p = w.dir("proj");
+        let mock =
+            MockApi::start_oauth(&json!({"turns": [], "token_delay_ms": 1500}), SEED_REFRESH);
+        let creds = w.home().join(".claude/.credentials.json");
+        fs::write(&creds, expired(SEED_ACCESS, SEED_REFRESH).to_string()).unwrap();
+        let mut seed = lab::claude_json_seed(&[&p]);
+        seed.as_object_mut()
+            .unwrap()
+            .remove("customApiKeyResponses");
+        fs::write(w.home().join(".claude.json"), seed.to_string()).unwrap();
+        let ask = |mode: &str| {
+            run(
+                &w,
+                &p,
+                &mock,
+                &["--login-broker", "--network", mode, "-p", "hello"],
+            )
+        };
+
+        // Several token lifetimes with no claude on the host: each time the host's login
+        // has expired, the broker refreshes it once, with the token it got last time.
+        let mut last = SEED_REFRESH.to_string();
+        for round in 1..=3u32 {
+            let o = ask(if round % 2 == 0 { "allowlist" } else { "none" });
+            let out = lab::ok_run(&c, &o, &mock);
+            assert!(
+                out.contains("MOCK: the script is over."),
+                "[{}] {out}",
+                c.label
+            );
+            let n = format!("{round:04}");
+            assert_eq!(
+                mock.refreshes().last(),
+                Some(&(last[last.len() - 4..].to_string(), Some(n.clone()))),
+                "[{}] round {round}: {:?}",
+                c.label,
+                mock.refreshes()
+            );
+            assert_eq!(mock.refreshes().len(), round as usize, "[{}]", c.label);
+            let host = host_file(&w);
+            let o = &host["claudeAiOauth"];
+            assert_eq!(
+                o["accessToken"],
+                format!("sk-ant-oat01-mock-a{n}"),
+                "[{}]",
+                c.label
+            );
+            assert!(o["expiresAt"].as_u64().unwrap() > 1000);
+            assert_eq!(
+                o["subscriptionType"], "max",
+                "[{}] the rest is kept",
+                c.label
+            );
+            last = o["refreshToken"].as_str().unwrap().to_string();
+            assert!(bearers(&mock).last().unwrap().contains(&format!("'{n}'")));
+            // The next lifetime: the token expires.
+            let mut v = host;
+            v["claudeAiOauth"]["expiresAt"] = 1000.into();
+            fs::write(&creds, v.to_string()).unwrap();
+        }
+
+        // The host's claude and a sandbox find the login expired at once (the token
+        // endpoint takes 1.5 s): one of them refreshes, the other uses its pair.
+        for round in 0..3 {
+            let before = mock.refreshes().len();
+            let mut host = host_claude(&w, &p, &mock);
+            let host = std::thread::spawn(move || lab::output_within(&mut host, LIMIT));
+            std::thread::sleep(Duration::from_millis(200 * (round % 2)));
+            let o = ask("none");
+            lab::ok_run(&c, &o, &mock);
+            let h = host.join().unwrap().unwrap();
+            assert!(
+                h.status.success(),
+                "[{}] host: {}",
+                c.label,
+                common::stderr(&h)
+            );
+            let spent = &mock.refreshes()[before..];
+            assert_eq!(spent.len(), 1, "[{}] race {round}: {spent:?}", c.label);
+            assert!(
+                spent[0].1.is_some(),
+                "[{}] race {round}: {spent:?}",
+                c.label
+            );
+            let mut v = host_file(&w);
+            v["claudeAiOauth"]["expiresAt"] = 1000.into();
+            fs::write(&creds, v.to_string()).unwrap();
+        }
+        assert!(!w.home().join(".claude/.oauth_refresh.lock").exists());
+
+        // Control: the host's claude with its lock elsewhere (its config dir moved, the
+        // login reached through a symlink): the same race spends the token twice.
+        let x = w.dir("elsewhere");
+        fs::copy(w.home().join(".claude.json"), x.join(".claude.json")).unwrap();
+        std::os::unix::fs::symlink(&creds, x.join(".credentials.json")).unwrap();
+        let before = mock.refreshes().len();
+        let mut host = host_claude(&w, &p, &mock);
+        host.env("CLAUDE_CONFIG_DIR", &x);
+        let host = std::thread::spawn(move || lab::output_within(&mut host, LIMIT));
+        let _ = ask("none");
+        let _ = host.join().unwrap();
+        let spent = mock.refreshes()[before..].to_vec();
+        eprintln!("[{}] control, locks apart: {spent:?}", c.label);
+        assert_eq!(spent.len(), 2, "[{}] control: {spent:?}", c.label);
+        assert!(
+            spent.iter().any(|r| r.1.is_none()),
+            "[{}] control: {spent:?}",
+            c.label
+        );
+    }
+}

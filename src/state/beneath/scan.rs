@@ -33,7 +33,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/maintenance/check.rs", 15, "--check's own throwaway home under a fresh temporary dir, and reads of the user's setup"),
     ("src/maintenance/diagnose.rs", 3, "/proc/sys and /etc: the system's"),
     ("src/proxy/mod.rs", 1, "the CA bundle read at the proxy's start: the system's"),
-    ("src/proxy/broker.rs", 4, "the host's .credentials.json, read only (O_NOFOLLOW|O_NONBLOCK, a regular file only: another sandbox sharing the login dir can swap it, never make the broker follow a link or hang on a fifo), /dev/urandom, the tests' upstream CA file"),
+    ("src/proxy/broker.rs", 8, "the host's .credentials.json (O_NOFOLLOW|O_NONBLOCK, a regular file only: never a link followed or a fifo waited on) and, after a refresh under claude's lock, a new file beside it (create_new, O_NOFOLLOW) renamed over it, as claude does; in ~/.claude, which no sandbox mounts with the broker (a login kept in ~/.claudebox/login is writable by sandboxes without the broker, which can write that file anyway); /dev/urandom; the tests' upstream CA file"),
     ("src/proxy/netbridge.rs", 5, "/proc/self/fd and the bridge's own socket pair (the stand-in login written to it)"),
     ("src/state/claude_home.rs", 3, "the host's ~/.claude (read_dir, the credentials probe) and the WITHIN mount point in it: the user's, never bound writable by default"),
     ("src/state/claude_home/claude_json.rs", 4, "the host's own ~/.claude.json: read, and its inode stamp"),

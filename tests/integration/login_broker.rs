@@ -266,6 +266,23 @@ def connect(name, target):
         print(name, s.recv(64).split(b" ")[1].decode())
     except Exception as e:
         print(name, "error", type(e).__name__)
+def raw(name, data):
+    try:
+        c = http.client.HTTPSConnection("127.0.0.1", 3128, context=ctx, timeout=20)
+        c.set_tunnel("api.anthropic.com", 443)
+        c.connect()
+        c.sock.sendall(data)
+        r = http.client.HTTPResponse(c.sock)
+        r.begin()
+        print(name, r.status)
+    except Exception as e:
+        print(name, "error", type(e).__name__)
+auth = ("Authorization: Bearer " + own + "\r\n").encode()
+raw("huge", b"POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\n" + auth + b"Content-Length: 999999999999\r\n\r\n")
+raw("chunked", b"POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\n" + auth + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+raw("absolute", b"GET https://evil.example/ HTTP/1.1\r\nHost: api.anthropic.com\r\n" + auth + b"\r\n")
+raw("garbage", b"\x00\x01 not http at all\r\n\r\n")
+raw("head-flood", b"GET / HTTP/1.1\r\n" + b"X-A: " + b"a" * 100000 + b"\r\n\r\n")
 post("own", own)
 post("other", other)
 post("host-evil", own, "evil.example")
@@ -353,6 +370,14 @@ fn the_stand_in_is_worthless_outside_its_sandbox_and_the_broker_goes_nowhere_els
     assert_eq!(result(&r, "host-evil"), "421", "{r:?}");
     assert_eq!(result(&r, "connect-mock"), "403", "{r:?}");
     assert_eq!(result(&r, "connect-evil"), "403", "{r:?}");
+    // Huge and malformed requests: refused by the broker, which goes on serving.
+    assert_eq!(result(&r, "huge"), "413", "{r:?}");
+    assert_eq!(result(&r, "chunked"), "411", "{r:?}");
+    assert_eq!(result(&r, "absolute"), "400", "{r:?}");
+    assert_eq!(result(&r, "garbage"), "400", "{r:?}");
+    // A head over 64 KiB: refused, or the connection dropped while it was still sent.
+    let flood = result(&r, "head-flood");
+    assert!(flood == "400" || flood.starts_with("error"), "{r:?}");
 
     // Sandbox B, with A's stand-in: its broker does not know it, upstream refuses it.
     let (b, r) = probe(&w, &p, &mock, &a);

@@ -726,6 +726,7 @@ fn escape_suite() {
     more.extend(host_writes::attempts());
     more.extend(gc_walk::attempts());
     more.extend(shared_dirs::attempts());
+    more.extend(crate::login_broker::attempts());
     for (name, escaped) in &more {
         if *escaped {
             eprintln!("ESCAPE: {name}");

@@ -618,3 +618,75 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
         );
     }
 }
+
+/// The attacks above as escape attempts (`escape::escape_suite` counts them): each is
+/// `true` when it got what it was after. Their controls are the tests above.
+pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
+    let w = World::new();
+    let (p, mock) = setup(&w, &json!([]));
+    let mut v = Vec::new();
+    for (name, mode) in [
+        (
+            "login broker: the real OAuth tokens anywhere inside (files, environ, cmdline, fds), none mode",
+            "none",
+        ),
+        (
+            "login broker: the real OAuth tokens anywhere inside (files, environ, cmdline, fds), allowlist mode",
+            "allowlist",
+        ),
+    ] {
+        let mut found = false;
+        for needle in [REAL_ACCESS, REAL_REFRESH] {
+            let script = search_script(needle);
+            let o = run(
+                &w,
+                &p,
+                &mock,
+                &["--login-broker", "--network", mode, "--exec", "sh", "-c", &script],
+            );
+            let out = common::stdout(&o);
+            found |= !out.contains("SEARCH-DONE") || out.contains("FOUND");
+        }
+        v.push((name, found));
+    }
+    let (a, r) = probe(&w, &p, &mock, "");
+    let (_, r2) = probe(&w, &p, &mock, &a);
+    let refused = |r: &[(String, String)], k: &str, code: &str| result(r, k) == code;
+    v.push((
+        "login broker: a sandbox's stand-in used through another sandbox's broker",
+        !refused(&r2, "other", "401"),
+    ));
+    v.push((
+        "login broker: a sandbox's stand-in used from the host",
+        from_host(&mock, &a) != "401",
+    ));
+    v.push((
+        "login broker: a Host of the agent's choosing in the brokered tunnel",
+        !refused(&r, "host-evil", "421"),
+    ));
+    v.push((
+        "login broker: CONNECT to the upstream's own address in none mode",
+        !refused(&r, "connect-mock", "403"),
+    ));
+    v.push((
+        "login broker: CONNECT to another host in none mode",
+        !refused(&r, "connect-evil", "403"),
+    ));
+    v.push((
+        "login broker: a request body over the cap",
+        !refused(&r, "huge", "413"),
+    ));
+    v.push((
+        "login broker: a chunked request (no length to check)",
+        !refused(&r, "chunked", "411"),
+    ));
+    v.push((
+        "login broker: an absolute-form target naming another host",
+        !refused(&r, "absolute", "400"),
+    ));
+    v.push((
+        "login broker: bytes that are no HTTP",
+        !refused(&r, "garbage", "400"),
+    ));
+    v
+}

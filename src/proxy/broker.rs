@@ -245,15 +245,29 @@ impl Broker {
         if !expiring(&login) {
             return token_of(&login);
         }
-        let fresh = self.refresh(&login).map_err(|e| {
+        let logged_out = |why: String| {
             Refusal(
-                502,
+                401,
                 format!(
-                    "the host's login could not be refreshed ({e:#}); log in again on the host"
+                    "the host's login could not be refreshed ({why}); log in again on the \
+                     host (claude, /login)"
                 ),
             )
-        })?;
-        token_of(&fresh)
+        };
+        // A refresh token refused once is not spent again (every request would):
+        // until the host's file has another one, the answer is the same.
+        let refresh = login["refreshToken"].as_str().unwrap_or("").to_string();
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if refused.as_deref() == Some(refresh.as_str()) {
+            return Err(logged_out("its refresh token was refused".into()));
+        }
+        match self.refresh(&login) {
+            Ok(fresh) => token_of(&fresh),
+            Err(e) => {
+                *refused = Some(refresh);
+                Err(logged_out(format!("{e:#}")))
+            }
+        }
     }
 
     /// Spends the host login's refresh token at claude's token endpoint and writes the

@@ -203,6 +203,12 @@ pub struct Cli {
     #[arg(long)]
     pub log_denied: bool,
 
+    /// Keep the OAuth login on the host: the sandbox gets a stand-in login and the
+    /// host-side proxy swaps it for the real token on the way to api.anthropic.com
+    /// (allowlist and none modes; see docs/security.md).
+    #[arg(long)]
+    pub login_broker: bool,
+
     /// Arguments for claude (or, with --exec, the command and its arguments).
     #[arg(
         value_name = "CLAUDE_ARGS",

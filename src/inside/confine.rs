@@ -95,6 +95,10 @@ pub struct Args {
     /// The same, skipped where the sandbox has no such address (`localhost`'s IPv6 half).
     #[arg(long = "forward-optional", value_name = "ADDR", requires = "proxy_fd")]
     pub forward_optional: Vec<std::net::SocketAddr>,
+    /// The login broker: write the stand-in login and the broker's certificate authority
+    /// the proxy sends back into this directory (a tmpfs of this sandbox).
+    #[arg(long = "broker-dir", value_name = "DIR", requires = "proxy_port")]
+    pub broker_dir: Option<PathBuf>,
     /// The command, after `--`.
     #[arg(last = true, required = true, value_name = "CMD")]
     pub command: Vec<OsString>,
@@ -145,7 +149,12 @@ fn run(args: Args) -> Result<std::convert::Infallible> {
             (args.forward.iter().map(|a| (*a, false)))
                 .chain(args.forward_optional.iter().map(|a| (*a, true)))
                 .collect();
-        crate::inside::listen::hand_to_proxy(fd, args.proxy_port, &forwards)?;
+        crate::inside::listen::hand_to_proxy(
+            fd,
+            args.proxy_port,
+            &forwards,
+            args.broker_dir.as_deref(),
+        )?;
     }
     let err = crate::host::exec::replace_with(cmd);
     Err(err).with_context(|| format!("cannot run {}", crate::policy::render::shown(&cmd[0])))
@@ -439,6 +448,9 @@ mod tests {
             denied_log: PathBuf::from(OsString::from_vec(b"/s/a b\xff/denied.log".to_vec())),
             log_stderr: true,
             instance_id: "i-1".into(),
+            broker: Some(PathBuf::from(OsString::from_vec(
+                b"/h/.claude/a b\xff/.credentials.json".to_vec(),
+            ))),
         };
         let argv = crate::policy::render::proxy_argv(&spec, 9);
         assert_eq!(argv[0], crate::policy::network::INTERNAL_PROXY);
@@ -450,6 +462,7 @@ mod tests {
         assert_eq!(p.allow, ["*.example.com", "localhost:8080"]);
         assert_eq!(p.forward_port, ["localhost:5432"]);
         assert!(p.forwards_only);
+        assert_eq!(p.login_broker, spec.broker);
     }
 
     #[test]

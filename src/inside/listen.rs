@@ -8,17 +8,23 @@
 use std::io::IoSlice;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, RawFd};
+use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use crate::policy::error::Fixable;
-use crate::policy::network::MAX_FORWARDS;
+use crate::policy::network::{BROKER_CA_FILE, MAX_FORWARDS};
 
 /// Opens the proxy port (allowlist mode; `None` in none mode, where only forwarded ports
 /// are served) and the forwards (`(address, optional)`), sends them over `fd` and closes
 /// it.
-pub fn hand_to_proxy(fd: RawFd, port: Option<u16>, forwards: &[(SocketAddr, bool)]) -> Result<()> {
+pub fn hand_to_proxy(
+    fd: RawFd,
+    port: Option<u16>,
+    forwards: &[(SocketAddr, bool)],
+    broker_dir: Option<&Path>,
+) -> Result<()> {
     if forwards.len() > MAX_FORWARDS {
         bail!("at most {MAX_FORWARDS} loopback forwards");
     }
@@ -57,7 +63,45 @@ pub fn hand_to_proxy(fd: RawFd, port: Option<u16>, forwards: &[(SocketAddr, bool
             "allowlist mode works only when claudebox itself starts the sandbox",
         )
     })?;
+    if let Some(dir) = broker_dir {
+        receive_stand_in(fd, dir)?;
+    }
     let _ = nix::unistd::close(fd);
     drop(listeners);
+    Ok(())
+}
+
+/// The login broker's answer (`proxy::netbridge::send_stand_in`): the stand-in login and
+/// the certificate authority claude is to trust, written into `dir` (this sandbox's own
+/// tmpfs, claude's secure-storage dir).
+fn receive_stand_in(fd: RawFd, dir: &Path) -> Result<()> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut text = Vec::new();
+    // SAFETY: the descriptor is ours (inherited for this step); `ManuallyDrop` leaves its
+    // closing to the caller.
+    let f = std::mem::ManuallyDrop::new(unsafe {
+        <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd)
+    });
+    (&*f)
+        .take(1 << 20)
+        .read_to_end(&mut text)
+        .context("cannot read the stand-in login from the login broker")?;
+    let v: serde_json::Value =
+        serde_json::from_slice(&text).context("the login broker sent no stand-in login")?;
+    for (name, key) in [(BROKER_CA_FILE, "ca"), (".credentials.json", "credentials")] {
+        let body = v[key]
+            .as_str()
+            .context("the login broker's answer is incomplete")?;
+        let path = dir.join(name);
+        std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&path)
+            .and_then(|mut f| std::io::Write::write_all(&mut f, body.as_bytes()))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+    }
     Ok(())
 }

@@ -588,7 +588,14 @@ fn claude_home_rows(home: &Path) -> Vec<Row> {
 fn credentials_row(home: &Path) -> Row {
     let file = home.join(".claude/.credentials.json");
     if fs::metadata(&file).is_ok_and(|m| m.is_file() && m.len() > 0) {
-        return ok("credentials", format!("{} (OAuth login)", show(&file)));
+        return ok(
+            "credentials",
+            format!(
+                "{} (OAuth login: bound into every sandbox, or with --login-broker kept on \
+                 the host and lent by the sandbox's proxy)",
+                show(&file)
+            ),
+        );
     }
     for var in [
         "ANTHROPIC_API_KEY",

@@ -18,6 +18,8 @@ pub const SIGNALS_FLAG: &str = "--default-signals";
 /// over FD (no `--proxy-port` in none mode: only the forwards).
 pub const PROXY_FD_FLAG: &str = "--proxy-fd";
 pub const PROXY_PORT_FLAG: &str = "--proxy-port";
+/// `--broker-dir DIR`: write the login broker's stand-in login into DIR.
+pub const BROKER_DIR_FLAG: &str = "--broker-dir";
 pub const FORWARD_FLAG: &str = "--forward";
 pub const FORWARD_OPTIONAL_FLAG: &str = "--forward-optional";
 /// `--stderr-fd FD`: the caller's real stderr. The step inside writes [`UP_MARKER`] on its

@@ -153,6 +153,8 @@ pub struct ProxySpec {
     pub log_stderr: bool,
     /// The sandbox's instance id; in the proxy's command line so it can be found.
     pub instance_id: String,
+    /// `--login-broker`: the host's login file the proxy lends (`proxy::broker`).
+    pub broker: Option<PathBuf>,
 }
 
 impl ProxySpec {
@@ -561,6 +563,17 @@ pub fn portless_loopback(list: &Allowlist) -> Vec<String> {
         })
         .collect()
 }
+
+/// The login broker's certificate authority in the sandbox's login dir
+/// (`NODE_EXTRA_CA_CERTS` inside).
+pub const BROKER_CA_FILE: &str = "claudebox-broker-ca.pem";
+
+/// Credentials in the launcher's environment that never reach a sandbox with the broker.
+pub const BROKER_UNSET_ENV: &[&str] = &[
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+];
 
 /// The proxy's hidden role on claudebox's command line.
 pub const INTERNAL_PROXY: &str = "--internal-proxy";

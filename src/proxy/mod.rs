@@ -33,6 +33,7 @@
 //! is taken, no head can be closed and a connection waits, so is such a tunnel. Requests
 //! being relayed, and tunnels in use, are never closed for room.
 
+pub mod broker;
 pub mod netbridge;
 
 use std::collections::HashMap;
@@ -87,6 +88,9 @@ pub struct Config {
     pub denied_log: PathBuf,
     /// Also report denied requests on stderr.
     pub log_stderr: bool,
+    /// `--login-broker`: `CONNECT api.anthropic.com:443` is served by the broker, in any
+    /// mode, whatever the allowlist says.
+    pub broker: Option<Arc<broker::Broker>>,
 }
 
 /// Serves `listener` until the process is killed (it dies with the sandbox).
@@ -519,6 +523,21 @@ fn tunnel(
 ) -> Result<Option<TcpStream>, Reject> {
     let (host, port) = network::parse_authority(&head.target, None)
         .map_err(|e| bad(format!("bad CONNECT target: {e}")))?;
+    if let Some(b) = cfg
+        .broker
+        .as_ref()
+        .filter(|_| broker::Broker::serves(&host, port))
+    {
+        if client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .is_ok()
+        {
+            if let Ok(c) = client.try_clone() {
+                b.serve(c, rest);
+            }
+        }
+        return Ok(None);
+    }
     let mut upstream = decide_and_connect(cfg, "CONNECT", &host, port)?;
     if client
         .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")

@@ -119,6 +119,9 @@ pub struct ProxyArgs {
     /// A forwarded host port (`localhost:5432`, `127.0.0.1:5432`, `[::1]:5432`).
     #[arg(long = "forward-port", value_name = "HOST:PORT")]
     pub forward_port: Vec<String>,
+    /// The login broker, lending the login in this host file (`proxy::broker`).
+    #[arg(long = "login-broker", value_name = "CREDENTIALS")]
+    pub login_broker: Option<PathBuf>,
 }
 
 /// Runs the proxy role: `args` are those after `--internal-proxy`.
@@ -157,12 +160,22 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     let ctl = unsafe { OwnedFd::from_raw_fd(fd) };
     let denied_log = args.denied_log;
     rotate(&denied_log);
+    let broker = match args.login_broker {
+        Some(c) => Some(std::sync::Arc::new(
+            proxy::broker::Broker::new(c).context("the login broker")?,
+        )),
+        None => None,
+    };
     let config = || proxy::Config {
         allowlist: allowlist.clone(),
         denied_log: denied_log.clone(),
         log_stderr,
+        broker: broker.clone(),
     };
     let served = receive_listeners(&ctl).and_then(|listeners| {
+        if let Some(b) = &broker {
+            send_stand_in(&ctl, b)?;
+        }
         drop(ctl);
         // The same list the plan made: the addresses and their fixed host targets.
         let forwards =
@@ -197,6 +210,20 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
         note_error(&denied_log, &format!("{e:#}"));
     }
     served
+}
+
+/// Sends the sandbox's step inside what it writes for claude: the broker's certificate
+/// authority and the stand-in login, as one JSON object, then the end of the stream.
+fn send_stand_in(ctl: &OwnedFd, b: &proxy::broker::Broker) -> Result<()> {
+    let msg = serde_json::json!({
+        "ca": b.ca_pem,
+        "credentials": b.stand_in_credentials()?,
+    })
+    .to_string();
+    let mut f = std::fs::File::from(ctl.try_clone()?);
+    std::io::Write::write_all(&mut f, msg.as_bytes())
+        .context("cannot hand the stand-in login to the sandbox")?;
+    Ok(())
 }
 
 /// Keeps the denied log bounded: past the cap it becomes `<name>.old` (replacing the last).

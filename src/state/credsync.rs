@@ -98,6 +98,11 @@ pub const HOLD_MS_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_HOLD_MS";
 
 static HOLD_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
+/// Set in the sync process only: [`REPORT_FD`] is its report pipe there. Another process
+/// that takes the refresh lock (the login broker, in the proxy) has something else, or
+/// nothing, on that descriptor and reports nothing.
+static REPORTING: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// The descriptor the sync process reports on (a pipe to the launching claudebox) which
 /// refresh lock it is about to hold and when it let it go: a sync that dies holding it
 /// (SIGKILL) leaves it to the launcher, which removes it at once ([`guard_lock`]).
@@ -281,6 +286,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
         }
     };
     let _ = nix::sys::prctl::set_name(c"claudebox-creds");
+    REPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
     TRUNCATE.store(
         std::env::var_os(TRUNCATE_ENV).is_some_and(|v| !v.is_empty()),
         std::sync::atomic::Ordering::Relaxed,
@@ -591,7 +597,7 @@ fn write_host(host: &Path, inode: (u64, u64), content: &[u8]) -> std::io::Result
 /// device, inode, birth time) and only then renamed into place (`RENAME_NOREPLACE`: a
 /// lock taken meanwhile is never replaced). Whenever this process dies, the launcher
 /// knows which directory, under either name, is its, and removes it ([`guard_lock`]).
-struct RefreshLock {
+pub struct RefreshLock {
     path: PathBuf,
     id: Option<LockId>,
     _hold: std::sync::MutexGuard<'static, ()>,
@@ -629,6 +635,9 @@ const RECORD: usize = 1 + 8 + 8 + 8 + 4;
 /// Tells the launcher: `Some`, about to hold (or holding) the lock of that identity;
 /// `None`, holding none. One write of a record smaller than a pipe's atomic size.
 fn report(id: Option<LockId>) {
+    if !REPORTING.load(std::sync::atomic::Ordering::Relaxed) {
+        return;
+    }
     let rec = record(id);
     // SAFETY: a write from a local buffer; a missing descriptor only fails.
     let _ = unsafe { libc::write(REPORT_FD, rec.as_ptr().cast(), RECORD) };
@@ -685,7 +694,7 @@ fn guard_lock(report: OwnedFd, dir: &Path, pid: u32) {
 }
 
 impl RefreshLock {
-    fn take(dir: &Path) -> Option<RefreshLock> {
+    pub fn take(dir: &Path) -> Option<RefreshLock> {
         let path = dir.join(REFRESH_LOCK);
         let mine = own_name(dir, std::process::id());
         for _ in 0..50 {

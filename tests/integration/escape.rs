@@ -731,6 +731,7 @@ fn escape_suite() {
     more.extend(shared_dirs::attempts());
     more.extend(state_races::attempts());
     more.extend(codex_home::attempts_more());
+    more.extend(crate::login_broker::attempts());
     for (name, escaped) in &more {
         if *escaped {
             eprintln!("ESCAPE: {name}");

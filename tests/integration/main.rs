@@ -29,6 +29,7 @@ mod launch;
 mod launch_kills;
 mod limits;
 mod list;
+mod login_broker;
 mod network;
 mod no_git;
 mod oauth_refresh;

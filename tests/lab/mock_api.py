@@ -17,8 +17,8 @@ Python 3 standard library only. Listens on 127.0.0.1 only (never another address
   --final-text T  what to answer once the script is used up (default below)
   --oauth DIR     also play Claude Code's OAuth server (token refresh, profile, roles)
                   behind an HTTPS proxy on the same port: makes DIR/cert.pem (a
-                  self-signed certificate for the OAuth hosts below, with the openssl
-                  command), then answers CONNECT to those hosts with TLS under that
+                  certificate authority, with the openssl command) and a certificate
+                  for the OAuth hosts below signed by it, then answers CONNECT to those hosts with TLS under that
                   certificate and serves the same routes inside; CONNECT to any other
                   host gets 403, so nothing leaves the machine. Point claude at it with
                   HTTPS_PROXY=http://127.0.0.1:PORT NO_PROXY=127.0.0.1,localhost
@@ -27,6 +27,7 @@ Python 3 standard library only. Listens on 127.0.0.1 only (never another address
                   only takes three approved https origins).
   --refresh-token T  with --oauth, the login's refresh token (the seeded one); others
                   the mock did not issue are refused
+  --access-token T   with --oauth, an access token taken as issued (a live login)
 
 OAuth (with --oauth), modelled on Anthropic's: refresh tokens are single-use. POST
 /v1/oauth/token {"grant_type": "refresh_token", "refresh_token": R} answers a new pair
@@ -116,17 +117,35 @@ class OAuth:
 
 
 def make_cert(d):
-    """A self-signed certificate for OAUTH_HOSTS in d (cert.pem, key.pem)."""
+    """A certificate authority (d/cert.pem, what clients trust) and a certificate for
+    OAUTH_HOSTS signed by it (d/leaf.pem with the chain, d/leaf-key.pem): a client that
+    refuses a CA certificate as a server's own (rustls, the login broker's upstream)
+    accepts it too."""
     os.makedirs(d, exist_ok=True)
     cert, key = os.path.join(d, "cert.pem"), os.path.join(d, "key.pem")
+    leaf, leaf_key = os.path.join(d, "leaf.pem"), os.path.join(d, "leaf-key.pem")
+    csr, ext = os.path.join(d, "leaf.csr"), os.path.join(d, "leaf.ext")
     san = ",".join("DNS:" + h for h in OAUTH_HOSTS)
-    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
-                    "-subj", "/CN=claudebox lab mock OAuth", "-keyout", key, "-out", cert,
-                    "-addext", "subjectAltName=" + san,
-                    "-addext", "basicConstraints=critical,CA:TRUE",
-                    "-addext", "extendedKeyUsage=serverAuth"],
-                   check=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    return cert, key
+
+    def openssl(*args):
+        subprocess.run(["openssl"] + list(args), check=True, stdout=subprocess.DEVNULL,
+                       stderr=subprocess.PIPE)
+
+    openssl("req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+            "-subj", "/CN=claudebox lab mock CA", "-keyout", key, "-out", cert,
+            "-addext", "basicConstraints=critical,CA:TRUE",
+            "-addext", "keyUsage=critical,keyCertSign,cRLSign")
+    openssl("req", "-new", "-newkey", "rsa:2048", "-nodes", "-subj",
+            "/CN=claudebox lab mock OAuth", "-keyout", leaf_key, "-out", csr)
+    with open(ext, "w") as f:
+        f.write("subjectAltName=%s\nbasicConstraints=critical,CA:FALSE\n"
+                "extendedKeyUsage=serverAuth\nkeyUsage=critical,digitalSignature,"
+                "keyEncipherment\n" % san)
+    openssl("x509", "-req", "-in", csr, "-CA", cert, "-CAkey", key, "-CAcreateserial",
+            "-days", "2", "-out", leaf, "-extfile", ext)
+    with open(leaf, "a") as out, open(cert) as ca:
+        out.write(ca.read())
+    return leaf, leaf_key
 
 
 class Script:
@@ -461,6 +480,7 @@ def main():
     ap.add_argument("--final-text", default=DEFAULT_FINAL_TEXT)
     ap.add_argument("--oauth")
     ap.add_argument("--refresh-token")
+    ap.add_argument("--access-token")
     a = ap.parse_args()
 
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
@@ -472,6 +492,8 @@ def main():
     srv.oauth = srv.tls = None
     if a.oauth:
         srv.oauth = OAuth(a.refresh_token)
+        if a.access_token:
+            srv.oauth.access.add(a.access_token)
         srv.tls = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         srv.tls.load_cert_chain(*make_cert(a.oauth))
     port = srv.server_address[1]

@@ -261,6 +261,9 @@ pub struct Inputs {
     pub landlock_abi: u32,
     /// Allowlist mode: also report denied hosts on stderr.
     pub log_denied: bool,
+    /// `--login-broker`: the login stays on the host (see `proxy::broker`); used when
+    /// `claude_home.credentials` names the host's login and the network is not open.
+    pub login_broker: bool,
     /// With the GPU opt-in (`settings.gpu`): what of `gpu::TABLE` this host has.
     pub gpu: GpuHost,
     /// The limits decided from `settings.limits` and the host's support (see `limits`).
@@ -320,6 +323,7 @@ impl Inputs {
             own_exe,
             landlock_abi: 0,
             log_denied: false,
+            login_broker: false,
             gpu: GpuHost::default(),
             limits: Default::default(),
         }
@@ -361,6 +365,8 @@ pub struct Confine {
 pub struct Listen {
     pub port: Option<u16>,
     pub forwards: Vec<crate::policy::network::LoopbackForward>,
+    /// The login broker: where the step writes the stand-in login it is handed.
+    pub broker_dir: Option<PathBuf>,
 }
 
 /// One mount the first step inside verifies: `path` is a mount point, reached without a
@@ -631,6 +637,7 @@ pub fn build(inp: &Inputs) -> Plan {
         ));
     }
 
+    let broker = broker_login(inp);
     match inp.agent {
         AgentId::Claude => {
             claude_home(inp, &mut m, &mut notes);
@@ -639,6 +646,23 @@ pub fn build(inp: &Inputs) -> Plan {
         AgentId::Codex => codex_home(inp, &mut m, &mut notes),
     }
     notes.extend(inp.agent.row().notes.iter().map(|n| n.to_string()));
+    if broker.is_some() {
+        // Nothing of the host's login inside: the login dir is this sandbox's own tmpfs,
+        // where the step inside writes the stand-in the broker hands it.
+        let login = inp.state.login_dir();
+        m.retain(|x| {
+            x.target != login
+                && !x.target.starts_with(&login)
+                && x.source.as_ref() != broker.as_ref()
+        });
+        m.push(Mount::new(
+            MountKind::Tmpfs,
+            None,
+            &login,
+            "the login broker: a stand-in login of this sandbox only; the host's stays \
+             outside (claude's CLAUDE_SECURESTORAGE_CONFIG_DIR)",
+        ));
+    }
     m.extend(extra_after);
     m.push(Mount::new(
         MountKind::ScratchRo,
@@ -662,7 +686,9 @@ pub fn build(inp: &Inputs) -> Plan {
                 ));
             }
         }
-        NetworkMode::None if forward_ports.is_empty() => flags.push("--unshare-net"),
+        NetworkMode::None if forward_ports.is_empty() && broker.is_none() => {
+            flags.push("--unshare-net")
+        }
         NetworkMode::None | NetworkMode::Allowlist(_) => {
             flags.push("--unshare-net");
             let allowlist = match &inp.settings.network {
@@ -670,7 +696,10 @@ pub fn build(inp: &Inputs) -> Plan {
                 _ => None,
             };
             proxy = Some(ProxySpec {
-                http_proxy: allowlist.is_some(),
+                // None mode with the broker: the proxy serves api.anthropic.com through
+                // the broker and refuses everything else (its allowlist is empty).
+                http_proxy: allowlist.is_some() || broker.is_some(),
+                broker: broker.clone(),
                 allowlist: allowlist.unwrap_or_default(),
                 forward_ports,
                 denied_log: inp.state.denied_log(),
@@ -734,6 +763,17 @@ pub fn build(inp: &Inputs) -> Plan {
             env.push(set(k, OsStr::new(v)));
         }
     }
+    if broker.is_some() {
+        let ca = inp
+            .state
+            .login_dir()
+            .join(crate::policy::network::BROKER_CA_FILE);
+        env.push(set("NODE_EXTRA_CA_CERTS", ca.as_os_str()));
+        // A credential in the launcher's environment would be one more way in.
+        for v in crate::policy::network::BROKER_UNSET_ENV {
+            env.push(EnvOp::Unset(v.into()));
+        }
+    }
 
     let argv = match &inp.command {
         Command::Exec(cmd) => cmd.clone(),
@@ -771,6 +811,7 @@ pub fn build(inp: &Inputs) -> Plan {
             .then_some(crate::policy::network::PROXY_PORT),
         // A forward on the proxy's port, or too many, is refused at the edge.
         forwards: spec.forwards().unwrap_or_default(),
+        broker_dir: spec.broker.as_ref().map(|_| inp.state.login_dir()),
     });
 
     let agent_dir = home.join(inp.agent.row().state_dir);
@@ -812,6 +853,19 @@ fn marketplaces(inp: &Inputs, m: &mut Vec<Mount>) {
              (~/.claude/plugins/known_marketplaces.json): claude reads its plugins from here",
         ));
     }
+}
+
+/// The host's login file the broker lends, when the broker is on and can serve: the
+/// network is not open (the launcher refuses open mode with `--login-broker`) and there is
+/// a login file.
+fn broker_login(inp: &Inputs) -> Option<PathBuf> {
+    if !inp.login_broker
+        || matches!(inp.settings.network, NetworkMode::Open)
+        || inp.agent != AgentId::Claude
+    {
+        return None;
+    }
+    inp.claude_home.credentials.clone()
 }
 
 /// Steps 6 and 7: `~/.claude` (see `claude_home`), then the installation again if it

@@ -149,6 +149,12 @@ pub fn summary(plan: &Plan) -> Vec<u8> {
         let named: Vec<String> = ports.iter().map(|e| e.pattern.to_string()).collect();
         network.push_str(&format!("; forwarded host ports: {}", list(&named, 4)));
     }
+    if plan.proxy.as_ref().is_some_and(|p| p.broker.is_some()) {
+        network.push_str(
+            "; login broker: api.anthropic.com through the proxy, which swaps this \
+             sandbox's stand-in login for the host's (the login stays on the host)",
+        );
+    }
     let mut out = String::new();
     out.push_str("# claudebox --dry-run: nothing was started or changed. In short:\n");
     let mut row = |name: &str, value: String| {

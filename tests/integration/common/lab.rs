@@ -134,6 +134,21 @@ impl MockApi {
         )
     }
 
+    /// `start_oauth` with a live login: `access` is taken as issued.
+    pub fn start_oauth_live(script: &Value, refresh_token: &str, access: &str) -> MockApi {
+        MockApi::start_with(
+            script,
+            &[
+                "--refresh-token",
+                refresh_token,
+                "--access-token",
+                access,
+                "--oauth",
+                "@tls",
+            ],
+        )
+    }
+
     /// `start` with more arguments for the mock; `@tls` stands for `<its dir>/tls`.
     fn start_with(script: &Value, extra: &[&str]) -> MockApi {
         MockApi::spawn(MOCK_API, script, extra)

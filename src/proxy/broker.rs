@@ -1,0 +1,746 @@
+//! The login broker (`--login-broker`): the sandbox holds a stand-in login, this process
+//! (the sandbox's one host-side proxy) holds the real one.
+//!
+//! Inside, claude finds a stand-in `.credentials.json` (random tokens, expiring in ten
+//! years, so it never refreshes) and sends everything for `api.anthropic.com` through the
+//! proxy (`HTTPS_PROXY`), which is the only way out of the sandbox's network namespace.
+//! A `CONNECT api.anthropic.com:443` is not tunnelled blind: the broker ends TLS there with
+//! a certificate of a certificate authority made for this sandbox alone (its key never
+//! leaves this process; claude trusts it through `NODE_EXTRA_CA_CERTS`), reads one request,
+//! replaces `Authorization: Bearer <stand-in>` with the host's real access token (read from
+//! the host's `.credentials.json` for each request), and sends it on to the real
+//! `api.anthropic.com:443` over TLS checked against the public roots (`webpki-roots`).
+//! The host is fixed: the request's own `Host` must name it, and nothing the request says
+//! chooses where it goes. One request per connection (`Connection: close` both ways).
+//!
+//! Measured with both pinned claude versions (2.1.197, 2.1.330): with `ANTHROPIC_BASE_URL`
+//! set only `/v1/messages` follows it, while the account calls (`/api/oauth/profile`,
+//! `/api/claude_cli/bootstrap`, `/v1/mcp_servers`, `/api/event_logging/v2/batch`, ...) go
+//! to `api.anthropic.com` with the bearer anyway; so the broker serves the host itself.
+//!
+//! For the tests, [`UPSTREAM_PROXY_ENV`] sends the upstream connection through an HTTPS
+//! proxy (the lab's mock, `tests/lab/mock_api.py --oauth`) and [`UPSTREAM_CA_ENV`] names
+//! the certificate authority to trust instead of the public roots.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use rustls::pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer, ServerName};
+
+/// The one host the broker serves.
+pub const HOST: &str = "api.anthropic.com";
+/// Tests: `host:port` of an HTTPS proxy to reach [`HOST`] through (the lab's mock).
+pub const UPSTREAM_PROXY_ENV: &str = "CLAUDEBOX_TEST_BROKER_UPSTREAM_PROXY";
+/// Tests: a PEM file of the certificate authority to trust upstream instead of the
+/// public roots.
+pub const UPSTREAM_CA_ENV: &str = "CLAUDEBOX_TEST_BROKER_UPSTREAM_CA";
+/// The largest request body passed on (conversations with images are a few MiB).
+pub const MAX_BODY: usize = 64 << 20;
+const MAX_HEAD: usize = 64 * 1024;
+const TIMEOUT: Duration = Duration::from_secs(30);
+/// The stand-in's lifetime as written in its `expiresAt`: long enough that claude never
+/// tries to refresh it.
+const STAND_IN_LIFETIME_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
+
+/// The paths the broker lends the login to (a request carrying the stand-in to any other
+/// is refused, 403, naming it): what both pinned claude versions were measured to call
+/// with their login, by prefix, with the reason. Not lent: anything that mints or manages
+/// credentials (`/api/oauth/claude_cli/create_api_key`, `/v1/oauth/...`).
+pub const LENT_PATHS: &[(&str, &str)] = &[
+    (
+        "/v1/messages",
+        "the conversation, titles, the classifier, count_tokens",
+    ),
+    ("/v1/models", "the model list (/model)"),
+    (
+        "/v1/mcp_servers",
+        "the account's MCP connectors, listed at start",
+    ),
+    ("/v1/files", "file uploads of a conversation"),
+    (
+        "/api/oauth/profile",
+        "the account and subscription (what the user sees)",
+    ),
+    ("/api/oauth/usage", "the subscription's usage (/usage)"),
+    ("/api/oauth/claude_cli/roles", "the account's roles"),
+    (
+        "/api/oauth/organizations/",
+        "organisation features (referral eligibility)",
+    ),
+    (
+        "/api/claude_cli/bootstrap",
+        "start-up settings for the account",
+    ),
+    ("/api/claude_code", "feature flags (penguin_mode, grove)"),
+    ("/api/event_logging/", "claude's telemetry batches"),
+    ("/api/eval/", "feature evaluation at start"),
+    ("/api/hello", "the warm-up"),
+];
+
+/// Whether a request for `path` may carry the host's token.
+pub fn lent(path: &str) -> bool {
+    let p = path.split('?').next().unwrap_or(path);
+    let lower = p.to_ascii_lowercase();
+    !p.contains("..")
+        && !lower.contains("%2e")
+        && !lower.contains("api_key")
+        && LENT_PATHS.iter().any(|(prefix, _)| p.starts_with(prefix))
+}
+
+/// Headers of one hop, not passed on (RFC 9110 7.6.1), in either direction.
+const HOP_BY_HOP: &[&str] = &[
+    "connection",
+    "proxy-connection",
+    "keep-alive",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "te",
+    "trailer",
+    "upgrade",
+];
+
+pub struct Broker {
+    server: Arc<rustls::ServerConfig>,
+    client: Arc<rustls::ClientConfig>,
+    /// The access token written in the sandbox's stand-in login.
+    stand_in: String,
+    stand_in_refresh: String,
+    /// The host's `.credentials.json`.
+    credentials: PathBuf,
+    upstream_proxy: Option<String>,
+    /// The certificate authority's certificate, for the sandbox to trust.
+    pub ca_pem: String,
+    /// One refresh at a time in this process (the lock on disk is for the others).
+    refreshing: std::sync::Mutex<()>,
+    /// The last refresh token the token endpoint refused (or that could not be spent).
+    refused: std::sync::Mutex<Option<String>>,
+}
+
+/// `n` random bytes as hex, from the kernel.
+fn random_hex(n: usize) -> Result<String> {
+    let mut b = vec![0u8; n];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .context("cannot read /dev/urandom")?;
+    Ok(hex::encode(b))
+}
+
+impl Broker {
+    pub fn new(credentials: PathBuf) -> Result<Broker> {
+        use rcgen::{
+            BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
+            KeyUsagePurpose,
+        };
+        let mut ca = CertificateParams::new(Vec::<String>::new())?;
+        ca.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        ca.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        ca.distinguished_name.push(
+            DnType::CommonName,
+            "claudebox login broker (one sandbox only)",
+        );
+        let ca_key = KeyPair::generate()?;
+        let ca_cert = ca.self_signed(&ca_key)?;
+        let mut leaf = CertificateParams::new(vec![HOST.to_string()])?;
+        leaf.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        leaf.distinguished_name.push(DnType::CommonName, HOST);
+        let leaf_key = KeyPair::generate()?;
+        let leaf_cert = leaf.signed_by(&leaf_key, &ca_cert, &ca_key)?;
+
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut server = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![leaf_cert.der().clone(), ca_cert.der().clone()],
+                PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(leaf_key.serialize_der())),
+            )?;
+        server.alpn_protocols = vec![b"http/1.1".to_vec()];
+
+        let mut roots = rustls::RootCertStore::empty();
+        match std::env::var_os(UPSTREAM_CA_ENV).filter(|v| !v.is_empty()) {
+            Some(path) => {
+                let pem = std::fs::read(&path)
+                    .with_context(|| format!("cannot read {UPSTREAM_CA_ENV}"))?;
+                for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
+                    roots.add(cert?)?;
+                }
+            }
+            None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+        }
+        let mut client = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        client.alpn_protocols = vec![b"http/1.1".to_vec()];
+
+        Ok(Broker {
+            server: Arc::new(server),
+            client: Arc::new(client),
+            stand_in: format!("sk-ant-oat01-claudebox-stand-in-{}", random_hex(32)?),
+            stand_in_refresh: format!("sk-ant-ort01-claudebox-stand-in-{}", random_hex(32)?),
+            credentials,
+            upstream_proxy: std::env::var(UPSTREAM_PROXY_ENV)
+                .ok()
+                .filter(|v| !v.is_empty()),
+            ca_pem: ca_cert.pem(),
+            refreshing: std::sync::Mutex::new(()),
+            refused: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Whether a `CONNECT` to `host:port` is the broker's.
+    pub fn serves(host: &str, port: u16) -> bool {
+        port == 443 && host.eq_ignore_ascii_case(HOST)
+    }
+
+    /// The host's login as JSON (`claudeAiOauth`), read now.
+    fn host_login(&self) -> Result<serde_json::Value> {
+        Ok(self.host_file()?["claudeAiOauth"].clone())
+    }
+
+    /// The stand-in `.credentials.json` for the sandbox: the host login's scopes and
+    /// subscription (so claude behaves as that subscriber), random tokens.
+    pub fn stand_in_credentials(&self) -> Result<String> {
+        let real = self.host_login()?;
+        let now = now_ms();
+        let mut login = serde_json::json!({
+            "accessToken": self.stand_in,
+            "refreshToken": self.stand_in_refresh,
+            "expiresAt": now + STAND_IN_LIFETIME_MS,
+        });
+        for k in ["scopes", "subscriptionType", "rateLimitTier"] {
+            if let Some(v) = real.get(k) {
+                login[k] = v.clone();
+            }
+        }
+        Ok(serde_json::json!({ "claudeAiOauth": login }).to_string())
+    }
+
+    /// The host's access token, refreshed first when it expires within
+    /// [`REFRESH_MARGIN_MS`]: under claude's own lock (`.oauth_refresh.lock` beside the
+    /// host's file), re-read under it (another claude may have just refreshed), so that
+    /// a refresh token is spent once.
+    fn access_token(&self) -> Result<String, Refusal> {
+        let no_login = |e: anyhow::Error| Refusal(502, format!("{e:#}"));
+        let login = self.host_login().map_err(no_login)?;
+        if !expiring(&login) {
+            return token_of(&login);
+        }
+        let _one = self.refreshing.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = self
+            .credentials
+            .parent()
+            .ok_or_else(|| Refusal(502, "the host's login has no directory".into()))?;
+        let Some(_lock) = crate::state::credsync::RefreshLock::take(dir) else {
+            return Err(Refusal(
+                503,
+                "the host's login is being refreshed by another claude; try again".into(),
+            ));
+        };
+        let login = self.host_login().map_err(no_login)?;
+        if !expiring(&login) {
+            return token_of(&login);
+        }
+        let logged_out = |why: String| {
+            Refusal(
+                401,
+                format!(
+                    "the host's login could not be refreshed ({why}); log in again on the \
+                     host (claude, /login)"
+                ),
+            )
+        };
+        // A refresh token refused once is not spent again (every request would):
+        // until the host's file has another one, the answer is the same.
+        let refresh = login["refreshToken"].as_str().unwrap_or("").to_string();
+        let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+        if refused.as_deref() == Some(refresh.as_str()) {
+            return Err(logged_out("its refresh token was refused".into()));
+        }
+        match self.refresh(&login) {
+            Ok(fresh) => token_of(&fresh),
+            Err(e) => {
+                *refused = Some(refresh);
+                Err(logged_out(format!("{e:#}")))
+            }
+        }
+    }
+
+    /// Spends the host login's refresh token at claude's token endpoint and writes the
+    /// new pair into the host's file (a new file renamed over it, as claude does).
+    fn refresh(&self, login: &serde_json::Value) -> Result<serde_json::Value> {
+        let refresh = login["refreshToken"]
+            .as_str()
+            .filter(|r| !r.is_empty())
+            .context("the host's login has no refresh token")?;
+        let mut req = serde_json::json!({
+            "grant_type": "refresh_token",
+            "refresh_token": refresh,
+            "client_id": CLIENT_ID,
+        });
+        if let Some(scopes) = login["scopes"].as_array() {
+            let s: Vec<&str> = scopes.iter().filter_map(|v| v.as_str()).collect();
+            req["scope"] = s.join(" ").into();
+        }
+        let body = req.to_string();
+        let mut up = self.connect_upstream(TOKEN_HOST)?;
+        write!(
+            up,
+            "POST {TOKEN_PATH} HTTP/1.1\r\nhost: {TOKEN_HOST}\r\ncontent-type: application/json\r\n\
+             accept: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+            body.len()
+        )?;
+        up.flush()?;
+        let _ = up.sock.set_read_timeout(Some(TIMEOUT));
+        let mut raw = Vec::new();
+        // The end of the stream without TLS's close_notify still ends the answer.
+        let _ = Read::by_ref(&mut up).take(1 << 20).read_to_end(&mut raw);
+        let (status, answer) = parse_answer(&raw)?;
+        let v: serde_json::Value = serde_json::from_slice(&answer).unwrap_or_default();
+        if status != 200 {
+            bail!(
+                "{TOKEN_HOST} answered {status} {}",
+                v["error"].as_str().unwrap_or("")
+            );
+        }
+        let access = v["access_token"]
+            .as_str()
+            .context("no access_token in the answer")?;
+        let now = now_ms();
+        let mut file = self.host_file()?;
+        let o = &mut file["claudeAiOauth"];
+        o["accessToken"] = access.into();
+        if let Some(r) = v["refresh_token"].as_str() {
+            o["refreshToken"] = r.into();
+        }
+        o["expiresAt"] = (now + v["expires_in"].as_u64().unwrap_or(3600) * 1000).into();
+        if let Some(scope) = v["scope"].as_str() {
+            o["scopes"] = scope.split(' ').collect::<Vec<_>>().into();
+        }
+        let fresh = o.clone();
+        self.write_host_file(&file)?;
+        Ok(fresh)
+    }
+
+    /// The host's whole `.credentials.json`.
+    fn host_file(&self) -> Result<serde_json::Value> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
+            .open(&self.credentials)
+            .context("cannot read the host's login")?;
+        if !f.metadata().is_ok_and(|m| m.is_file()) {
+            bail!("the host's login is not a regular file");
+        }
+        let mut text = String::new();
+        Read::by_ref(&mut f)
+            .take(1 << 20)
+            .read_to_string(&mut text)
+            .context("cannot read the host's login")?;
+        serde_json::from_str(&text).context("the host's login is not JSON")
+    }
+
+    /// A new file beside the host's, renamed over it (mode 0600).
+    fn write_host_file(&self, v: &serde_json::Value) -> Result<()> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let mut tmp = self.credentials.clone().into_os_string();
+        tmp.push(format!(".claudebox-broker.{}", std::process::id()));
+        let tmp = PathBuf::from(tmp);
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(nix::libc::O_NOFOLLOW)
+            .open(&tmp)
+            .context("cannot write the host's login")?;
+        let done = f
+            .write_all(v.to_string().as_bytes())
+            .and_then(|()| f.sync_all())
+            .and_then(|()| std::fs::rename(&tmp, &self.credentials));
+        if done.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        done.context("cannot write the host's login")
+    }
+
+    /// Serves one request of a `CONNECT api.anthropic.com:443` tunnel whose `200` the
+    /// client has had; `rest` are bytes it sent after the `CONNECT` head.
+    pub fn serve(&self, client: TcpStream, rest: &[u8]) {
+        let _ = client.set_read_timeout(Some(TIMEOUT));
+        let _ = client.set_write_timeout(Some(TIMEOUT));
+        let Ok(conn) = rustls::ServerConnection::new(self.server.clone()) else {
+            return;
+        };
+        let mut tls = rustls::StreamOwned::new(
+            conn,
+            Prefixed {
+                pre: rest.to_vec(),
+                at: 0,
+                s: client,
+            },
+        );
+        if let Err(Refusal(code, why)) = self.one_request(&mut tls) {
+            let body = format!("claudebox login broker: {why}\n");
+            let _ = write!(
+                tls,
+                "HTTP/1.1 {code} {}\r\ncontent-type: text/plain; charset=utf-8\r\n\
+                 content-length: {}\r\nconnection: close\r\nx-claudebox: broker\r\n\r\n{body}",
+                reason(code),
+                body.len()
+            );
+        }
+        tls.conn.send_close_notify();
+        let _ = tls.flush();
+    }
+
+    fn one_request<S: Read + Write>(&self, tls: &mut S) -> Result<(), Refusal> {
+        let (head, buf) = read_head(tls).map_err(|e| Refusal(400, e.to_string()))?;
+        let mut hs = [httparse::EMPTY_HEADER; 100];
+        let mut req = httparse::Request::new(&mut hs);
+        let len = match req.parse(&buf) {
+            Ok(httparse::Status::Complete(n)) => n,
+            _ => return Err(Refusal(400, "malformed request".into())),
+        };
+        debug_assert_eq!(len, head);
+        let method = req.method.unwrap_or_default().to_string();
+        let path = req.path.unwrap_or_default().to_string();
+        if !path.starts_with('/') {
+            return Err(Refusal(400, "the request target must be a path".into()));
+        }
+        let mut length = 0usize;
+        let mut out = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
+        let mut host_seen = false;
+        for h in req.headers.iter() {
+            let name = h.name.to_ascii_lowercase();
+            if HOP_BY_HOP.contains(&name.as_str()) {
+                continue;
+            }
+            match name.as_str() {
+                "transfer-encoding" => {
+                    return Err(Refusal(
+                        411,
+                        "only requests with a Content-Length are passed on".into(),
+                    ))
+                }
+                "content-length" => {
+                    length = std::str::from_utf8(h.value)
+                        .ok()
+                        .and_then(|v| v.trim().parse().ok())
+                        .ok_or_else(|| Refusal(400, "bad Content-Length".into()))?;
+                    if length > MAX_BODY {
+                        return Err(Refusal(413, format!("body over {MAX_BODY} bytes")));
+                    }
+                }
+                "host" => {
+                    let v = String::from_utf8_lossy(h.value);
+                    let v = v.trim();
+                    if !(v.eq_ignore_ascii_case(HOST)
+                        || v.eq_ignore_ascii_case(&format!("{HOST}:443")))
+                    {
+                        return Err(Refusal(421, format!("this tunnel serves {HOST} only")));
+                    }
+                    host_seen = true;
+                }
+                "authorization" if h.value == format!("Bearer {}", self.stand_in).as_bytes() => {
+                    if !lent(&path) {
+                        return Err(Refusal(
+                            403,
+                            format!(
+                                "{} is not lent the login (only what claude was measured to \
+                                 call: docs/security.md)",
+                                path.split('?').next().unwrap_or("")
+                            ),
+                        ));
+                    }
+                    let real = self.access_token()?;
+                    out.extend_from_slice(b"authorization: Bearer ");
+                    out.extend_from_slice(real.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                    continue;
+                }
+                _ => {}
+            }
+            out.extend_from_slice(h.name.as_bytes());
+            out.extend_from_slice(b": ");
+            out.extend_from_slice(h.value);
+            out.extend_from_slice(b"\r\n");
+        }
+        if !host_seen {
+            out.extend_from_slice(format!("host: {HOST}\r\n").as_bytes());
+        }
+        out.extend_from_slice(b"connection: close\r\n\r\n");
+        let mut body = buf[head..].to_vec();
+        if body.len() > length {
+            return Err(Refusal(400, "more bytes than the Content-Length".into()));
+        }
+        let start = body.len();
+        body.resize(length, 0);
+        tls.read_exact(&mut body[start..])
+            .map_err(|_| Refusal(400, "the body ended early".into()))?;
+
+        let mut up = self
+            .connect_upstream(HOST)
+            .map_err(|e| Refusal(502, format!("{e:#}")))?;
+        up.write_all(&out)
+            .and_then(|()| up.write_all(&body))
+            .and_then(|()| up.flush())
+            .map_err(|e| Refusal(502, format!("{HOST}: {e}")))?;
+        drop(out);
+        relay_response(&mut up, tls);
+        Ok(())
+    }
+
+    fn connect_upstream(
+        &self,
+        host: &str,
+    ) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+        let tcp = match &self.upstream_proxy {
+            Some(proxy) => {
+                let mut s = TcpStream::connect(proxy.as_str())
+                    .with_context(|| format!("cannot reach the test upstream proxy {proxy}"))?;
+                write!(s, "CONNECT {host}:443 HTTP/1.1\r\nhost: {host}:443\r\n\r\n")?;
+                let mut head = Vec::new();
+                let mut b = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if s.read(&mut b)? == 0 || head.len() > MAX_HEAD {
+                        bail!("the test upstream proxy closed");
+                    }
+                    head.push(b[0]);
+                }
+                if !head.starts_with(b"HTTP/1.1 200") && !head.starts_with(b"HTTP/1.0 200") {
+                    bail!("the test upstream proxy refused the tunnel");
+                }
+                s
+            }
+            None => {
+                TcpStream::connect((HOST, 443)).with_context(|| format!("cannot reach {HOST}"))?
+            }
+        };
+        tcp.set_write_timeout(Some(TIMEOUT))?;
+        let name = ServerName::try_from(HOST)?;
+        let conn = rustls::ClientConnection::new(self.client.clone(), name)?;
+        Ok(rustls::StreamOwned::new(conn, tcp))
+    }
+}
+
+/// Claude Code's OAuth client id and token endpoint (measured: what both pinned versions
+/// send when they refresh).
+const CLIENT_ID: &str = "9d1c250a-e61b-44d9-88ed-5944d1962f5e";
+const TOKEN_HOST: &str = "platform.claude.com";
+const TOKEN_PATH: &str = "/v1/oauth/token";
+/// Refresh when the access token expires within this (claude's own margin: 5 minutes).
+const REFRESH_MARGIN_MS: u64 = 5 * 60 * 1000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn expiring(login: &serde_json::Value) -> bool {
+    login["expiresAt"]
+        .as_u64()
+        .is_none_or(|t| t < now_ms() + REFRESH_MARGIN_MS)
+}
+
+fn token_of(login: &serde_json::Value) -> Result<String, Refusal> {
+    login["accessToken"]
+        .as_str()
+        .filter(|t| !t.is_empty())
+        .map(str::to_string)
+        .ok_or_else(|| Refusal(502, "the host has no OAuth login to lend".into()))
+}
+
+/// The status and body of a whole HTTP/1.1 answer (`Content-Length`, chunked, or up to
+/// the end of the stream).
+fn parse_answer(raw: &[u8]) -> Result<(u16, Vec<u8>)> {
+    let mut hs = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut hs);
+    let httparse::Status::Complete(n) = resp.parse(raw)? else {
+        bail!("a partial answer");
+    };
+    let chunked = resp.headers.iter().any(|h| {
+        h.name.eq_ignore_ascii_case("transfer-encoding")
+            && String::from_utf8_lossy(h.value)
+                .to_ascii_lowercase()
+                .contains("chunked")
+    });
+    let status = resp.code.unwrap_or(0);
+    let mut body = &raw[n..];
+    if !chunked {
+        return Ok((status, body.to_vec()));
+    }
+    let mut out = Vec::new();
+    loop {
+        let line_end = body
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .context("a bad chunk")?;
+        let size_text = String::from_utf8_lossy(&body[..line_end]);
+        let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
+            .context("a bad chunk size")?;
+        body = &body[line_end + 2..];
+        if size == 0 {
+            return Ok((status, out));
+        }
+        if body.len() < size + 2 {
+            bail!("a cut chunk");
+        }
+        out.extend_from_slice(&body[..size]);
+        body = &body[size + 2..];
+    }
+}
+
+/// Passes the upstream's response to the client: its head with `connection: close`
+/// instead of its own hop-by-hop headers, then every byte until the upstream ends.
+fn relay_response<U: Read, C: Write>(up: &mut U, client: &mut C) {
+    let Ok((head, buf)) = read_head(up) else {
+        let _ = client.write_all(
+            b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+        );
+        return;
+    };
+    let mut hs = [httparse::EMPTY_HEADER; 100];
+    let mut resp = httparse::Response::new(&mut hs);
+    if !matches!(resp.parse(&buf), Ok(httparse::Status::Complete(_))) {
+        return;
+    }
+    let mut out = format!(
+        "HTTP/1.1 {} {}\r\n",
+        resp.code.unwrap_or(502),
+        resp.reason.unwrap_or("")
+    )
+    .into_bytes();
+    for h in resp.headers.iter() {
+        if HOP_BY_HOP.contains(&h.name.to_ascii_lowercase().as_str()) {
+            continue;
+        }
+        out.extend_from_slice(h.name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(h.value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"connection: close\r\n\r\n");
+    out.extend_from_slice(&buf[head..]);
+    if client
+        .write_all(&out)
+        .and_then(|()| client.flush())
+        .is_err()
+    {
+        return;
+    }
+    let mut chunk = vec![0u8; 16 * 1024];
+    loop {
+        match up.read(&mut chunk) {
+            Ok(0) | Err(_) => return,
+            Ok(n) => {
+                if client
+                    .write_all(&chunk[..n])
+                    .and_then(|()| client.flush())
+                    .is_err()
+                {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Reads until a whole HTTP head; returns its length and every byte read.
+fn read_head<S: Read>(s: &mut S) -> io::Result<(usize, Vec<u8>)> {
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            return Ok((i + 4, buf));
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(io::Error::other("request head too large"));
+        }
+        let n = s.read(&mut chunk)?;
+        if n == 0 {
+            return Err(io::Error::other("the connection ended before a whole head"));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+struct Refusal(u16, String);
+
+fn reason(code: u16) -> &'static str {
+    match code {
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        411 => "Length Required",
+        413 => "Content Too Large",
+        421 => "Misdirected Request",
+        503 => "Service Unavailable",
+        _ => "Bad Gateway",
+    }
+}
+
+/// The client's socket, with the bytes it sent after its `CONNECT` head read first.
+struct Prefixed {
+    pre: Vec<u8>,
+    at: usize,
+    s: TcpStream,
+}
+
+impl Read for Prefixed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.at < self.pre.len() {
+            let n = buf.len().min(self.pre.len() - self.at);
+            buf[..n].copy_from_slice(&self.pre[self.at..self.at + n]);
+            self.at += n;
+            return Ok(n);
+        }
+        self.s.read(buf)
+    }
+}
+
+impl Write for Prefixed {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.s.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.s.flush()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_login_is_lent_to_claudes_own_calls_only() {
+        for p in [
+            "/v1/messages?beta=true",
+            "/v1/messages/count_tokens",
+            "/api/oauth/profile",
+            "/api/claude_cli/bootstrap?entrypoint=sdk-cli",
+            "/api/claude_code_penguin_mode",
+            "/api/event_logging/v2/batch",
+            "/api/oauth/organizations/00000000-0000-4000-8000-00000000b001/referral/eligibility",
+        ] {
+            assert!(lent(p), "{p}");
+        }
+        for p in [
+            "/api/oauth/claude_cli/create_api_key",
+            "/v1/oauth/token",
+            "/api/oauth/organizations/x/api_keys",
+            "/v1/messages/../../v1/oauth/token",
+            "/v1/messages/%2E%2E/%2e%2e/v1/oauth/token",
+            "/admin",
+            "",
+        ] {
+            assert!(!lent(p), "{p}");
+        }
+    }
+}

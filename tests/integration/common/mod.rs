@@ -118,6 +118,35 @@ pub fn heavy() -> MutexGuard<'static, ()> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
+/// Prints a line a test measured (a figure CI shows: the escape count, the fault suite's
+/// kills and floods) and, when `CLAUDEBOX_TEST_FIGURES` names a file, appends it there:
+/// scripts/test checks that file after its one run of the tests rather than running the
+/// suites a second time with `--nocapture` to read their output.
+#[allow(unused_macros)] // benches/feel.rs includes this module and has no figures
+macro_rules! figure {
+    ($($arg:tt)*) => {
+        $crate::common::figure_line(&format!($($arg)*))
+    };
+}
+#[allow(unused_imports)] // the same
+pub(crate) use figure;
+
+pub fn figure_line(line: &str) {
+    println!("{line}");
+    if let Some(path) = std::env::var_os("CLAUDEBOX_TEST_FIGURES") {
+        use std::io::Write;
+        // One write of the whole line to a file opened for appending: lines of tests
+        // running at once do not interleave.
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("CLAUDEBOX_TEST_FIGURES={}: {e}", path.to_string_lossy()));
+        f.write_all(format!("{line}\n").as_bytes())
+            .unwrap_or_else(|e| panic!("CLAUDEBOX_TEST_FIGURES={}: {e}", path.to_string_lossy()));
+    }
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

@@ -1,6 +1,7 @@
 //! The integration tests: one binary (`cargo test --test integration`), one module per
 //! subject. Tests that run the real Claude Code, the fault loops or the escape suite's
-//! races take `common::heavy()` so that two of them never share the machine's cores.
+//! races hold `common::heavy()` (through `World::heavy()`, `lab::each_claude()` or directly)
+//! so that two of them never share the machine's cores.
 
 mod common;
 
@@ -19,6 +20,7 @@ mod faults;
 mod first_contact;
 mod forward_ports;
 mod gc;
+mod golden;
 mod gpu;
 mod hardening;
 mod host_renames;
@@ -36,3 +38,4 @@ mod proxy_flood;
 mod review;
 mod sessions;
 mod signals;
+mod test_files;

@@ -150,8 +150,7 @@ fn half_made(w: &World) -> Vec<PathBuf> {
 /// `--gc` removes every leftover of the killed runs.
 #[test]
 fn kills_at_random_points_of_a_launch_leave_nothing_that_blocks() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let mut rng = Rng::new("launch kills");
     let rounds = 60;
     let (mut stuck_named, mut relaunched, mut half) = (0, 0, 0);
@@ -250,8 +249,7 @@ fn diagnose(w: &World) -> String {
 /// and the temporary files of killed writes are removed by `--gc`.
 #[test]
 fn kills_during_session_record_writes_leave_whole_records() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let dir = w.dir("p");
     launch(&w, &dir);
     let mut rng = Rng::new("record kills");
@@ -307,8 +305,7 @@ fn kills_during_session_record_writes_leave_whole_records() {
 /// (moved aside first), and the next `--gc` finishes the job.
 #[test]
 fn kills_during_gc_never_leave_a_project_half_removed() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let mut rng = Rng::new("gc kills");
     let rounds = 15;
     let per_round = 8;
@@ -421,8 +418,7 @@ fn children(pid: u32) -> Vec<u32> {
 /// that clears it and does not count it as running; the session starts meanwhile.
 #[test]
 fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let dir = w.dir("p");
     launch(&w, &dir);
     let (wrapper, _fifo) = blocking_bwrap(&w);
@@ -496,8 +492,7 @@ fn blocked_child(launcher: u32) -> Vec<u32> {
 /// the child stuck.
 #[test]
 fn bwrap_killed_at_start_leaves_no_stuck_child() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let dir = w.dir("p");
     launch(&w, &dir);
     let (wrapper, _fifo) = blocking_bwrap(&w);
@@ -543,8 +538,7 @@ impl Drop for Guard {
 /// process). Before: 64 of 200 immediate checks counted it.
 #[test]
 fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let dir = w.dir("p");
     let n = 100;
     let mut counted = 0;
@@ -563,8 +557,7 @@ fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
 /// project directory without its `project-root` (made whole, then renamed into place).
 #[test]
 fn gc_never_sees_a_first_launch_half_way() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     fs::create_dir_all(projects(&w)).unwrap();
     let stop = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(AtomicUsize::new(0));
@@ -631,8 +624,7 @@ fn with_small_tmpfs(w: &World, mount: &Path, size: u64, script: &str) -> std::pr
 /// launch with room to spare creates the project's state.
 #[test]
 fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let seeded = w.dir("seeded");
     let fresh = w.dir("fresh");
     // A project made normally, copied into the small file system inside.
@@ -877,8 +869,7 @@ print("FLOOD-DONE")
 /// sandbox gets it as HOME.
 #[test]
 fn odd_homes_are_refused_or_completed_before_anything_is_made() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let dir = w.dir("p");
     let base = |c: &mut Command| {
         c.env_remove("HOME");
@@ -933,8 +924,7 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
 /// before any state is made. Control: a long path within the limit launches.
 #[test]
 fn a_path_too_long_for_bwrap_is_refused_before_any_state() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let deep = |total: usize| -> PathBuf {
         let mut p = w.work();
         let mut i = 0;

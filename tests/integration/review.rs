@@ -263,8 +263,7 @@ const PLANT_PY: &str = "python3 -c \"import os; d='sub/.cl'+'aude'; os.makedirs(
 fn real_claude_planting_a_nested_hook_is_reviewed() {
     use crate::common::lab::*;
     use serde_json::json;
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         for protected in [true, false] {
             let w = world_with(&c);
             let p = project(&w);

@@ -57,6 +57,29 @@ pub fn claude_versions() -> Vec<Claude> {
     out
 }
 
+/// Both Claude Code versions ([`claude_versions`]), one after the other, holding
+/// `common::heavy()` until the loop ends: `for c in lab::each_claude() { ... }`.
+pub fn each_claude() -> EachClaude {
+    let heavy = super::heavy();
+    EachClaude {
+        versions: claude_versions().into_iter(),
+        _heavy: heavy,
+    }
+}
+
+/// What [`each_claude`] returns: the versions, and the heavy lock while they are run.
+pub struct EachClaude {
+    versions: std::vec::IntoIter<Claude>,
+    _heavy: std::sync::MutexGuard<'static, ()>,
+}
+
+impl Iterator for EachClaude {
+    type Item = Claude;
+    fn next(&mut self) -> Option<Claude> {
+        self.versions.next()
+    }
+}
+
 /// A world (`common::World`) whose `claude` is `c`, linked the way npm links it.
 pub fn world_with(c: &Claude) -> super::World {
     let w = super::World::new();

@@ -24,15 +24,27 @@ fi
 /// A temporary world: `root/home` is HOME, `root/bin` holds the fake claude.
 pub struct World {
     pub dir: tempfile::TempDir,
+    /// Held by a world made with [`World::heavy`].
+    _heavy: Option<MutexGuard<'static, ()>>,
 }
 
 impl World {
     pub fn new() -> World {
+        World::make(None)
+    }
+
+    /// A world for a test that loads the machine or is bound by time: it holds
+    /// [`heavy()`] as long as it lives.
+    pub fn heavy() -> World {
+        World::make(Some(heavy()))
+    }
+
+    fn make(heavy: Option<MutexGuard<'static, ()>>) -> World {
         let dir = tempfile::Builder::new()
             .prefix("claudebox-test-")
             .tempdir()
             .expect("tempdir");
-        let w = World { dir };
+        let w = World { dir, _heavy: heavy };
         fs::create_dir_all(w.home()).unwrap();
         fs::create_dir_all(w.bin()).unwrap();
         fs::create_dir_all(w.work()).unwrap();
@@ -89,6 +101,11 @@ impl World {
         let mut p = self.bin().into_os_string();
         p.push(":/usr/local/bin:/usr/bin:/bin");
         p
+    }
+
+    /// Runs claudebox with no arguments, the fake agent executing `script` inside.
+    pub fn run_script(&self, cwd: &Path, script: &str) -> Output {
+        self.run_claude(cwd, [] as [&str; 0], script)
     }
 
     /// Runs claudebox with the fake agent executing `script` inside.

@@ -164,6 +164,29 @@ pub fn figure_line(line: &str) {
     }
 }
 
+/// An exclusive lock shared by every user's test run on this machine (scripts/test runs
+/// root's and an ordinary user's at once), for the few tests that use a machine-wide place
+/// such as `/tmp` itself as a project: `/tmp/claudebox-test-NAME.lock`, held until dropped.
+pub fn machine_lock(name: &str) -> nix::fcntl::Flock<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = PathBuf::from(format!("/tmp/claudebox-test-{name}.lock"));
+    // Opened without O_CREAT first: with fs.protected_regular, O_CREAT on another user's
+    // file in the sticky /tmp fails even though it exists. flock needs only read access.
+    let f = fs::File::open(&path).or_else(|_| {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(&path)?;
+        f.set_permissions(fs::Permissions::from_mode(0o644))?;
+        Ok::<_, std::io::Error>(f)
+    });
+    let f = f.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
+        .unwrap_or_else(|(_, e)| panic!("flock {}: {e}", path.display()))
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }

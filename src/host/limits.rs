@@ -439,7 +439,7 @@ fn wait_for_exit(pid: i32) {
         };
         // SAFETY: one valid pollfd; then the descriptor pidfd_open returned is closed.
         unsafe {
-            while libc::poll(&mut p, 1, -1) < 0 {}
+            while libc::poll(&raw mut p, 1, -1) < 0 {}
             libc::close(raw as i32);
         }
         return;

@@ -128,8 +128,8 @@ pub fn run<S: AsRef<OsStr>>(
             let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
             // SAFETY: SIG_DFL installs no handler.
             let _ = unsafe { signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) };
-            // SAFETY: dup2 on descriptors this process holds.
             let redirected = match err_wr {
+                // SAFETY: dup2 on descriptors this process holds.
                 Some(w) if unsafe { libc::dup2(w, 2) } < 0 => Err(io::Error::last_os_error()),
                 _ => Ok(()),
             };

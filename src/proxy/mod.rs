@@ -91,8 +91,9 @@ pub fn serve(listener: TcpListener, cfg: Config) -> io::Result<()> {
         let conn = match listener.accept() {
             Ok((c, _)) => c,
             Err(e) => match e.raw_os_error() {
-                Some(nix::libc::EMFILE | nix::libc::ENFILE | nix::libc::ENOBUFS)
-                | Some(nix::libc::ENOMEM) => {
+                Some(
+                    nix::libc::EMFILE | nix::libc::ENFILE | nix::libc::ENOBUFS | nix::libc::ENOMEM,
+                ) => {
                     thread::sleep(Duration::from_millis(50));
                     continue;
                 }

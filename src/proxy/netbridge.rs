@@ -239,9 +239,9 @@ fn receive_listeners(ctl: &OwnedFd) -> Result<Vec<TcpListener>> {
     for c in msg.cmsgs()? {
         if let ControlMessageOwned::ScmRights(fds) = c {
             if !fds.is_empty() {
-                // SAFETY: the kernel just gave us these descriptors.
                 let all = fds.into_iter();
                 return Ok(all
+                    // SAFETY: the kernel just gave us these descriptors; each is owned once.
                     .map(|fd| unsafe { TcpListener::from_raw_fd(fd) })
                     .collect());
             }

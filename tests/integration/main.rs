@@ -3,6 +3,9 @@
 //! races hold `common::heavy()` (through `World::heavy()`, `lab::each_claude()` or directly)
 //! so that two of them never share the machine's cores.
 
+// A test: a panic on an unexpected None or Err is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 mod common;
 
 mod apparmor;

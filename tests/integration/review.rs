@@ -402,7 +402,7 @@ fn a_benign_submodule_add_is_kept_and_a_planted_module_hook_is_not() {
         let hook = p.join(".git/modules/libs/x/hooks/post-checkout");
         // Planted: moved aside (the control is the benign round: nothing to move).
         assert!(!hook.exists(), "{err}");
-        assert_eq!(review_lines(&err).len(), plant as usize, "{err}");
+        assert_eq!(review_lines(&err).len(), usize::from(plant), "{err}");
         if plant {
             assert!(
                 err.contains("HIGH .git/modules/libs/x/hooks/post-checkout"),

@@ -247,7 +247,7 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
     let mut unread = Vec::new();
     {
         let mut on_found = |f: Found<'_>| {
-            moved += q.take(&f, &work_tree, err) as usize;
+            moved += usize::from(q.take(&f, &work_tree, err));
         };
         // The common dir's modules/ and worktrees/: git dirs judged by walk::git_dir, so
         // a gitlink file naming one is not judged twice.

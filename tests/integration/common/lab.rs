@@ -361,17 +361,14 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output, Strin
     };
     // Whatever of the group is left (all of it on a timeout) goes, so the pipes close.
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    let status = match status {
-        Some(s) => s,
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&collect(out)),
-                String::from_utf8_lossy(&collect(err))
-            ));
-        }
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!(
+            "timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&collect(out)),
+            String::from_utf8_lossy(&collect(err))
+        ));
     };
     Ok(Output {
         status,

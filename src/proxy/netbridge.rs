@@ -85,9 +85,8 @@ fn place_on(fd: OwnedFd, target: RawFd) -> Result<()> {
 }
 
 fn clear_cloexec(fd: RawFd) -> std::io::Result<()> {
-    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
-    Ok(())
+    // SAFETY: the callers pass descriptors they hold (and keep: the child inherits them).
+    unsafe { crate::host::fd::inherit_raw(fd) }
 }
 
 /// The proxy's command line after `--internal-proxy` (rendered by

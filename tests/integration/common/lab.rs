@@ -70,7 +70,7 @@ pub fn each_claude() -> EachClaude {
 /// What [`each_claude`] returns: the versions, and the heavy lock while they are run.
 pub struct EachClaude {
     versions: std::vec::IntoIter<Claude>,
-    _heavy: std::sync::MutexGuard<'static, ()>,
+    _heavy: super::Heavy,
 }
 
 impl Iterator for EachClaude {

@@ -25,7 +25,7 @@ fi
 pub struct World {
     pub dir: tempfile::TempDir,
     /// Held by a world made with [`World::heavy`].
-    _heavy: Option<MutexGuard<'static, ()>>,
+    _heavy: Option<Heavy>,
 }
 
 impl World {
@@ -39,7 +39,7 @@ impl World {
         World::make(Some(heavy()))
     }
 
-    fn make(heavy: Option<MutexGuard<'static, ()>>) -> World {
+    fn make(heavy: Option<Heavy>) -> World {
         let dir = tempfile::Builder::new()
             .prefix("claudebox-test-")
             .tempdir()
@@ -126,13 +126,37 @@ impl World {
 /// real Claude Code (node, both versions), the fault loops, the escape suite's races, the
 /// `.claude.json` writers, Ctrl-C, twenty launches at once. In one test binary they would
 /// otherwise run beside each other on the harness's threads; with this, at most one of
-/// them runs at a time, beside light tests (`--test-threads` defaults to the number of
-/// cores). A test that failed while holding it does not stop the others.
-pub fn heavy() -> MutexGuard<'static, ()> {
+/// them runs at a time, beside light tests. Another user's run at the same time (scripts/test
+/// runs root's and claudebox-test's at once) has its own: the machine-wide lock is shared
+/// here, and exclusive only for [`heavy_alone`]. A test that failed while holding it does
+/// not stop the others.
+pub fn heavy() -> Heavy {
+    heavy_with(nix::fcntl::FlockArg::LockShared)
+}
+
+/// [`heavy()`], and no heavy test of another user's run meanwhile (scripts/test runs root's
+/// and an ordinary user's at once): for the tests whose figures a loaded machine changes,
+/// such as a launch racing a host that renames files every few milliseconds.
+pub fn heavy_alone() -> Heavy {
+    heavy_with(nix::fcntl::FlockArg::LockExclusive)
+}
+
+/// Held while a heavy test runs: this process's lock, then the machine's
+/// (`/tmp/claudebox-test-heavy.lock`, shared by heavy tests, exclusive for [`heavy_alone`]).
+pub struct Heavy {
+    _machine: nix::fcntl::Flock<fs::File>,
+    _process: MutexGuard<'static, ()>,
+}
+
+fn heavy_with(how: nix::fcntl::FlockArg) -> Heavy {
     static HEAVY: Mutex<()> = Mutex::new(());
-    HEAVY
+    let process = HEAVY
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    Heavy {
+        _machine: machine_lock_as("heavy", how),
+        _process: process,
+    }
 }
 
 /// Prints a line a test measured (a figure CI shows: the escape count, the fault suite's
@@ -168,6 +192,10 @@ pub fn figure_line(line: &str) {
 /// root's and an ordinary user's at once), for the few tests that use a machine-wide place
 /// such as `/tmp` itself as a project: `/tmp/claudebox-test-NAME.lock`, held until dropped.
 pub fn machine_lock(name: &str) -> nix::fcntl::Flock<fs::File> {
+    machine_lock_as(name, nix::fcntl::FlockArg::LockExclusive)
+}
+
+fn machine_lock_as(name: &str, how: nix::fcntl::FlockArg) -> nix::fcntl::Flock<fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = PathBuf::from(format!("/tmp/claudebox-test-{name}.lock"));
     // Opened without O_CREAT first: with fs.protected_regular, O_CREAT on another user's
@@ -183,8 +211,7 @@ pub fn machine_lock(name: &str) -> nix::fcntl::Flock<fs::File> {
         Ok::<_, std::io::Error>(f)
     });
     let f = f.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockExclusive)
-        .unwrap_or_else(|(_, e)| panic!("flock {}: {e}", path.display()))
+    nix::fcntl::Flock::lock(f, how).unwrap_or_else(|(_, e)| panic!("flock {}: {e}", path.display()))
 }
 
 pub fn stdout(o: &Output) -> String {

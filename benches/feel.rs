@@ -28,6 +28,9 @@
 //! Needs bwrap, git, python3 (/usr/bin/python3 inside the sandbox), and tmux for the TUI
 //! figures. Fixtures go under $TMPDIR (default /tmp) and are removed at the end.
 
+// A bench: a panic on an unexpected None or Err is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 // The integration tests' harness; the bench uses only `World`, `init_repo` and `lab` of it.
 #[allow(dead_code, unused_imports)]
 #[path = "../tests/integration/common/mod.rs"]

@@ -12,6 +12,9 @@
 //!   --depth N       subdirectory depth for the project-root search (default 30)
 //! Fixtures go under $TMPDIR (default /tmp) and are removed at the end.
 
+// A bench: a panic on an unexpected None or Err is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::ffi::OsString;
 use std::fs;
 use std::os::unix::ffi::OsStrExt;

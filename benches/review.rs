@@ -10,6 +10,9 @@
 //!
 //! Needs bwrap and git; fixtures under $TMPDIR, removed at the end.
 
+// A bench: a panic on an unexpected None or Err is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::fs;
 use std::path::Path;
 use std::process::{Command, Stdio};

@@ -76,6 +76,7 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
     if let Some(file) = file {
         let mut sections: Vec<&Section> = vec![&file.global];
         for p in &file.global.project {
+            #[allow(clippy::expect_used)] // config::parse refuses a [[project]] without root
             let root = p.get_ref().root.as_ref().expect("checked by config::parse");
             let at = Where::Config(file, root.span());
             let path = expand_config_path(root.get_ref(), cx.home, &at)?;

@@ -59,14 +59,10 @@ pub fn with_held_bwrap<T>(bwrap: &Path, f: impl FnOnce(u32) -> T) -> Result<(u32
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
-    // SAFETY: only fcntl between fork and exec.
+    // SAFETY: only fcntl between fork and exec, on `read`, which stays open until after
+    // the spawn.
     unsafe {
-        cmd.pre_exec(move || {
-            if nix::libc::fcntl(fd, nix::libc::F_SETFD, 0) != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
+        cmd.pre_exec(move || super::fd::inherit_raw(fd));
     }
     // spawn returns once the exec has happened: the process is bwrap from here on.
     let mut child = cmd

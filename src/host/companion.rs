@@ -43,7 +43,7 @@ pub fn exit_with_parent() {
                 revents: 0,
             };
             // SAFETY: one valid pollfd.
-            if unsafe { libc::poll(&mut p, 1, -1) } > 0 {
+            if unsafe { libc::poll(&raw mut p, 1, -1) } > 0 {
                 std::process::exit(0);
             }
         });

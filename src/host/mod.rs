@@ -4,6 +4,7 @@
 pub mod apparmor;
 pub mod companion;
 pub mod exec;
+pub mod fd;
 pub mod gpu;
 pub mod holders;
 pub mod home;

@@ -265,56 +265,6 @@ fn strictly_in_area(p: &Path, areas: &[PathBuf]) -> bool {
     areas.iter().any(|a| p.starts_with(a) && p != a)
 }
 
-/// Descriptor 3 and up: only `keep` crosses an exec; every other descriptor this process
-/// holds (inherited from the user's shell, say `exec 7< ~`) gets close-on-exec. `keep`
-/// loses close-on-exec.
-pub fn keep_only(keep: &[RawFd]) -> Result<()> {
-    let mut keep: Vec<RawFd> = keep.iter().copied().filter(|fd| *fd > 2).collect();
-    keep.sort_unstable();
-    keep.dedup();
-    let mut lo: u32 = 3;
-    let mut ranges = Vec::new();
-    for &k in &keep {
-        let k = k as u32;
-        if k > lo {
-            ranges.push((lo, k - 1));
-        }
-        lo = k + 1;
-    }
-    ranges.push((lo, u32::MAX));
-    let mut fallback = false;
-    for (a, b) in &ranges {
-        // SAFETY: close_range with CLOSE_RANGE_CLOEXEC only sets flags.
-        let r = unsafe { libc::syscall(libc::SYS_close_range, *a, *b, libc::CLOSE_RANGE_CLOEXEC) };
-        if r != 0 {
-            fallback = true;
-            break;
-        }
-    }
-    if fallback {
-        // Before Linux 5.11: every open descriptor, one by one.
-        let listed: Vec<RawFd> = std::fs::read_dir("/proc/self/fd")?
-            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
-            .collect();
-        for fd in listed {
-            if fd > 2 && !keep.contains(&fd) {
-                // SAFETY: setting FD_CLOEXEC on a descriptor number; EBADF is harmless.
-                unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
-            }
-        }
-    }
-    for fd in keep {
-        // SAFETY: clearing the flags of a descriptor this process holds.
-        if unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } != 0 {
-            bail!(
-                "cannot pass descriptor {fd} to bwrap: {}",
-                std::io::Error::last_os_error()
-            );
-        }
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -231,9 +231,9 @@ fn keep(s: &Start) -> ! {
         );
         let _ = signal::sigaction(LAUNCHER_GONE, &gone);
         let mut block: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut block);
-        libc::sigaddset(&mut block, LAUNCHER_GONE as libc::c_int);
-        libc::sigprocmask(libc::SIG_BLOCK, &block, std::ptr::null_mut());
+        libc::sigemptyset(&raw mut block);
+        libc::sigaddset(&raw mut block, LAUNCHER_GONE as libc::c_int);
+        libc::sigprocmask(libc::SIG_BLOCK, &raw const block, std::ptr::null_mut());
         libc::prctl(
             libc::PR_SET_PDEATHSIG,
             LAUNCHER_GONE as libc::c_ulong,
@@ -247,7 +247,7 @@ fn keep(s: &Start) -> ! {
         let bwrap = libc::fork();
         if bwrap < 0 {
             let e = nix::errno::Errno::last_raw();
-            let _ = libc::write(s.exec_err, (&e as *const i32).cast(), 4);
+            let _ = libc::write(s.exec_err, (&raw const e).cast(), 4);
             libc::_exit(127);
         }
         if bwrap == 0 {
@@ -259,11 +259,11 @@ fn keep(s: &Start) -> ! {
             libc::close(w);
         }
         // The signals blocked across the forks come now: forwarded, or bwrap killed.
-        libc::sigprocmask(libc::SIG_UNBLOCK, &block, std::ptr::null_mut());
+        libc::sigprocmask(libc::SIG_UNBLOCK, &raw const block, std::ptr::null_mut());
         let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(s.old_mask), None);
         let mut status: libc::c_int = 0;
         loop {
-            let r = libc::waitpid(bwrap, &mut status, 0);
+            let r = libc::waitpid(bwrap, &raw mut status, 0);
             if r == bwrap {
                 break;
             }
@@ -274,7 +274,7 @@ fn keep(s: &Start) -> ! {
         }
         CHILD.store(0, Ordering::SeqCst);
         kill_orphans();
-        let _ = libc::write(s.status_wr, (&status as *const i32).cast(), 4);
+        let _ = libc::write(s.status_wr, (&raw const status).cast(), 4);
         libc::_exit(0)
     }
 }
@@ -291,8 +291,8 @@ fn start_bwrap(s: &Start) -> ! {
     let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(s.old_mask), None);
     // SAFETY: SIG_DFL installs no handler.
     let _ = unsafe { signal::signal(Signal::SIGPIPE, SigHandler::SigDfl) };
-    // SAFETY: dup2 on descriptors this process holds.
     let redirected = match s.err_wr {
+        // SAFETY: dup2 on descriptors this process holds.
         Some(w) if unsafe { libc::dup2(w, 2) } < 0 => Err(io::Error::last_os_error()),
         _ => Ok(()),
     };
@@ -306,7 +306,7 @@ fn start_bwrap(s: &Start) -> ! {
     };
     // SAFETY: a 4-byte write from a local, then leaving without the parent's destructors.
     unsafe {
-        let _ = libc::write(s.exec_err, (&e as *const i32).cast(), 4);
+        let _ = libc::write(s.exec_err, (&raw const e).cast(), 4);
         libc::_exit(127)
     }
 }
@@ -319,17 +319,22 @@ fn start_bwrap(s: &Start) -> ! {
 /// Async-signal-safe calls only; call in the single-threaded keeper.
 unsafe fn kill_orphans() {
     for _ in 0..64 {
-        let fd = libc::open(
-            c"/proc/thread-self/children".as_ptr(),
-            libc::O_RDONLY | libc::O_CLOEXEC,
-        );
-        if fd < 0 {
-            break;
-        }
-        let mut buf = [0u8; 4096];
-        let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
-        libc::close(fd);
-        let n = if n > 0 { n as usize } else { 0 };
+        // SAFETY: open, read and close of a NUL-terminated path into a stack buffer:
+        // async-signal-safe system calls on this process's own descriptor.
+        let (buf, n) = unsafe {
+            let fd = libc::open(
+                c"/proc/thread-self/children".as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            );
+            if fd < 0 {
+                break;
+            }
+            let mut buf = [0u8; 4096];
+            let n = libc::read(fd, buf.as_mut_ptr().cast(), buf.len());
+            libc::close(fd);
+            (buf, n)
+        };
+        let n = usize::try_from(n).unwrap_or(0);
         let mut any = false;
         let mut pid: libc::pid_t = 0;
         for &b in buf[..n].iter().chain(std::iter::once(&b' ')) {
@@ -338,11 +343,15 @@ unsafe fn kill_orphans() {
                     .saturating_mul(10)
                     .saturating_add(libc::pid_t::from(b - b'0'));
             } else if pid > 0 {
-                libc::kill(pid, libc::SIGKILL);
-                let mut st = 0;
-                while libc::waitpid(pid, &mut st, 0) < 0
-                    && nix::errno::Errno::last() == nix::errno::Errno::EINTR
-                {}
+                // SAFETY: kill and waitpid of this process's own child, by pid.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                    let mut st = 0;
+                    while libc::waitpid(pid, &raw mut st, 0) < 0
+                        && nix::errno::Errno::last() == nix::errno::Errno::EINTR
+                    {
+                    }
+                }
                 any = true;
                 pid = 0;
             }

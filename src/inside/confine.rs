@@ -493,6 +493,8 @@ mod tests {
         match unsafe { fork() }.unwrap() {
             ForkResult::Child => {
                 if filtered && seccompiler::apply_filter(&prog).is_err() {
+                    // SAFETY: _exit ends the forked child without running the parent's
+                    // atexit handlers or destructors.
                     unsafe { libc::_exit(200) }
                 }
                 let r = call();
@@ -503,6 +505,7 @@ mod tests {
                 } else {
                     0
                 };
+                // SAFETY: as above.
                 unsafe { libc::_exit(errno) }
             }
             ForkResult::Parent { child } => match waitpid(child, None).unwrap() {
@@ -523,6 +526,8 @@ mod tests {
             args[a.index as usize] = v;
         }
         let nr = row.nr;
+        // SAFETY: the arguments are numbers or an invalid pointer (-1): the kernel checks
+        // them, nothing in this process is read or written through them.
         move || unsafe { libc::syscall(nr, args[0], args[1], args[2], args[3], args[4], args[5]) }
     }
 
@@ -567,6 +572,7 @@ mod tests {
             in_child(true, probe(ioctl, next)),
             Ended::Errno(libc::EBADF)
         );
+        // SAFETY: getpid takes no arguments.
         let pid = || unsafe { libc::syscall(libc::SYS_getpid) };
         assert_eq!(in_child(true, pid), Ended::Errno(0));
     }

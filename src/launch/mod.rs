@@ -406,7 +406,7 @@ fn exec_registered(
         keep.extend(stderr_copy.as_ref().map(|f| f.as_raw_fd()));
         // A named session's lock stays in this process, which outlives the sandbox (and
         // whose death ends it): the command never gets its descriptor.
-        sources::keep_only(&keep)?;
+        crate::host::fd::keep_only(&keep)?;
         if limits.is_none() {
             // The sandbox's limits: its own cgroup, entered by bwrap's process between fork
             // and exec (or the systemd-run prefix). Once, for every try.

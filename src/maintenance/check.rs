@@ -748,13 +748,12 @@ impl Probe {
         let mut cmd = std::process::Command::new(&argv[0]);
         cmd.args(&argv[1..]).env("HOME", &inputs.home);
         let fds = opened.fds();
-        // SAFETY: only fcntl between fork and exec.
+        // SAFETY: only fcntl between fork and exec, on descriptors `opened` holds open until
+        // after the spawn.
         unsafe {
             cmd.pre_exec(move || {
                 for fd in &fds {
-                    if nix::libc::fcntl(*fd, nix::libc::F_SETFD, 0) != 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
+                    crate::host::fd::inherit_raw(*fd)?;
                 }
                 Ok(())
             });

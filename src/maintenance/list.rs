@@ -306,34 +306,15 @@ fn human_size(bytes: u64) -> String {
     }
 }
 
-/// Seconds since the epoch as a UTC date and time: `YYYY-MM-DD<sep>HH:MM[:SS]`.
+/// Seconds since the epoch as a UTC date and time: `YYYY-MM-DD<sep>HH:MM[:SS]`
+/// (humantime's RFC 3339 form; times past 9999, which it cannot print, as its last second).
 fn utc(t: u64, sep: char, seconds: bool) -> String {
-    let days = (t / 86_400) as i64;
-    let rem = t % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    let mut s = format!(
-        "{y:04}-{m:02}-{d:02}{sep}{:02}:{:02}",
-        rem / 3600,
-        rem % 3600 / 60
-    );
-    if seconds {
-        s.push_str(&format!(":{:02}", rem % 60));
-    }
-    s
-}
-
-/// Days since 1970-01-01 to a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let y = yoe + era * 400;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (if m <= 2 { y + 1 } else { y }, m, d)
+    const LAST: u64 = 253_402_300_799; // 9999-12-31T23:59:59Z
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_secs(t.min(LAST));
+    // `YYYY-MM-DDTHH:MM:SSZ`: ASCII, so the byte ranges below are characters.
+    let full = humantime::format_rfc3339_seconds(at).to_string();
+    let end = if seconds { 19 } else { 16 };
+    format!("{}{sep}{}", &full[..10], &full[11..end])
 }
 
 #[cfg(test)]
@@ -347,6 +328,8 @@ mod tests {
         assert_eq!(utc(1_700_000_000, ' ', false), "2023-11-14 22:13");
         // A leap day: `date -u -d 2024-02-29T12:34:56Z +%s` = 1709210096
         assert_eq!(utc(1_709_210_096, 'T', true), "2024-02-29T12:34:56");
+        // A last-used time a sandbox could set far ahead prints, rather than panics.
+        assert_eq!(utc(u64::MAX, ' ', false), "9999-12-31 23:59");
     }
 
     #[test]

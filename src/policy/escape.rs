@@ -38,6 +38,7 @@ pub fn escape_bytes(bytes: &[u8]) -> Vec<u8> {
 
 /// A path or value from the host, the project or the agent, as claudebox prints it in a
 /// message: [`escape_bytes`], the one escaper.
+#[allow(clippy::expect_used)] // escape_bytes emits ASCII escapes and whole UTF-8 sequences only
 pub fn shown(value: impl AsRef<std::ffi::OsStr>) -> String {
     String::from_utf8(escape_bytes(value.as_ref().as_bytes())).expect("escape_bytes makes UTF-8")
 }

@@ -486,7 +486,7 @@ mod tests {
             };
             let ty = (arg.value >> 8) & 0xff;
             for gpu in [b'F', b'd', b'K', b'G'] {
-                assert_ne!(ty, gpu as u32, "{} {}", rule.syscall, arg.name);
+                assert_ne!(ty, u32::from(gpu), "{} {}", rule.syscall, arg.name);
             }
         }
     }

@@ -402,9 +402,8 @@ impl Broker {
         let (head, buf) = read_head(tls).map_err(|e| Refusal(400, e.to_string()))?;
         let mut hs = [httparse::EMPTY_HEADER; 100];
         let mut req = httparse::Request::new(&mut hs);
-        let len = match req.parse(&buf) {
-            Ok(httparse::Status::Complete(n)) => n,
-            _ => return Err(Refusal(400, "malformed request".into())),
+        let Ok(httparse::Status::Complete(len)) = req.parse(&buf) else {
+            return Err(Refusal(400, "malformed request".into()));
         };
         debug_assert_eq!(len, head);
         let method = req.method.unwrap_or_default().to_string();

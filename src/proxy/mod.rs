@@ -103,8 +103,9 @@ pub fn serve(listener: TcpListener, cfg: Config) -> io::Result<()> {
         let conn = match listener.accept() {
             Ok((c, _)) => c,
             Err(e) => match e.raw_os_error() {
-                Some(nix::libc::EMFILE | nix::libc::ENFILE | nix::libc::ENOBUFS)
-                | Some(nix::libc::ENOMEM) => {
+                Some(
+                    nix::libc::EMFILE | nix::libc::ENFILE | nix::libc::ENOBUFS | nix::libc::ENOMEM,
+                ) => {
                     thread::sleep(Duration::from_millis(50));
                     continue;
                 }
@@ -887,34 +888,27 @@ impl DeniedLog {
     }
 }
 
-/// The current time as `YYYY-MM-DDTHH:MM:SSZ`.
+/// The current time as `YYYY-MM-DDTHH:MM:SSZ` (a clock past 9999, which humantime cannot
+/// print, as its last second).
 fn utc_now() -> String {
+    const LAST: u64 = 253_402_300_799; // 9999-12-31T23:59:59Z
     let secs = SystemTime::now()
         .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs())
-        .unwrap_or(0);
-    let (days, rem) = ((secs / 86_400) as i64, secs % 86_400);
-    // Days to civil date (Howard Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+        .map_or(0, |d| d.as_secs());
+    let at = UNIX_EPOCH + std::time::Duration::from_secs(secs.min(LAST));
+    humantime::format_rfc3339_seconds(at).to_string()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_denied_log_time_is_rfc3339_in_seconds() {
+        let t = utc_now();
+        assert_eq!(t.len(), 20, "{t}");
+        assert!(t.as_bytes()[10] == b'T' && t.ends_with('Z'), "{t}");
+    }
 
     #[test]
     fn the_connection_bound_follows_the_descriptors() {

@@ -85,9 +85,8 @@ fn place_on(fd: OwnedFd, target: RawFd) -> Result<()> {
 }
 
 fn clear_cloexec(fd: RawFd) -> std::io::Result<()> {
-    use nix::fcntl::{fcntl, FcntlArg, FdFlag};
-    fcntl(fd, FcntlArg::F_SETFD(FdFlag::empty()))?;
-    Ok(())
+    // SAFETY: the callers pass descriptors they hold (and keep: the child inherits them).
+    unsafe { crate::host::fd::inherit_raw(fd) }
 }
 
 /// The proxy's command line after `--internal-proxy` (rendered by
@@ -266,9 +265,9 @@ fn receive_listeners(ctl: &OwnedFd) -> Result<Vec<TcpListener>> {
     for c in msg.cmsgs()? {
         if let ControlMessageOwned::ScmRights(fds) = c {
             if !fds.is_empty() {
-                // SAFETY: the kernel just gave us these descriptors.
                 let all = fds.into_iter();
                 return Ok(all
+                    // SAFETY: the kernel just gave us these descriptors; each is owned once.
                     .map(|fd| unsafe { TcpListener::from_raw_fd(fd) })
                     .collect());
             }

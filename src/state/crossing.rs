@@ -355,7 +355,7 @@ pub fn summary(way: Way, c: &Crossed) -> String {
         c.unchanged
     );
     if !c.skipped.is_empty() {
-        let names: Vec<String> = c.skipped.iter().map(|p| p.shown().to_string()).collect();
+        let names: Vec<String> = c.skipped.iter().map(|p| p.shown().clone()).collect();
         s.push_str(&format!(
             "; not copied (not regular files, never followed): {}",
             names.join(", ")

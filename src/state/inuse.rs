@@ -25,7 +25,7 @@ use std::time::SystemTime;
 
 use anyhow::{bail, Context, Result};
 use nix::errno::Errno;
-use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock, FlockArg};
+use nix::fcntl::{Flock, FlockArg};
 
 use crate::host::holders::{self, Holder};
 use crate::policy::render::Shown;
@@ -159,7 +159,7 @@ fn register(state: &ProjectState) -> Result<Flock<File>> {
             Err((_, e)) => return Err(e).with_context(|| format!("cannot lock {}", path.shown())),
         };
         // std opens files close-on-exec; clear it so that bwrap inherits the lock.
-        fcntl(file.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+        crate::host::fd::inherit(&*file)
             .with_context(|| format!("cannot pass {} to bwrap", path.shown()))?;
         return Ok(file);
     }

@@ -153,6 +153,7 @@ pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<
         if !perms.is_object() {
             *perms = Value::Object(Map::new());
         }
+        #[allow(clippy::expect_used)] // replaced by an object just above when it was not one
         let perms = perms.as_object_mut().expect("made an object above");
         for key in CARRIED_PERMISSIONS {
             let Some(Value::Array(rules)) = saved.get(*key) else {
@@ -164,6 +165,7 @@ pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<
             if !list.is_array() {
                 *list = Value::Array(Vec::new());
             }
+            #[allow(clippy::expect_used)] // replaced by an array just above when it was not one
             let list = list.as_array_mut().expect("made an array above");
             for r in rules.iter().filter(|r| r.is_string()) {
                 if !list.contains(r) {

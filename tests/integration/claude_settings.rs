@@ -85,8 +85,7 @@ fn state_copy(w: &World) -> PathBuf {
 
 #[test]
 fn always_allow_lands_in_the_state_copy_and_holds_in_the_next_sandbox() {
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let p = w.dir("proj");
         init_repo(&p);

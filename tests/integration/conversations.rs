@@ -220,8 +220,7 @@ fn mock_api_plays_its_script_and_logs_every_request() {
 /// is in claudebox's state, not in the host's `~/.claude/projects`.
 #[test]
 fn print_mode_bash_tool_call_changes_the_project() {
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let p = w.dir("proj");
         init_repo(&p);
@@ -291,8 +290,7 @@ fn print_mode_bash_tool_call_changes_the_project() {
 /// A Write tool call: the file appears in the work tree on the host, with its content.
 #[test]
 fn print_mode_write_tool_call_writes_into_the_project() {
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let p = w.dir("proj");
         init_repo(&p);
@@ -327,8 +325,7 @@ fn print_mode_write_tool_call_writes_into_the_project() {
 /// a linked worktree: each resumed run sends claude's earlier messages to the API.
 #[test]
 fn named_session_resumes_from_root_subdirectory_and_worktree() {
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let repo = w.dir("repo");
         init_repo(&repo);
@@ -396,8 +393,7 @@ fn has_rule_of_width(screen: &str, n: usize) -> bool {
 /// stays), `/exit`, and claudebox's exit status is 0.
 #[test]
 fn tui_under_tmux_answers_resizes_interrupts_and_exits_zero() {
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let p = w.dir("proj");
         init_repo(&p);
@@ -495,8 +491,7 @@ fn sh_quote(path: &Path) -> String {
 /// Control: without `--allow-host`, nothing from inside reaches the mock.
 #[test]
 fn allowlist_reaches_a_loopback_api_only_through_the_proxy() {
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let p = w.dir("proj");
         init_repo(&p);

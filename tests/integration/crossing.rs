@@ -73,8 +73,7 @@ fn uuid_in_line(stderr: &str) -> Option<String> {
 /// import, the same resume fails.
 #[test]
 fn a_bare_claude_conversation_is_imported_and_resumed_in_claudebox() {
-    let _heavy = heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let p = w.dir("proj");
         init_repo(&p);
@@ -174,8 +173,7 @@ fn a_bare_claude_conversation_is_imported_and_resumed_in_claudebox() {
 /// fails.
 #[test]
 fn a_claudebox_conversation_resumes_by_its_exit_line_and_is_exported_to_bare_claude() {
-    let _heavy = heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let p = w.dir("proj");
         init_repo(&p);

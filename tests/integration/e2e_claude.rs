@@ -24,8 +24,7 @@ fn world_with_real_claude(claude: &PathBuf) -> World {
 
 #[test]
 fn real_claude_mcp_config_is_the_projects_and_follows_the_host() {
-    let _heavy = crate::common::heavy();
-    for c in crate::common::lab::claude_versions() {
+    for c in crate::common::lab::each_claude() {
         mcp_config_is_the_projects(&c.bin);
     }
 }
@@ -100,9 +99,8 @@ fn mcp_config_is_the_projects(claude: &PathBuf) {
 /// skill from `~/.claude/skills/` is offered to the model.
 #[test]
 fn real_claude_runs_the_users_hooks_and_commands_from_the_read_only_setup() {
-    let _heavy = crate::common::heavy();
-    use crate::common::lab::{claude_versions, MockApi, API_KEY};
-    for c in claude_versions() {
+    use crate::common::lab::{MockApi, API_KEY};
+    for c in crate::common::lab::each_claude() {
         let w = world_with_real_claude(&c.bin);
         let p = w.dir("proj");
         init_repo(&p);

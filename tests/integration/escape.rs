@@ -752,7 +752,7 @@ fn escape_suite() {
             succeeded.push(name);
         }
     }
-    println!(
+    crate::common::figure!(
         "{} escape attempts, {} succeeded",
         attempts.len() + more.len(),
         succeeded.len()

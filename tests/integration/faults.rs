@@ -150,8 +150,7 @@ fn half_made(w: &World) -> Vec<PathBuf> {
 /// `--gc` removes every leftover of the killed runs.
 #[test]
 fn kills_at_random_points_of_a_launch_leave_nothing_that_blocks() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let mut rng = Rng::new("launch kills");
     let rounds = 60;
     let (mut stuck_named, mut relaunched, mut half) = (0, 0, 0);
@@ -199,7 +198,7 @@ fn kills_at_random_points_of_a_launch_leave_nothing_that_blocks() {
     let out = run(&w, &["--gc"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let after = leftovers(&w.state());
-    println!(
+    crate::common::figure!(
         "launch kills: {rounds} kills in {:.1}s, {half} half-made project directories, \
          {stuck_named} stuck bwraps named and cleared, {relaunched} sessions started again, \
          {} leftovers removed by --gc, {} left",
@@ -250,8 +249,7 @@ fn diagnose(w: &World) -> String {
 /// and the temporary files of killed writes are removed by `--gc`.
 #[test]
 fn kills_during_session_record_writes_leave_whole_records() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let dir = w.dir("p");
     launch(&w, &dir);
     let mut rng = Rng::new("record kills");
@@ -289,7 +287,7 @@ fn kills_during_session_record_writes_leave_whole_records() {
     }
     let err = stderr(&run(&w, &["--gc"]));
     let after = leftovers(&w.state());
-    println!(
+    crate::common::figure!(
         "record kills: {rounds} kills, {} records written whole, {} unreadable, {} temporary \
          files left by killed writes ({relaunch_cleaned} removed by its name's next launch, the \
          rest by --gc), {} after --gc, {stuck} stuck bwraps named and cleared",
@@ -307,8 +305,7 @@ fn kills_during_session_record_writes_leave_whole_records() {
 /// (moved aside first), and the next `--gc` finishes the job.
 #[test]
 fn kills_during_gc_never_leave_a_project_half_removed() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let mut rng = Rng::new("gc kills");
     let rounds = 15;
     let per_round = 8;
@@ -351,7 +348,7 @@ fn kills_during_gc_never_leave_a_project_half_removed() {
     }
     let err = stderr(&run(&w, &["--gc", "--gc-margin", "0"]));
     let left: Vec<_> = fs::read_dir(projects(&w)).unwrap().flatten().collect();
-    println!(
+    crate::common::figure!(
         "gc kills: {rounds} kills over {} projects, {killed_mid} killed between two \
          projects, {half} project directories half removed, {} entries left after the next --gc",
         rounds * per_round,
@@ -423,8 +420,7 @@ fn children(pid: u32) -> Vec<u32> {
 /// leaves nothing: `launch_kills::claudebox_killed_while_bwrap_s_child_waits_leaves_nothing`.)
 #[test]
 fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let dir = w.dir("p");
     launch(&w, &dir);
     let (wrapper, _fifo) = blocking_bwrap(&w);
@@ -467,7 +463,7 @@ fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
         stderr(&list)
     );
     assert!(stderr(&list).contains("bubblewrap issue #633"));
-    println!("stuck bwrap: pid {stuck} named by --list");
+    crate::common::figure!("stuck bwrap: pid {stuck} named by --list");
 
     clear_stuck(stuck);
     drop(cleanup);
@@ -513,8 +509,7 @@ fn blocked_child(launcher: u32) -> Vec<u32> {
 /// the child stuck.
 #[test]
 fn bwrap_killed_at_start_leaves_no_stuck_child() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let dir = w.dir("p");
     launch(&w, &dir);
     let (wrapper, _fifo) = blocking_bwrap(&w);
@@ -560,8 +555,7 @@ impl Drop for Guard {
 /// process). Before: 64 of 200 immediate checks counted it.
 #[test]
 fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let dir = w.dir("p");
     let n = 100;
     let mut counted = 0;
@@ -570,7 +564,9 @@ fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
         let rows = list_json(&w);
         counted += usize::from(rows[0]["running"] != 0);
     }
-    println!("immediate --list after a launch returned: {counted} of {n} counted it running");
+    crate::common::figure!(
+        "immediate --list after a launch returned: {counted} of {n} counted it running"
+    );
     assert_eq!(counted, 0);
 }
 
@@ -578,8 +574,7 @@ fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
 /// project directory without its `project-root` (made whole, then renamed into place).
 #[test]
 fn gc_never_sees_a_first_launch_half_way() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     fs::create_dir_all(projects(&w)).unwrap();
     let stop = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(AtomicUsize::new(0));
@@ -617,7 +612,7 @@ fn gc_never_sees_a_first_launch_half_way() {
     stop.store(1, Ordering::Relaxed);
     gc.join().unwrap();
     let (seen, runs) = (seen.load(Ordering::Relaxed), runs.load(Ordering::Relaxed));
-    println!("first launches vs --gc: {n} first launches, {runs} --gc runs, {seen} saw a half-made project");
+    crate::common::figure!("first launches vs --gc: {n} first launches, {runs} --gc runs, {seen} saw a half-made project");
     assert_eq!(seen, 0);
 }
 
@@ -646,8 +641,7 @@ fn with_small_tmpfs(w: &World, mount: &Path, size: u64, script: &str) -> std::pr
 /// launch with room to spare creates the project's state.
 #[test]
 fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let seeded = w.dir("seeded");
     let fresh = w.dir("fresh");
     // A project made normally, copied into the small file system inside.
@@ -683,7 +677,7 @@ fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
         && stderr(&out).contains("bwrap")
         && !Path::new(&w.root().join("first.rc")).exists()
     {
-        println!(
+        crate::common::figure!(
             "SKIP: bwrap cannot make a user and mount namespace here: {}",
             stderr(&out)
         );
@@ -692,8 +686,8 @@ fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
     let read = |f: &str| fs::read_to_string(w.root().join(f)).unwrap_or_default();
     let first = read("first.err");
     let named = read("named.err");
-    println!("full disk, first launch: {}", first.trim());
-    println!("full disk, named session: {}", named.trim());
+    crate::common::figure!("full disk, first launch: {}", first.trim());
+    crate::common::figure!("full disk, named session: {}", named.trim());
     assert_ne!(read("first.rc").trim(), "0");
     assert_eq!(first.lines().count(), 1, "{first}");
     assert!(first.contains("No space left on device"), "{first}");
@@ -820,7 +814,7 @@ print("TUNNELS-OK", len(ok))
         .find_map(|l| l.strip_prefix("TUNNELS-OK "))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0);
-    println!(
+    crate::common::figure!(
         "proxy at NOFILE 128: {through} of {N} tunnels through in {:.1}s, at most {} at once upstream",
         started.elapsed().as_secs_f64(),
         peak.load(Ordering::SeqCst)
@@ -873,7 +867,7 @@ print("FLOOD-DONE")
         .chain(old.lines())
         .filter(|l| l.contains("same.flood"))
         .count();
-    println!(
+    crate::common::figure!(
         "denied flood: 9000 denials in {:.1}s, log {} bytes + {} rotated, {same} lines for 3000 repeats of one host",
         started.elapsed().as_secs_f64(),
         log.len(),
@@ -892,8 +886,7 @@ print("FLOOD-DONE")
 /// sandbox gets it as HOME.
 #[test]
 fn odd_homes_are_refused_or_completed_before_anything_is_made() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let dir = w.dir("p");
     let base = |c: &mut Command| {
         c.env_remove("HOME");
@@ -923,7 +916,7 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
         .unwrap()
         .dir;
     if !passwd.join(".claude/projects").is_dir() || !passwd.join(".claude.json").exists() {
-        println!(
+        crate::common::figure!(
             "SKIP unset HOME: {} has no ~/.claude/projects or ~/.claude.json, and this test \
              creates nothing in a real home",
             passwd.display()
@@ -948,8 +941,7 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
 /// before any state is made. Control: a long path within the limit launches.
 #[test]
 fn a_path_too_long_for_bwrap_is_refused_before_any_state() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let deep = |total: usize| -> PathBuf {
         let mut p = w.work();
         let mut i = 0;
@@ -975,5 +967,5 @@ fn a_path_too_long_for_bwrap_is_refused_before_any_state() {
     assert!(!w.state().exists(), "state was made");
     let fine = deep(3900);
     ok(&w.cmd(&fine).args(["--exec", "true"]).output().unwrap());
-    println!("long paths: 4092 bytes refused before any state, 3900 bytes launched");
+    crate::common::figure!("long paths: 4092 bytes refused before any state, 3900 bytes launched");
 }

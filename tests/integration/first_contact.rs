@@ -175,9 +175,8 @@ fn an_unreachable_base_url_gets_one_warning_line_and_an_opened_one_none() {
 /// setup, read-only) fails inside.
 #[test]
 fn a_hooks_own_log_under_dot_claude_stays_writable_and_the_setup_does_not() {
-    let _heavy = crate::common::heavy();
-    use crate::common::lab::{claude_versions, ok_run, world_with, MockApi, API_KEY};
-    for c in claude_versions() {
+    use crate::common::lab::{ok_run, world_with, MockApi, API_KEY};
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let p = w.dir("proj");
         init_repo(&p);

@@ -506,8 +506,7 @@ fn bad_forwards_are_one_line_refusals() {
 #[test]
 fn real_claude_code_works_in_none_mode_through_a_forwarded_gateway() {
     use crate::common::lab::*;
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let p = w.dir("proj");
         init_repo(&p);

@@ -132,8 +132,7 @@ fn get<'a>(seen: &'a [(String, String)], key: &str) -> &'a str {
 
 #[test]
 fn gpu_nodes_work_inside_with_the_opt_in_and_sys_is_read_only_and_minimal() {
-    let _heavy = heavy();
-    let w = World::new();
+    let w = World::heavy();
     let proj = w.dir("proj");
     let nodes = FakeNodes::make();
     if nodes.is_none() {
@@ -311,8 +310,7 @@ fn check(w: &World, args: &[&str]) -> String {
 
 #[test]
 fn check_says_which_gpu_nodes_exist_when_the_opt_in_is_set() {
-    let _heavy = heavy();
-    let w = World::new();
+    let w = World::heavy();
     // No opt-in: no row.
     let out = check(&w, &[]);
     assert_eq!(gpu_row(&out), None, "{out}");

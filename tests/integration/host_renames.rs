@@ -72,7 +72,7 @@ fn is_race(err: &str) -> bool {
 
 #[test]
 fn host_renames_during_launches_never_fail_one() {
-    let _heavy = crate::common::heavy();
+    let _heavy = crate::common::heavy_alone();
     let (w, dir) = world();
     // The project exists before the loop starts (its first launch makes the state).
     let out = w.cmd(&dir).args(["--exec", "true"]).output().unwrap();
@@ -186,7 +186,7 @@ fn open_path(p: &Path) -> OwnedFd {
 /// no review for the next launch (no sandbox came up).
 #[test]
 fn a_host_that_keeps_renaming_gets_one_line_naming_the_file() {
-    let _heavy = crate::common::heavy();
+    let _heavy = crate::common::heavy_alone();
     let (w, dir) = world();
     let out = w.cmd(&dir).args(["--exec", "true"]).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));

@@ -59,8 +59,7 @@ fn cited_paths(transcript: &str, home: &Path) -> Vec<String> {
 /// that path still resolves inside the sandbox.
 #[test]
 fn paths_a_moved_conversation_cites_still_resolve() {
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let repo = w.dir("repo");
         init_repo(&repo);
@@ -140,10 +139,9 @@ fn paths_a_moved_conversation_cites_still_resolve() {
 /// "Execution error" and exit 0); before, the sandbox died of the signal (status 130).
 #[test]
 fn ctrl_c_in_print_mode_gives_claudes_own_status() {
-    let _heavy = crate::common::heavy();
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     use std::time::Instant;
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let w = world_with(&c);
         let p = w.dir("proj");
         init_repo(&p);

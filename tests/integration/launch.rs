@@ -38,16 +38,11 @@ fn two_projects_do_not_see_each_others_conversations_and_host_projects_untouched
 
     let a = w.dir("a");
     let b = w.dir("b");
-    ok(&w.run_claude(
+    ok(&w.run_script(
         &a,
-        [] as [&str; 0],
         "mkdir -p ~/.claude/projects/enc-a && echo secret-a > ~/.claude/projects/enc-a/s.jsonl",
     ));
-    let out = ok(&w.run_claude(
-        &b,
-        [] as [&str; 0],
-        "find ~/.claude/projects -type f; echo END",
-    ));
+    let out = ok(&w.run_script(&b, "find ~/.claude/projects -type f; echo END"));
     assert!(
         !out.contains("s.jsonl"),
         "project b sees a's conversation:\n{out}"
@@ -56,7 +51,7 @@ fn two_projects_do_not_see_each_others_conversations_and_host_projects_untouched
         !out.contains("host-session"),
         "project b sees the host's conversations:\n{out}"
     );
-    let again = ok(&w.run_claude(&a, [] as [&str; 0], "cat ~/.claude/projects/enc-a/s.jsonl"));
+    let again = ok(&w.run_script(&a, "cat ~/.claude/projects/enc-a/s.jsonl"));
     assert!(
         again.contains("secret-a"),
         "a lost its own conversation:\n{again}"
@@ -75,12 +70,11 @@ fn a_worktree_shares_conversations_with_its_main_checkout() {
     init_repo(&repo);
     git(&repo, &["worktree", "add", "-q", "../wt", "-b", "wt"]);
     let wt = w.work().join("wt");
-    ok(&w.run_claude(
+    ok(&w.run_script(
         &repo,
-        [] as [&str; 0],
         "mkdir -p ~/.claude/projects/x && echo shared > ~/.claude/projects/x/t.jsonl",
     ));
-    let out = ok(&w.run_claude(&wt, [] as [&str; 0], "cat ~/.claude/projects/x/t.jsonl; git status --short >/dev/null && echo GIT-OK; touch .git-probe && echo WT-WRITABLE"));
+    let out = ok(&w.run_script(&wt, "cat ~/.claude/projects/x/t.jsonl; git status --short >/dev/null && echo GIT-OK; touch .git-probe && echo WT-WRITABLE"));
     assert!(out.contains("shared"), "{out}");
     assert!(
         out.contains("GIT-OK"),
@@ -100,10 +94,7 @@ fn skills_plugins_settings_and_credentials_are_visible_and_writes_stay_with_the_
     fs::write(c.join("settings.json"), "{\"s\":1}").unwrap();
     fs::write(c.join(".credentials.json"), "cred-body").unwrap();
     let p = w.dir("p");
-    let out = ok(&w.run_claude(
-        &p,
-        [] as [&str; 0],
-        "cat ~/.claude/skills/my-skill/SKILL.md ~/.claude/plugins/p1/plugin.json ~/.claude/settings.json ~/.claude/.credentials.json; echo; \
+    let out = ok(&w.run_script(&p, "cat ~/.claude/skills/my-skill/SKILL.md ~/.claude/plugins/p1/plugin.json ~/.claude/settings.json ~/.claude/.credentials.json; echo; \
          echo new > ~/.claude/new-file && echo NEW-OK; echo x >> ~/.claude/settings.json || echo SETTINGS-RO; \
          echo refreshed > ~/.claude/.credentials.json && echo CRED-OK",
     ));
@@ -143,21 +134,13 @@ fn history_is_per_project_and_the_host_history_untouched() {
     fs::write(w.home().join(".claude/history.jsonl"), "host-history\n").unwrap();
     let a = w.dir("a");
     let b = w.dir("b");
-    ok(&w.run_claude(
-        &a,
-        [] as [&str; 0],
-        "echo prompt-a >> ~/.claude/history.jsonl",
-    ));
-    let out_b = ok(&w.run_claude(
-        &b,
-        [] as [&str; 0],
-        "echo B:; cat ~/.claude/history.jsonl; echo :B",
-    ));
+    ok(&w.run_script(&a, "echo prompt-a >> ~/.claude/history.jsonl"));
+    let out_b = ok(&w.run_script(&b, "echo B:; cat ~/.claude/history.jsonl; echo :B"));
     assert!(
         out_b.contains("B:\n:B"),
         "b's history is not empty:\n{out_b}"
     );
-    let out_a = ok(&w.run_claude(&a, [] as [&str; 0], "cat ~/.claude/history.jsonl"));
+    let out_a = ok(&w.run_script(&a, "cat ~/.claude/history.jsonl"));
     assert!(
         out_a.contains("prompt-a") && !out_a.contains("host-history"),
         "{out_a}"
@@ -172,9 +155,9 @@ fn history_is_per_project_and_the_host_history_untouched() {
 fn sessions_registry_is_private_to_each_launch() {
     let w = World::new();
     let p = w.dir("p");
-    ok(&w.run_claude(&p, [] as [&str; 0], "echo x > ~/.claude/sessions/2.json"));
+    ok(&w.run_script(&p, "echo x > ~/.claude/sessions/2.json"));
     assert!(!w.home().join(".claude/sessions/2.json").exists());
-    let out = ok(&w.run_claude(&p, [] as [&str; 0], "ls -A ~/.claude/sessions | wc -l"));
+    let out = ok(&w.run_script(&p, "ls -A ~/.claude/sessions | wc -l"));
     assert!(out.lines().any(|l| l.trim() == "0"), "{out}");
 }
 
@@ -188,9 +171,8 @@ fn claude_json_is_the_projects_own_and_follows_the_host() {
     )
     .unwrap();
     let p = w.dir("p");
-    let out = ok(&w.run_claude(
+    let out = ok(&w.run_script(
         &p,
-        [] as [&str; 0],
         "cat ~/.claude.json; echo; echo \"$CLAUDE_CONFIG_DIR\"; \
          printf '{\"host\":1,\"inside\":true}' > ~/.claude/.claude.json",
     ));
@@ -206,7 +188,7 @@ fn claude_json_is_the_projects_own_and_follows_the_host() {
     // project's own change.
     assert!(fs::read_to_string(&host).unwrap().contains("SECRET-B"));
     fs::write(&host, "{\"host\":2}").unwrap();
-    let out = ok(&w.run_claude(&p, [] as [&str; 0], "cat ~/.claude.json"));
+    let out = ok(&w.run_script(&p, "cat ~/.claude.json"));
     let v: serde_json::Value = serde_json::from_str(
         out.lines()
             .skip_while(|l| !l.starts_with('{'))
@@ -219,7 +201,7 @@ fn claude_json_is_the_projects_own_and_follows_the_host() {
     assert_eq!(v["inside"], true, "{out}");
     // Another project does not see it.
     let q = w.dir("q");
-    let out = ok(&w.run_claude(&q, [] as [&str; 0], "cat ~/.claude.json"));
+    let out = ok(&w.run_script(&q, "cat ~/.claude.json"));
     assert!(!out.contains("\"inside\""), "{out}");
 }
 
@@ -238,10 +220,7 @@ fn nothing_else_of_the_home_is_visible_but_the_home_is_writable() {
     )
     .unwrap();
     let p = w.dir("p");
-    let out = ok(&w.run_claude(
-        &p,
-        [] as [&str; 0],
-        "ls -A ~; cat ~/.ssh/id_ed25519 2>&1; cat ~/src/other-project/code.rs 2>&1; cat ~/.bash_history 2>&1; \
+    let out = ok(&w.run_script(&p, "ls -A ~; cat ~/.ssh/id_ed25519 2>&1; cat ~/src/other-project/code.rs 2>&1; cat ~/.bash_history 2>&1; \
          mkdir -p ~/.cache/x && echo HOME-WRITABLE; echo x >> ~/.gitconfig 2>/dev/null || echo GITCONFIG-RO; \
          git config user.name",
     ));
@@ -276,9 +255,8 @@ fn project_is_read_write_system_read_only_and_cwd_kept() {
     .unwrap();
     let sub = repo.join("sub dir");
     fs::create_dir_all(&sub).unwrap();
-    let out = ok(&w.run_claude(
+    let out = ok(&w.run_script(
         &sub,
-        [] as [&str; 0],
         "pwd; echo new > f.txt && git add f.txt && git commit -qm inside && echo COMMITTED; \
          touch /usr/x 2>/dev/null || echo USR-RO; touch /etc/x 2>/dev/null || echo ETC-RO; \
          touch /tmp/x && echo TMP-RW; echo CLAUDEBOX=$CLAUDEBOX",
@@ -667,10 +645,7 @@ fn every_project_shares_the_login_directory_and_its_locks() {
     fs::write(w.home().join(".claude/.credentials.json"), "tokens-v1").unwrap();
     let a = w.dir("a");
     let b = w.dir("b");
-    let out = ok(&w.run_claude(
-        &a,
-        [] as [&str; 0],
-        "echo \"DIR<$CLAUDE_SECURESTORAGE_CONFIG_DIR>\"; cat \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"; echo; \
+    let out = ok(&w.run_script(&a, "echo \"DIR<$CLAUDE_SECURESTORAGE_CONFIG_DIR>\"; cat \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"; echo; \
          mkdir \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.oauth_refresh.lock\" && echo A-HOLDS",
     ));
     assert!(
@@ -683,10 +658,7 @@ fn every_project_shares_the_login_directory_and_its_locks() {
         .unwrap()
         .to_string();
     assert_eq!(Path::new(&dir), w.state().join("login"));
-    let out = ok(&w.run_claude(
-        &b,
-        [] as [&str; 0],
-        "mkdir \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.oauth_refresh.lock\" 2>/dev/null && echo B-TOOK || echo B-WAITS; \
+    let out = ok(&w.run_script(&b, "mkdir \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.oauth_refresh.lock\" 2>/dev/null && echo B-TOOK || echo B-WAITS; \
          echo tokens-v2 > \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"",
     ));
     assert!(out.contains("B-WAITS"), "{out}");

@@ -1,6 +1,10 @@
 //! The integration tests: one binary (`cargo test --test integration`), one module per
 //! subject. Tests that run the real Claude Code, the fault loops or the escape suite's
-//! races take `common::heavy()` so that two of them never share the machine's cores.
+//! races hold `common::heavy()` (through `World::heavy()`, `lab::each_claude()` or directly)
+//! so that two of them never share the machine's cores.
+
+// A test: a panic on an unexpected None or Err is its failure report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod common;
 
@@ -20,6 +24,7 @@ mod faults;
 mod first_contact;
 mod forward_ports;
 mod gc;
+mod golden;
 mod gpu;
 mod hardening;
 mod host_renames;
@@ -39,3 +44,4 @@ mod proxy_flood;
 mod review;
 mod sessions;
 mod signals;
+mod test_files;

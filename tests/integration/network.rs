@@ -615,8 +615,7 @@ fn the_sandbox_end_of_the_bridge_fails_closed_when_run_alone() {
 /// Both Claude Code versions (`CLAUDEBOX_TEST_CLAUDE`, `CLAUDEBOX_TEST_CLAUDE_LATEST`).
 #[test]
 fn real_claude_code_runs_in_allowlist_mode() {
-    let _heavy = crate::common::heavy();
-    for c in crate::common::lab::claude_versions() {
+    for c in crate::common::lab::each_claude() {
         real_claude_code_runs_in_allowlist_mode_with(&c.bin);
     }
 }

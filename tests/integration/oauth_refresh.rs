@@ -135,8 +135,7 @@ fn tail4(s: &str) -> &str {
 
 #[test]
 fn a_refresh_inside_a_sandbox_reaches_the_hosts_login() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let (w, p, mock, ca) = setup(&c, 0);
         let before = fs::read(creds_path(&w)).unwrap();
         let inode = fs::metadata(creds_path(&w)).unwrap().ino();
@@ -237,8 +236,7 @@ fn at_once(a: &mut Command, b: &mut Command) -> (Output, Output) {
 
 #[test]
 fn two_sandboxes_refreshing_at_once_spend_the_token_once() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let (w, p, mock, ca) = setup(&c, TOKEN_DELAY_MS);
         let mut last = SEED_REFRESH.to_string();
         for round in 0..1 {
@@ -394,8 +392,7 @@ fn go(p: &Path) {
 
 #[test]
 fn a_refresh_by_the_host_reaches_a_running_sandbox() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
+    for c in crate::common::lab::each_claude() {
         for sync in [true, false] {
             let (w, p, mock, ca) = setup(&c, 0);
             let inode = fs::metadata(creds_path(&w)).unwrap().ino();
@@ -450,8 +447,7 @@ fn a_refresh_by_the_host_reaches_a_running_sandbox() {
 
 #[test]
 fn a_refresh_in_a_sandbox_reaches_the_hosts_replaced_file() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
+    for c in crate::common::lab::each_claude() {
         for sync in [true, false] {
             let (w, p, mock, ca) = setup(&c, 0);
             let o = std::thread::scope(|s| {

@@ -97,8 +97,7 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 
 #[test]
 fn an_installed_plugins_command_hook_skill_and_mcp_server_work_from_the_read_only_setup() {
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         let label = c.label;
         let w = world_with(&c);
         install_on_host(&w, &c);

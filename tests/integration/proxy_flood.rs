@@ -273,8 +273,8 @@ fn a_slow_client_flood_does_not_starve_the_proxy() {
             .all(|l| l.ends_with("HTTP/1.0 200 OK") || l.ends_with("HTTP/1.1 200 OK")),
         "every request answered by the mock:\n{out}"
     );
-    let worst_base = base.iter().cloned().fold(0.0, f64::max);
-    let worst_flood = flood.iter().cloned().fold(0.0, f64::max);
+    let worst_base = base.iter().copied().fold(0.0, f64::max);
+    let worst_flood = flood.iter().copied().fold(0.0, f64::max);
     assert!(
         worst_flood < worst_base + 1.0,
         "under the flood {worst_flood:.3} s, without {worst_base:.3} s:\n{out}"

@@ -267,8 +267,7 @@ const PLANT_PY: &str = "python3 -c \"import os; d='sub/.cl'+'aude'; os.makedirs(
 fn real_claude_planting_a_nested_hook_is_reviewed() {
     use crate::common::lab::*;
     use serde_json::json;
-    let _heavy = crate::common::heavy();
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         for protected in [true, false] {
             let w = world_with(&c);
             let p = project(&w);
@@ -407,7 +406,7 @@ fn a_benign_submodule_add_is_kept_and_a_planted_module_hook_is_not() {
         let hook = p.join(".git/modules/libs/x/hooks/post-checkout");
         // Planted: moved aside (the control is the benign round: nothing to move).
         assert!(!hook.exists(), "{err}");
-        assert_eq!(review_lines(&err).len(), plant as usize, "{err}");
+        assert_eq!(review_lines(&err).len(), usize::from(plant), "{err}");
         if plant {
             assert!(
                 err.contains("HIGH .git/modules/libs/x/hooks/post-checkout"),

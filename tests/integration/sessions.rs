@@ -606,8 +606,7 @@ fn a_planted_symlink_does_not_carry_the_transcript_outside() {
 /// conversation found" when the transcript is not where it looks).
 #[test]
 fn real_claude_resumes_from_another_directory_including_a_long_one() {
-    let _heavy = crate::common::heavy();
-    for c in crate::common::lab::claude_versions() {
+    for c in crate::common::lab::each_claude() {
         resumes_from_another_directory_including_a_long_one(&c.bin);
     }
 }

@@ -73,8 +73,7 @@ fn interrupt(mut child: Child) -> ExitStatus {
 
 #[test]
 fn ctrl_c_reaches_the_agent_which_cleans_up_and_whose_status_is_the_sandboxs() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let proj = w.dir("proj");
     init_repo(&proj);
     let marker = proj.join("cleaned");
@@ -129,10 +128,9 @@ fn ctrl_c_reaches_the_agent_which_cleans_up_and_whose_status_is_the_sandboxs() {
 
 #[test]
 fn a_job_started_with_sigint_ignored_keeps_it_ignored_inside() {
-    let _heavy = crate::common::heavy();
     // A background job of a non-interactive shell starts with SIGINT ignored; the agent
     // inherits that choice instead of having it undone.
-    let w = World::new();
+    let w = World::heavy();
     let proj = w.dir("proj");
     init_repo(&proj);
     let mut cmd = w.cmd(&proj);
@@ -159,8 +157,7 @@ fn a_job_started_with_sigint_ignored_keeps_it_ignored_inside() {
 /// parent that stays alive is still running after the same wait.
 #[test]
 fn the_sandbox_ends_when_claudebox_s_parent_dies() {
-    let _heavy = crate::common::heavy();
-    let w = World::new();
+    let w = World::heavy();
     let proj = w.dir("proj");
     init_repo(&proj);
     let run = |kill_parent: bool| -> bool {

@@ -297,7 +297,7 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
     let mut unread = Vec::new();
     {
         let mut on_found = |f: Found<'_>| {
-            moved += q.take(&f, &work_tree, err) as usize;
+            moved += usize::from(q.take(&f, &work_tree, err));
         };
         // The common dir's modules/ and worktrees/: git dirs judged by walk::git_dir, so
         // a gitlink file naming one is not judged twice.
@@ -387,7 +387,7 @@ fn stop_commondir_watch() {
                     events: nix::libc::POLLIN,
                     revents: 0,
                 };
-                nix::libc::poll(&mut p, 1, 60_000);
+                nix::libc::poll(&raw mut p, 1, 60_000);
                 nix::libc::close(keep);
                 nix::libc::_exit(0);
             }

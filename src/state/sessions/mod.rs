@@ -22,12 +22,11 @@ mod record;
 
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File};
-use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use nix::fcntl::{fcntl, FcntlArg, FdFlag, Flock};
+use nix::fcntl::Flock;
 
 use crate::host;
 use crate::state::transcripts::{self, Found};
@@ -256,7 +255,7 @@ fn claim_locked(
     lock: &Flock<File>,
 ) -> Result<Launch> {
     let name = &planned.name;
-    fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))
+    crate::host::fd::inherit(&**lock)
         .with_context(|| format!("cannot pass the lock of session `{name}` to bwrap"))?;
     remove_own_temporaries(state, name);
     let fresh = match planned.start {
@@ -446,7 +445,7 @@ pub fn guard_picked(
             busy(state, &name)
         );
     };
-    fcntl(lock.as_raw_fd(), FcntlArg::F_SETFD(FdFlag::empty()))?;
+    crate::host::fd::inherit(&*lock)?;
     let info = RunInfo::now(instance_id, cwd);
     write_run_info(state, &name, &info)?;
     Ok(Some(lock))

@@ -101,6 +101,29 @@ pub fn codex_config(port: u16) -> String {
     )
 }
 
+/// Both Claude Code versions ([`claude_versions`]), one after the other, holding
+/// `common::heavy()` until the loop ends: `for c in lab::each_claude() { ... }`.
+pub fn each_claude() -> EachClaude {
+    let heavy = super::heavy();
+    EachClaude {
+        versions: claude_versions().into_iter(),
+        _heavy: heavy,
+    }
+}
+
+/// What [`each_claude`] returns: the versions, and the heavy lock while they are run.
+pub struct EachClaude {
+    versions: std::vec::IntoIter<Claude>,
+    _heavy: super::Heavy,
+}
+
+impl Iterator for EachClaude {
+    type Item = Claude;
+    fn next(&mut self) -> Option<Claude> {
+        self.versions.next()
+    }
+}
+
 /// A world (`common::World`) whose `claude` is `c`, linked the way npm links it.
 pub fn world_with(c: &Claude) -> super::World {
     let w = super::World::new();
@@ -407,17 +430,14 @@ pub fn output_within(cmd: &mut Command, limit: Duration) -> Result<Output, Strin
     };
     // Whatever of the group is left (all of it on a timeout) goes, so the pipes close.
     let _ = nix::sys::signal::killpg(pgid, nix::sys::signal::Signal::SIGKILL);
-    let status = match status {
-        Some(s) => s,
-        None => {
-            let _ = child.kill();
-            let _ = child.wait();
-            return Err(format!(
-                "timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
-                String::from_utf8_lossy(&collect(out)),
-                String::from_utf8_lossy(&collect(err))
-            ));
-        }
+    let Some(status) = status else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err(format!(
+            "timed out after {limit:?}\nstdout:\n{}\nstderr:\n{}",
+            String::from_utf8_lossy(&collect(out)),
+            String::from_utf8_lossy(&collect(err))
+        ));
     };
     Ok(Output {
         status,

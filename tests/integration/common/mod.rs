@@ -24,21 +24,33 @@ fi
 /// A temporary world: `root/home` is HOME, `root/bin` holds the fake claude.
 pub struct World {
     pub dir: tempfile::TempDir,
+    /// Held by a world made with [`World::heavy`].
+    _heavy: Option<Heavy>,
 }
 
 impl World {
     pub fn new() -> World {
-        World::new_in(&std::env::temp_dir())
+        World::make(&std::env::temp_dir(), None)
     }
 
     /// A world under `base` (Codex refuses to make its helper links when its home lies
     /// under the temporary directory: its tests use /var/tmp).
     pub fn new_in(base: &Path) -> World {
+        World::make(base, None)
+    }
+
+    /// A world for a test that loads the machine or is bound by time: it holds
+    /// [`heavy()`] as long as it lives.
+    pub fn heavy() -> World {
+        World::make(&std::env::temp_dir(), Some(heavy()))
+    }
+
+    fn make(base: &Path, heavy: Option<Heavy>) -> World {
         let dir = tempfile::Builder::new()
             .prefix("claudebox-test-")
             .tempdir_in(base)
             .expect("tempdir");
-        let w = World { dir };
+        let w = World { dir, _heavy: heavy };
         fs::create_dir_all(w.home()).unwrap();
         fs::create_dir_all(w.bin()).unwrap();
         fs::create_dir_all(w.work()).unwrap();
@@ -97,6 +109,11 @@ impl World {
         p
     }
 
+    /// Runs claudebox with no arguments, the fake agent executing `script` inside.
+    pub fn run_script(&self, cwd: &Path, script: &str) -> Output {
+        self.run_claude(cwd, [] as [&str; 0], script)
+    }
+
     /// Runs claudebox with the fake agent executing `script` inside.
     pub fn run_claude<I, S>(&self, cwd: &Path, args: I, script: &str) -> Output
     where
@@ -115,13 +132,92 @@ impl World {
 /// real Claude Code (node, both versions), the fault loops, the escape suite's races, the
 /// `.claude.json` writers, Ctrl-C, twenty launches at once. In one test binary they would
 /// otherwise run beside each other on the harness's threads; with this, at most one of
-/// them runs at a time, beside light tests (`--test-threads` defaults to the number of
-/// cores). A test that failed while holding it does not stop the others.
-pub fn heavy() -> MutexGuard<'static, ()> {
+/// them runs at a time, beside light tests. Another user's run at the same time (scripts/test
+/// runs root's and claudebox-test's at once) has its own: the machine-wide lock is shared
+/// here, and exclusive only for [`heavy_alone`]. A test that failed while holding it does
+/// not stop the others.
+pub fn heavy() -> Heavy {
+    heavy_with(nix::fcntl::FlockArg::LockShared)
+}
+
+/// [`heavy()`], and no heavy test of another user's run meanwhile (scripts/test runs root's
+/// and an ordinary user's at once): for the tests whose figures a loaded machine changes,
+/// such as a launch racing a host that renames files every few milliseconds.
+pub fn heavy_alone() -> Heavy {
+    heavy_with(nix::fcntl::FlockArg::LockExclusive)
+}
+
+/// Held while a heavy test runs: this process's lock, then the machine's
+/// (`/tmp/claudebox-test-heavy.lock`, shared by heavy tests, exclusive for [`heavy_alone`]).
+pub struct Heavy {
+    _machine: nix::fcntl::Flock<fs::File>,
+    _process: MutexGuard<'static, ()>,
+}
+
+fn heavy_with(how: nix::fcntl::FlockArg) -> Heavy {
     static HEAVY: Mutex<()> = Mutex::new(());
-    HEAVY
+    let process = HEAVY
         .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    Heavy {
+        _machine: machine_lock_as("heavy", how),
+        _process: process,
+    }
+}
+
+/// Prints a line a test measured (a figure CI shows: the escape count, the fault suite's
+/// kills and floods) and, when `CLAUDEBOX_TEST_FIGURES` names a file, appends it there:
+/// scripts/test checks that file after its one run of the tests rather than running the
+/// suites a second time with `--nocapture` to read their output.
+#[allow(unused_macros)] // benches/feel.rs includes this module and has no figures
+macro_rules! figure {
+    ($($arg:tt)*) => {
+        $crate::common::figure_line(&format!($($arg)*))
+    };
+}
+#[allow(unused_imports)] // the same
+pub(crate) use figure;
+
+pub fn figure_line(line: &str) {
+    println!("{line}");
+    if let Some(path) = std::env::var_os("CLAUDEBOX_TEST_FIGURES") {
+        use std::io::Write;
+        // One write of the whole line to a file opened for appending: lines of tests
+        // running at once do not interleave.
+        let mut f = fs::OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .unwrap_or_else(|e| panic!("CLAUDEBOX_TEST_FIGURES={}: {e}", path.to_string_lossy()));
+        f.write_all(format!("{line}\n").as_bytes())
+            .unwrap_or_else(|e| panic!("CLAUDEBOX_TEST_FIGURES={}: {e}", path.to_string_lossy()));
+    }
+}
+
+/// An exclusive lock shared by every user's test run on this machine (scripts/test runs
+/// root's and an ordinary user's at once), for the few tests that use a machine-wide place
+/// such as `/tmp` itself as a project: `/tmp/claudebox-test-NAME.lock`, held until dropped.
+pub fn machine_lock(name: &str) -> nix::fcntl::Flock<fs::File> {
+    machine_lock_as(name, nix::fcntl::FlockArg::LockExclusive)
+}
+
+fn machine_lock_as(name: &str, how: nix::fcntl::FlockArg) -> nix::fcntl::Flock<fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = PathBuf::from(format!("/tmp/claudebox-test-{name}.lock"));
+    // Opened without O_CREAT first: with fs.protected_regular, O_CREAT on another user's
+    // file in the sticky /tmp fails even though it exists. flock needs only read access.
+    let f = fs::File::open(&path).or_else(|_| {
+        let f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o644)
+            .open(&path)?;
+        f.set_permissions(fs::Permissions::from_mode(0o644))?;
+        Ok::<_, std::io::Error>(f)
+    });
+    let f = f.unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    nix::fcntl::Flock::lock(f, how).unwrap_or_else(|(_, e)| panic!("flock {}: {e}", path.display()))
 }
 
 pub fn stdout(o: &Output) -> String {

@@ -358,10 +358,9 @@ fn a_claude_under_dot_claude_local_stays_read_only_with_the_opt_out() {
 /// (the snapshots bound read-write on purpose): it runs.
 #[test]
 fn a_running_host_session_never_sources_what_a_sandbox_planted() {
-    let _heavy = crate::common::heavy();
-    use crate::common::lab::{claude_versions, MockApi, API_KEY};
+    use crate::common::lab::{MockApi, API_KEY};
     use std::time::{Duration, Instant};
-    for c in claude_versions() {
+    for c in crate::common::lab::each_claude() {
         for (args, expect_ran) in [(&[][..], false), (&["--rw", "SNAPSHOTS"][..], true)] {
             let w = World::new();
             let host_proj = w.dir("host-proj");
@@ -468,12 +467,11 @@ fn a_symlinked_project_claude_json_is_not_followed_by_the_next_launch() {
         "ln -sf '{}' ~/.claude/.claude.json && echo PLANTED-LINK",
         b.join(".claude.json").display()
     );
-    assert!(ok(&w.run_claude(&p, [] as [&str; 0], &plant)).contains("PLANTED-LINK"));
+    assert!(ok(&w.run_script(&p, &plant)).contains("PLANTED-LINK"));
     // The host changes its file, so the next launch merges.
     fs::write(w.home().join(".claude.json"), "{\"v\":2}").unwrap();
-    let out = ok(&w.run_claude(
+    let out = ok(&w.run_script(
         &p,
-        [] as [&str; 0],
         "cat ~/.claude/.claude.json; echo; grep -rq SECRET- ~/.claude/ && echo ESCAPED; true",
     ));
     assert!(!out.contains("ESCAPED") && !out.contains("SECRET"), "{out}");

@@ -116,6 +116,9 @@ fn tidy_tmp() {
 }
 
 pub(super) fn attempts() -> Vec<(&'static str, bool)> {
+    // The other user's run (scripts/test runs root's and claudebox-test's at once) must not
+    // have its tmux server in /tmp, or launch at /tmp, meanwhile.
+    let _tmp = crate::common::machine_lock("tmp-as-project");
     let mut v = Vec::new();
     let w = World::new();
     let home = home_outside_tmp();
@@ -185,6 +188,7 @@ pub(super) fn attempts() -> Vec<(&'static str, bool)> {
 /// The same keys reach the host shell from the host, and from inside through the same
 /// socket when it is bound with `--rw` (after the cover, so the cover is what stopped them).
 pub(super) fn controls() {
+    let _tmp = crate::common::machine_lock("tmp-as-project");
     let w = World::new();
     let home = home_outside_tmp();
     let marker = w.root().join("typed");

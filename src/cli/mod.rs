@@ -205,7 +205,7 @@ pub struct Cli {
 
     /// Keep the OAuth login on the host: the sandbox gets a stand-in login and the
     /// host-side proxy swaps it for the real token on the way to api.anthropic.com
-    /// (allowlist and none modes; see docs/security.md).
+    /// (every network mode; see docs/security.md).
     #[arg(long)]
     pub login_broker: bool,
 

@@ -445,6 +445,7 @@ mod tests {
                 source: "test".into(),
             }],
             http_proxy: false,
+            open: true,
             denied_log: PathBuf::from(OsString::from_vec(b"/s/a b\xff/denied.log".to_vec())),
             log_stderr: true,
             instance_id: "i-1".into(),
@@ -462,6 +463,7 @@ mod tests {
         assert_eq!(p.allow, ["*.example.com", "localhost:8080"]);
         assert_eq!(p.forward_port, ["localhost:5432"]);
         assert!(p.forwards_only);
+        assert!(p.open);
         assert_eq!(p.login_broker, spec.broker);
     }
 

@@ -33,11 +33,18 @@ pub fn hand_to_proxy(
     }
     let mut listeners = Vec::new();
     if let Some(port) = port {
-        listeners.push(
-            TcpListener::bind((Ipv4Addr::LOCALHOST, port)).with_context(|| {
-                format!("cannot open the proxy port 127.0.0.1:{port} in the sandbox")
-            })?,
-        );
+        let l = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).with_context(|| {
+            format!("cannot open the proxy port 127.0.0.1:{port} in the sandbox")
+        })?;
+        if port == 0 {
+            // Open mode (the login broker): a free port on the host's loopback, which the
+            // sandbox shares; the agent finds the proxy through HTTPS_PROXY.
+            let got = l.local_addr().context("the proxy port")?.port();
+            for (k, v) in crate::policy::network::open_proxy_env(got) {
+                std::env::set_var(k, v);
+            }
+        }
+        listeners.push(l);
     }
     for (addr, optional) in forwards {
         match TcpListener::bind(addr) {

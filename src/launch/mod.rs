@@ -160,12 +160,6 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         if agent != AgentId::Claude {
             bail!("--login-broker keeps Claude Code's login outside; it does not serve --agent {agent} yet");
         }
-        if matches!(settings.network, crate::policy::network::NetworkMode::Open) {
-            bail!(
-                "--login-broker needs --network allowlist or none (in open mode the sandbox \
-                 could reach api.anthropic.com past the broker)"
-            );
-        }
         if claude_home.credentials.is_none() {
             bail!("--login-broker: no OAuth login to keep outside (no .credentials.json found)");
         }

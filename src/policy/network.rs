@@ -149,6 +149,11 @@ pub struct ProxySpec {
     /// Allowlist mode: the HTTP proxy on 127.0.0.1:3128 inside. Off in none mode, where the
     /// process serves only the forwarded ports.
     pub http_proxy: bool,
+    /// Open mode with the login broker: the HTTP proxy lets every host through (open means
+    /// unfiltered) and only ends `api.anthropic.com` in the broker. Its port is any free
+    /// one on the host's loopback, which the sandbox shares; the step inside sets
+    /// `HTTPS_PROXY` to it.
+    pub open: bool,
     pub denied_log: PathBuf,
     pub log_stderr: bool,
     /// The sandbox's instance id; in the proxy's command line so it can be found.
@@ -577,6 +582,20 @@ pub const BROKER_UNSET_ENV: &[&str] = &[
 
 /// The proxy's hidden role on claudebox's command line.
 pub const INTERNAL_PROXY: &str = "--internal-proxy";
+
+/// Open mode with the login broker: the variables the step inside sets once it has its
+/// port (any free one on the host's loopback): HTTPS only, so that plain HTTP and every
+/// other client keep going straight out as in open mode.
+pub fn open_proxy_env(port: u16) -> Vec<(&'static str, String)> {
+    let url = format!("http://127.0.0.1:{port}");
+    vec![
+        ("HTTPS_PROXY", url.clone()),
+        ("https_proxy", url),
+        ("NO_PROXY", NO_PROXY.to_string()),
+        ("no_proxy", NO_PROXY.to_string()),
+        ("NODE_USE_ENV_PROXY", "1".to_string()),
+    ]
+}
 
 /// The proxy variables set inside in allowlist mode; `NODE_USE_ENV_PROXY` makes Node.js
 /// (22.21+/24+) honour them in `fetch` and `http(s)` too (older Node ignores it).

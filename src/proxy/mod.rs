@@ -88,6 +88,8 @@ pub struct Config {
     pub denied_log: PathBuf,
     /// Also report denied requests on stderr.
     pub log_stderr: bool,
+    /// Open mode (with the login broker): every host is let through, unfiltered.
+    pub open: bool,
     /// `--login-broker`: `CONNECT api.anthropic.com:443` is served by the broker, in any
     /// mode, whatever the allowlist says.
     pub broker: Option<Arc<broker::Broker>>,
@@ -691,6 +693,14 @@ fn decide_and_connect(
     port: u16,
 ) -> Result<TcpStream, Reject> {
     let shown = network::show_host(host);
+    if cfg.open {
+        // Open mode: the sandbox could reach this host without the proxy anyway.
+        let addrs: Vec<SocketAddr> = (host, port)
+            .to_socket_addrs()
+            .map_err(|e| Reject(502, "Bad Gateway", format!("cannot resolve {shown}: {e}")))?
+            .collect();
+        return connect_any(&addrs.iter().collect::<Vec<_>>(), &shown, port);
+    }
     let Some(entry) = cfg.allowlist.find(host, port) else {
         cfg.record_denied(method, &shown, port);
         return Err(Reject(
@@ -723,8 +733,13 @@ fn decide_and_connect(
             ),
         ));
     }
+    connect_any(&usable, &shown, port)
+}
+
+/// The first of `addrs` that answers.
+fn connect_any(addrs: &[&SocketAddr], shown: &str, port: u16) -> Result<TcpStream, Reject> {
     let mut last = None;
-    for a in usable {
+    for a in addrs {
         match TcpStream::connect_timeout(a, CONNECT_TIMEOUT) {
             Ok(s) => return Ok(s),
             Err(e) => last = Some(e),

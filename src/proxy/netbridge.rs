@@ -115,6 +115,10 @@ pub struct ProxyArgs {
     /// None mode: no HTTP proxy, only the forwarded ports.
     #[arg(long = "forwards-only")]
     pub forwards_only: bool,
+    /// Open mode (with the login broker): every host is let through; the proxy's port is
+    /// any on the host's loopback.
+    #[arg(long)]
+    pub open: bool,
     /// A forwarded host port (`localhost:5432`, `127.0.0.1:5432`, `[::1]:5432`).
     #[arg(long = "forward-port", value_name = "HOST:PORT")]
     pub forward_port: Vec<String>,
@@ -169,6 +173,7 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
         allowlist: allowlist.clone(),
         denied_log: denied_log.clone(),
         log_stderr,
+        open: args.open,
         broker: broker.clone(),
     };
     let served = receive_listeners(&ctl).and_then(|listeners| {
@@ -184,7 +189,12 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
         let mut serving = Vec::new();
         for l in listeners {
             let addr = l.local_addr().context("a socket from the sandbox")?;
-            if http_proxy && addr == proxy_addr && main.is_none() {
+            let is_proxy_port = if args.open {
+                addr.ip() == std::net::IpAddr::from(Ipv4Addr::LOCALHOST)
+            } else {
+                addr == proxy_addr
+            };
+            if http_proxy && is_proxy_port && main.is_none() {
                 main = Some(l);
             } else if let Some(f) = forwards.iter().find(|f| f.listen == addr) {
                 serving.push((l, f.clone()));

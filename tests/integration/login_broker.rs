@@ -98,7 +98,7 @@ fn tail4(s: &str) -> String {
 fn claude_talks_and_runs_tools_with_the_login_kept_outside() {
     let _g = common::heavy();
     for c in lab::claude_versions() {
-        for mode in ["none", "allowlist"] {
+        for mode in ["none", "allowlist", "open"] {
             conversation(&c, mode);
         }
     }
@@ -196,7 +196,7 @@ echo SEARCH-DONE"#
 fn the_real_token_is_nowhere_inside() {
     let w = World::new();
     let (p, mock) = setup(&w, &json!([]));
-    for mode in ["none", "allowlist"] {
+    for mode in ["none", "allowlist", "open"] {
         for needle in [REAL_ACCESS, REAL_REFRESH] {
             let script = search_script(needle);
             let o = run(
@@ -241,7 +241,8 @@ fn the_real_token_is_nowhere_inside() {
     );
 }
 
-/// Python inside: requests through the proxy at 127.0.0.1:3128, TLS to
+/// Python inside: requests through the proxy `HTTPS_PROXY` names (127.0.0.1:3128, or a
+/// free port on the shared loopback in open mode), TLS to
 /// api.anthropic.com trusting `NODE_EXTRA_CA_CERTS`. Prints one line per attempt:
 /// `<name> <status or error>`, and `STAND-IN <token>` (the sandbox's own).
 const PROBE: &str = r#"
@@ -250,10 +251,12 @@ login = json.load(open(os.path.join(os.environ["CLAUDE_SECURESTORAGE_CONFIG_DIR"
 own = login["claudeAiOauth"]["accessToken"]
 print("STAND-IN", own)
 other = sys.argv[1] if len(sys.argv) > 1 else own
+port = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1])
+print("PORT", port)
 ctx = ssl.create_default_context(cafile=os.environ["NODE_EXTRA_CA_CERTS"])
 def post(name, token, host=None, path="/v1/messages/count_tokens"):
     try:
-        c = http.client.HTTPSConnection("127.0.0.1", 3128, context=ctx, timeout=20)
+        c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=20)
         c.set_tunnel("api.anthropic.com", 443)
         c.putrequest("POST", path, skip_host=host is not None)
         if host is not None:
@@ -268,14 +271,14 @@ def post(name, token, host=None, path="/v1/messages/count_tokens"):
         print(name, "error", type(e).__name__)
 def connect(name, target):
     try:
-        s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+        s = socket.create_connection(("127.0.0.1", port), timeout=20)
         s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
         print(name, s.recv(64).split(b" ")[1].decode())
     except Exception as e:
         print(name, "error", type(e).__name__)
 def raw(name, data):
     try:
-        c = http.client.HTTPSConnection("127.0.0.1", 3128, context=ctx, timeout=20)
+        c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=20)
         c.set_tunnel("api.anthropic.com", 443)
         c.connect()
         c.sock.sendall(data)
@@ -299,6 +302,16 @@ connect("connect-evil", "evil.example:443")
 "#;
 
 fn probe(w: &World, p: &Path, mock: &MockApi, other: &str) -> (String, Vec<(String, String)>) {
+    probe_in(w, p, mock, other, "none")
+}
+
+fn probe_in(
+    w: &World,
+    p: &Path,
+    mock: &MockApi,
+    other: &str,
+    mode: &str,
+) -> (String, Vec<(String, String)>) {
     let port = mock.base_url().rsplit(':').next().unwrap().to_string();
     let target = format!("127.0.0.1:{port}");
     let o = run(
@@ -308,7 +321,7 @@ fn probe(w: &World, p: &Path, mock: &MockApi, other: &str) -> (String, Vec<(Stri
         &[
             "--login-broker",
             "--network",
-            "none",
+            mode,
             "--exec",
             "python3",
             "-c",
@@ -401,8 +414,36 @@ fn the_stand_in_is_worthless_outside_its_sandbox_and_the_broker_goes_nowhere_els
     assert_eq!(from_host(&mock, REAL_ACCESS), "200");
 }
 
+/// Open mode: the proxy (on a free port of the shared loopback) lets every other host
+/// through, unfiltered, and ends only api.anthropic.com in the broker, with the same
+/// refusals as in the other modes.
 #[test]
-fn the_broker_is_refused_in_open_mode_and_without_a_login() {
+fn in_open_mode_the_broker_serves_api_anthropic_com_and_the_rest_goes_through() {
+    let w = World::new();
+    let (p, mock) = setup(&w, &json!([]));
+    let (a, r) = probe_in(&w, &p, &mock, "", "open");
+    assert!(a.starts_with("sk-ant-oat01-claudebox-stand-in-"), "{a}");
+    let port = result(&r, "PORT");
+    assert_ne!(port, "3128", "a free port, not the fixed one: {r:?}");
+    assert_eq!(result(&r, "own"), "200", "{r:?}");
+    // Open means unfiltered: the mock's own port is reached through the proxy.
+    assert_eq!(result(&r, "connect-mock"), "200", "{r:?}");
+    assert_eq!(result(&r, "host-evil"), "421", "{r:?}");
+    assert_eq!(result(&r, "mint"), "403", "{r:?}");
+    assert_eq!(result(&r, "huge"), "413", "{r:?}");
+    assert_eq!(result(&r, "chunked"), "411", "{r:?}");
+    // Another sandbox (open mode too, on the same loopback) with A's stand-in, and the
+    // host with it: refused upstream.
+    let (b, r) = probe_in(&w, &p, &mock, &a, "open");
+    assert_ne!(a, b);
+    assert_eq!(result(&r, "own"), "200", "{r:?}");
+    assert_eq!(result(&r, "other"), "401", "{r:?}");
+    assert_eq!(from_host(&mock, &a), "401");
+    assert_eq!(from_host(&mock, REAL_ACCESS), "200");
+}
+
+#[test]
+fn the_broker_is_refused_without_a_login_and_launches_in_every_mode() {
     let w = World::new();
     let p = w.dir("proj");
     let o = w
@@ -420,23 +461,15 @@ fn the_broker_is_refused_in_open_mode_and_without_a_login() {
         real_login().to_string(),
     )
     .unwrap();
-    let o = w
-        .cmd(&p)
-        .args(["--login-broker", "--network", "open", "--exec", "true"])
-        .output()
-        .unwrap();
-    let err = common::stderr(&o);
-    assert!(
-        !o.status.success() && err.contains("--network allowlist or none"),
-        "{err}"
-    );
-    // With a login and a filtered network it launches.
-    let o = w
-        .cmd(&p)
-        .args(["--login-broker", "--network", "none", "--exec", "true"])
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", common::stderr(&o));
+    // With a login it launches, in every mode.
+    for mode in ["none", "allowlist", "open"] {
+        let o = w
+            .cmd(&p)
+            .args(["--login-broker", "--network", mode, "--exec", "true"])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "[{mode}] {}", common::stderr(&o));
+    }
 }
 
 #[test]
@@ -654,6 +687,10 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
             "login broker: the real OAuth tokens anywhere inside (files, environ, cmdline, fds), allowlist mode",
             "allowlist",
         ),
+        (
+            "login broker: the real OAuth tokens anywhere inside (files, environ, cmdline, fds), open mode",
+            "open",
+        ),
     ] {
         let mut found = false;
         for needle in [REAL_ACCESS, REAL_REFRESH] {
@@ -691,6 +728,11 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
     v.push((
         "login broker: CONNECT to another host in none mode",
         !refused(&r, "connect-evil", "403"),
+    ));
+    let (_, r3) = probe_in(&w, &p, &mock, &a, "open");
+    v.push((
+        "login broker: a sandbox's stand-in used through an open-mode sandbox's broker on the shared loopback",
+        !refused(&r3, "other", "401"),
     ));
     v.push((
         "login broker: a request body over the cap",

@@ -685,6 +685,22 @@ pub fn build(inp: &Inputs) -> Plan {
                     e.pattern, e.source
                 ));
             }
+            if broker.is_some() {
+                // The broker in open mode: the proxy passes every other host through
+                // unfiltered; only api.anthropic.com ends in the broker. The sandbox
+                // reaching that host past the proxy holds only the stand-in, which is
+                // worthless upstream.
+                proxy = Some(ProxySpec {
+                    http_proxy: true,
+                    open: true,
+                    broker: broker.clone(),
+                    allowlist: Default::default(),
+                    forward_ports: Vec::new(),
+                    denied_log: inp.state.denied_log(),
+                    log_stderr: inp.log_denied,
+                    instance_id: inp.instance_id.clone(),
+                });
+            }
         }
         NetworkMode::None if forward_ports.is_empty() && broker.is_none() => {
             flags.push("--unshare-net")
@@ -699,6 +715,7 @@ pub fn build(inp: &Inputs) -> Plan {
                 // None mode with the broker: the proxy serves api.anthropic.com through
                 // the broker and refuses everything else (its allowlist is empty).
                 http_proxy: allowlist.is_some() || broker.is_some(),
+                open: false,
                 broker: broker.clone(),
                 allowlist: allowlist.unwrap_or_default(),
                 forward_ports,
@@ -758,7 +775,7 @@ pub fn build(inp: &Inputs) -> Plan {
                 .to_string(),
         );
     }
-    if proxy.as_ref().is_some_and(|p| p.http_proxy) {
+    if proxy.as_ref().is_some_and(|p| p.http_proxy && !p.open) {
         for (k, v) in crate::policy::network::proxy_env() {
             env.push(set(k, OsStr::new(v)));
         }
@@ -806,9 +823,13 @@ pub fn build(inp: &Inputs) -> Plan {
     };
 
     let listen = proxy.as_ref().map(|spec| Listen {
-        port: spec
-            .http_proxy
-            .then_some(crate::policy::network::PROXY_PORT),
+        // Open mode: port 0, any free one on the host's loopback; the step sets
+        // HTTPS_PROXY to it.
+        port: spec.http_proxy.then_some(if spec.open {
+            0
+        } else {
+            crate::policy::network::PROXY_PORT
+        }),
         // A forward on the proxy's port, or too many, is refused at the edge.
         forwards: spec.forwards().unwrap_or_default(),
         broker_dir: spec.broker.as_ref().map(|_| inp.state.login_dir()),
@@ -855,14 +876,10 @@ fn marketplaces(inp: &Inputs, m: &mut Vec<Mount>) {
     }
 }
 
-/// The host's login file the broker lends, when the broker is on and can serve: the
-/// network is not open (the launcher refuses open mode with `--login-broker`) and there is
-/// a login file.
+/// The host's login file the broker lends, when the broker is on and can serve: the agent
+/// is Claude Code and there is a login file (in every network mode).
 fn broker_login(inp: &Inputs) -> Option<PathBuf> {
-    if !inp.login_broker
-        || matches!(inp.settings.network, NetworkMode::Open)
-        || inp.agent != AgentId::Claude
-    {
+    if !inp.login_broker || inp.agent != AgentId::Claude {
         return None;
     }
     inp.claude_home.credentials.clone()

@@ -203,9 +203,9 @@ pub struct Cli {
     #[arg(long)]
     pub log_denied: bool,
 
-    /// Keep the OAuth login on the host: the sandbox gets a stand-in login and the
-    /// host-side proxy swaps it for the real token on the way to api.anthropic.com
-    /// (every network mode; see docs/security.md).
+    /// Keep the OAuth login (or ANTHROPIC_API_KEY) on the host: the sandbox gets a
+    /// stand-in and the host-side proxy swaps it for the real one on the way to
+    /// api.anthropic.com (every network mode; see docs/security.md).
     #[arg(long)]
     pub login_broker: bool,
 

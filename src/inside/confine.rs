@@ -449,9 +449,12 @@ mod tests {
             denied_log: PathBuf::from(OsString::from_vec(b"/s/a b\xff/denied.log".to_vec())),
             log_stderr: true,
             instance_id: "i-1".into(),
-            broker: Some(PathBuf::from(OsString::from_vec(
-                b"/h/.claude/a b\xff/.credentials.json".to_vec(),
-            ))),
+            broker: Some(crate::policy::network::BrokerSpec {
+                credentials: Some(PathBuf::from(OsString::from_vec(
+                    b"/h/.claude/a b\xff/.credentials.json".to_vec(),
+                ))),
+                api_key: true,
+            }),
         };
         let argv = crate::policy::render::proxy_argv(&spec, 9);
         assert_eq!(argv[0], crate::policy::network::INTERNAL_PROXY);
@@ -464,7 +467,9 @@ mod tests {
         assert_eq!(p.forward_port, ["localhost:5432"]);
         assert!(p.forwards_only);
         assert!(p.open);
-        assert_eq!(p.login_broker, spec.broker);
+        let b = spec.broker.as_ref().unwrap();
+        assert_eq!(p.login_broker, b.credentials);
+        assert!(p.broker_api_key);
     }
 
     #[test]

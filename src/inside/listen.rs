@@ -96,10 +96,17 @@ fn receive_stand_in(fd: RawFd, dir: &Path) -> Result<()> {
         .context("cannot read the stand-in login from the login broker")?;
     let v: serde_json::Value =
         serde_json::from_slice(&text).context("the login broker sent no stand-in login")?;
-    for (name, key) in [(BROKER_CA_FILE, "ca"), (".credentials.json", "credentials")] {
-        let body = v[key]
-            .as_str()
-            .context("the login broker's answer is incomplete")?;
+    let ca = v["ca"]
+        .as_str()
+        .context("the login broker's answer is incomplete")?;
+    let login = v["credentials"].as_str();
+    if let Some(key) = v["api_key"].as_str() {
+        // The stand-in key (the broker swaps it for the real one): for claude, which
+        // this step execs next.
+        std::env::set_var(crate::policy::network::API_KEY_ENV, key);
+    }
+    for (name, body) in [(BROKER_CA_FILE, Some(ca)), (".credentials.json", login)] {
+        let Some(body) = body else { continue };
         let path = dir.join(name);
         std::fs::OpenOptions::new()
             .write(true)

@@ -156,16 +156,22 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         );
     }
     let limits = crate::policy::limits::decide(&settings.limits, &host::limits::probe())?;
+    let api_key =
+        std::env::var_os(crate::policy::network::API_KEY_ENV).is_some_and(|v| !v.is_empty());
     if cli.login_broker {
         if agent != AgentId::Claude {
             bail!("--login-broker keeps Claude Code's login outside; it does not serve --agent {agent} yet");
         }
-        if claude_home.credentials.is_none() {
-            bail!("--login-broker: no OAuth login to keep outside (no .credentials.json found)");
+        if claude_home.credentials.is_none() && !api_key {
+            bail!(
+                "--login-broker: no login to keep outside (no .credentials.json found, no \
+                 ANTHROPIC_API_KEY set)"
+            );
         }
     }
     let inputs = Inputs {
         login_broker: cli.login_broker,
+        api_key,
         gpu,
         home_claude_json: home.join(".claude.json").symlink_metadata().is_ok(),
         home_alias,
@@ -281,6 +287,14 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
         Some(spec) => Some(netbridge::start_proxy(spec)?),
         None => None,
     };
+    if p.plan.proxy.as_ref().is_some_and(|s| s.broker.is_some()) {
+        // The proxy (started above) has inherited the credentials it lends; bwrap must
+        // not: its first process's environment block is readable inside as /proc/1/environ,
+        // whatever --unsetenv does later. Still one thread here (nothing started yet).
+        for v in crate::policy::network::BROKER_UNSET_ENV {
+            std::env::remove_var(v);
+        }
+    }
     // Creates the project's state and registers this sandbox as running on it.
     let in_use = inuse::mark(&p.state_home, &inp.state, &inp.project.root)?;
     let created = in_use.created;

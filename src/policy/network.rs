@@ -158,9 +158,21 @@ pub struct ProxySpec {
     pub log_stderr: bool,
     /// The sandbox's instance id; in the proxy's command line so it can be found.
     pub instance_id: String,
-    /// `--login-broker`: the host's login file the proxy lends (`proxy::broker`).
-    pub broker: Option<PathBuf>,
+    /// `--login-broker`: what the proxy lends (`proxy::broker`).
+    pub broker: Option<BrokerSpec>,
 }
+
+/// What the login broker lends: the host's OAuth login file, and the launcher's
+/// `ANTHROPIC_API_KEY` (which the proxy inherits: it is named here, never carried, so no
+/// plan, argv or `--dry-run` holds it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokerSpec {
+    pub credentials: Option<PathBuf>,
+    pub api_key: bool,
+}
+
+/// The launcher's variable holding an API key the broker lends.
+pub const API_KEY_ENV: &str = "ANTHROPIC_API_KEY";
 
 impl ProxySpec {
     /// Every loopback forward: the allowlist's, then the forwarded host ports.

@@ -243,9 +243,14 @@ pub fn proxy_argv(spec: &ProxySpec, fd: i32) -> Vec<OsString> {
     if spec.open {
         a.push("--open".into());
     }
-    if let Some(c) = &spec.broker {
-        a.push("--login-broker".into());
-        a.push(c.clone().into_os_string());
+    if let Some(b) = &spec.broker {
+        if let Some(c) = &b.credentials {
+            a.push("--login-broker".into());
+            a.push(c.clone().into_os_string());
+        }
+        if b.api_key {
+            a.push("--broker-api-key".into());
+        }
     }
     for e in &spec.allowlist.entries {
         a.push("--allow".into());
@@ -431,10 +436,19 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
             out.extend_from_slice(b"# forwarder: claudebox's proxy process, started on the host for the life of the sandbox with no HTTP proxy (nothing on 3128 inside): the sandbox's first step hands it the listeners above over descriptor 3, and it connects each connection to the host address beside it, nothing else (run alone, the command below fails closed)");
         }
         out.push(b'\n');
-        if let Some(c) = &proxy.broker {
-            out.extend_from_slice(b"# login broker: in the proxy process; CONNECT api.anthropic.com:443 (whatever the allowlist) ends there in TLS under a certificate authority made for this sandbox (NODE_EXTRA_CA_CERTS inside), the stand-in bearer is swapped for the access token read from ");
-            out.extend_from_slice(&escape_bytes(c.as_os_str().as_bytes()));
-            out.extend_from_slice(b" and the request goes to api.anthropic.com over TLS; the sandbox gets the stand-in login in its tmpfs login dir and nothing of the host's\n");
+        if let Some(b) = &proxy.broker {
+            out.extend_from_slice(b"# login broker: in the proxy process; CONNECT api.anthropic.com:443 (whatever the allowlist) ends there in TLS under a certificate authority made for this sandbox (NODE_EXTRA_CA_CERTS inside), ");
+            if let Some(c) = &b.credentials {
+                out.extend_from_slice(
+                    b"the stand-in bearer is swapped for the access token read from ",
+                );
+                out.extend_from_slice(&escape_bytes(c.as_os_str().as_bytes()));
+                out.extend_from_slice(b", ");
+            }
+            if b.api_key {
+                out.extend_from_slice(b"the stand-in x-api-key (ANTHROPIC_API_KEY inside) is swapped for the launcher's ANTHROPIC_API_KEY, which only the proxy keeps, ");
+            }
+            out.extend_from_slice(b"and the request goes to api.anthropic.com over TLS; the sandbox gets the stand-in login in its tmpfs login dir and nothing of the host's\n");
         }
     }
     if let Some(i) = crate::policy::credsync::bound_index(plan) {

@@ -46,6 +46,12 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 /// tries to refresh it.
 const STAND_IN_LIFETIME_MS: u64 = 10 * 365 * 24 * 3600 * 1000;
 
+/// The stand-in API key's last 20 characters, the same in every sandbox: claude asks once
+/// whether to use a key from `ANTHROPIC_API_KEY` and remembers the answer by the key's last
+/// 20 characters (`customApiKeyResponses`), so a fixed end keeps that one question per
+/// project; the random middle is what the broker checks.
+pub const API_KEY_STAND_IN_END: &str = "claudebox-standin-k1";
+
 /// The paths the broker lends the login to (a request carrying the stand-in to any other
 /// is refused, 403, naming it): what both pinned claude versions were measured to call
 /// with their login, by prefix, with the reason. Not lent: anything that mints or manages
@@ -109,8 +115,10 @@ pub struct Broker {
     /// The access token written in the sandbox's stand-in login.
     stand_in: String,
     stand_in_refresh: String,
-    /// The host's `.credentials.json`.
-    credentials: PathBuf,
+    /// The host's `.credentials.json`, when it lends an OAuth login.
+    credentials: Option<PathBuf>,
+    /// The API key it lends (`ANTHROPIC_API_KEY` of the launcher), and the stand-in for it.
+    api_key: Option<(String, String)>,
     upstream_proxy: Option<String>,
     /// The certificate authority's certificate, for the sandbox to trust.
     pub ca_pem: String,
@@ -130,7 +138,7 @@ fn random_hex(n: usize) -> Result<String> {
 }
 
 impl Broker {
-    pub fn new(credentials: PathBuf) -> Result<Broker> {
+    pub fn new(credentials: Option<PathBuf>, api_key: Option<String>) -> Result<Broker> {
         use rcgen::{
             BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
             KeyUsagePurpose,
@@ -183,6 +191,16 @@ impl Broker {
             stand_in: format!("sk-ant-oat01-claudebox-stand-in-{}", random_hex(32)?),
             stand_in_refresh: format!("sk-ant-ort01-claudebox-stand-in-{}", random_hex(32)?),
             credentials,
+            api_key: match api_key {
+                Some(k) => Some((
+                    k,
+                    format!(
+                        "sk-ant-api03-claudebox-stand-in-{}-{API_KEY_STAND_IN_END}",
+                        random_hex(32)?
+                    ),
+                )),
+                None => None,
+            },
             upstream_proxy: std::env::var(UPSTREAM_PROXY_ENV)
                 .ok()
                 .filter(|v| !v.is_empty()),
@@ -195,6 +213,17 @@ impl Broker {
     /// Whether a `CONNECT` to `host:port` is the broker's.
     pub fn serves(host: &str, port: u16) -> bool {
         port == 443 && host.eq_ignore_ascii_case(HOST)
+    }
+
+    /// Whether it lends the host's OAuth login.
+    pub fn lends_login(&self) -> bool {
+        self.credentials.is_some()
+    }
+
+    /// The stand-in API key the sandbox gets (`ANTHROPIC_API_KEY` inside), when it lends
+    /// one.
+    pub fn stand_in_api_key(&self) -> Option<&str> {
+        self.api_key.as_ref().map(|(_, s)| s.as_str())
     }
 
     /// The host's login as JSON (`claudeAiOauth`), read now.
@@ -233,7 +262,8 @@ impl Broker {
         let _one = self.refreshing.lock().unwrap_or_else(|e| e.into_inner());
         let dir = self
             .credentials
-            .parent()
+            .as_deref()
+            .and_then(|c| c.parent())
             .ok_or_else(|| Refusal(502, "the host's login has no directory".into()))?;
         let Some(_lock) = crate::state::credsync::RefreshLock::take(dir) else {
             return Err(Refusal(
@@ -332,7 +362,11 @@ impl Broker {
         let mut f = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-            .open(&self.credentials)
+            .open(
+                self.credentials
+                    .as_deref()
+                    .context("no OAuth login is lent")?,
+            )
             .context("cannot read the host's login")?;
         if !f.metadata().is_ok_and(|m| m.is_file()) {
             bail!("the host's login is not a regular file");
@@ -348,7 +382,11 @@ impl Broker {
     /// A new file beside the host's, renamed over it (mode 0600).
     fn write_host_file(&self, v: &serde_json::Value) -> Result<()> {
         use std::os::unix::fs::OpenOptionsExt;
-        let mut tmp = self.credentials.clone().into_os_string();
+        let credentials = self
+            .credentials
+            .as_deref()
+            .context("no OAuth login is lent")?;
+        let mut tmp = credentials.as_os_str().to_os_string();
         tmp.push(format!(".claudebox-broker.{}", std::process::id()));
         let tmp = PathBuf::from(tmp);
         let mut f = std::fs::OpenOptions::new()
@@ -361,7 +399,7 @@ impl Broker {
         let done = f
             .write_all(v.to_string().as_bytes())
             .and_then(|()| f.sync_all())
-            .and_then(|()| std::fs::rename(&tmp, &self.credentials));
+            .and_then(|()| std::fs::rename(&tmp, credentials));
         if done.is_err() {
             let _ = std::fs::remove_file(&tmp);
         }
@@ -461,6 +499,26 @@ impl Broker {
                     out.extend_from_slice(real.as_bytes());
                     out.extend_from_slice(b"\r\n");
                     continue;
+                }
+                "x-api-key" => {
+                    if let Some((real, stand_in)) = &self.api_key {
+                        if h.value == stand_in.as_bytes() {
+                            if !lent(&path) {
+                                return Err(Refusal(
+                                    403,
+                                    format!(
+                                        "{} is not lent the API key (only what claude was \
+                                         measured to call: docs/security.md)",
+                                        path.split('?').next().unwrap_or("")
+                                    ),
+                                ));
+                            }
+                            out.extend_from_slice(b"x-api-key: ");
+                            out.extend_from_slice(real.as_bytes());
+                            out.extend_from_slice(b"\r\n");
+                            continue;
+                        }
+                    }
                 }
                 _ => {}
             }

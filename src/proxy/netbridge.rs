@@ -125,6 +125,9 @@ pub struct ProxyArgs {
     /// The login broker, lending the login in this host file (`proxy::broker`).
     #[arg(long = "login-broker", value_name = "CREDENTIALS")]
     pub login_broker: Option<PathBuf>,
+    /// The login broker also lends `ANTHROPIC_API_KEY` of this process's environment.
+    #[arg(long = "broker-api-key")]
+    pub broker_api_key: bool,
 }
 
 /// Runs the proxy role: `args` are those after `--internal-proxy`.
@@ -163,11 +166,23 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     let ctl = unsafe { OwnedFd::from_raw_fd(fd) };
     let denied_log = args.denied_log;
     rotate(&denied_log);
-    let broker = match args.login_broker {
-        Some(c) => Some(std::sync::Arc::new(
-            proxy::broker::Broker::new(c).context("the login broker")?,
-        )),
-        None => None,
+    let api_key = if args.broker_api_key {
+        let key = std::env::var(network::API_KEY_ENV)
+            .ok()
+            .filter(|k| !k.is_empty())
+            .context("the login broker: no ANTHROPIC_API_KEY to lend")?;
+        // Kept in the broker only; no child of this process gets it.
+        std::env::remove_var(network::API_KEY_ENV);
+        Some(key)
+    } else {
+        None
+    };
+    let broker = if args.login_broker.is_some() || api_key.is_some() {
+        Some(std::sync::Arc::new(
+            proxy::broker::Broker::new(args.login_broker, api_key).context("the login broker")?,
+        ))
+    } else {
+        None
     };
     let config = || proxy::Config {
         allowlist: allowlist.clone(),
@@ -224,11 +239,14 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
 /// Sends the sandbox's step inside what it writes for claude: the broker's certificate
 /// authority and the stand-in login, as one JSON object, then the end of the stream.
 fn send_stand_in(ctl: &OwnedFd, b: &proxy::broker::Broker) -> Result<()> {
-    let msg = serde_json::json!({
-        "ca": b.ca_pem,
-        "credentials": b.stand_in_credentials()?,
-    })
-    .to_string();
+    let mut msg = serde_json::json!({ "ca": b.ca_pem });
+    if b.lends_login() {
+        msg["credentials"] = b.stand_in_credentials()?.into();
+    }
+    if let Some(k) = b.stand_in_api_key() {
+        msg["api_key"] = k.into();
+    }
+    let msg = msg.to_string();
     let mut f = std::fs::File::from(ctl.try_clone()?);
     std::io::Write::write_all(&mut f, msg.as_bytes())
         .context("cannot hand the stand-in login to the sandbox")?;

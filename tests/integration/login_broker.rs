@@ -453,7 +453,7 @@ fn the_broker_is_refused_without_a_login_and_launches_in_every_mode() {
         .unwrap();
     let err = common::stderr(&o);
     assert!(
-        !o.status.success() && err.contains("no OAuth login"),
+        !o.status.success() && err.contains("no login to keep outside"),
         "{err}"
     );
     fs::write(
@@ -734,6 +734,23 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         "login broker: a sandbox's stand-in used through an open-mode sandbox's broker on the shared loopback",
         !refused(&r3, "other", "401"),
     ));
+    let wk = World::new();
+    let (pk, mk) = setup_api_key(&wk, &json!([]));
+    for (name, mode) in [
+        ("login broker: an API-key user's key anywhere inside (files, environ, cmdline, fds), none mode", "none"),
+        ("login broker: an API-key user's key anywhere inside (files, environ, cmdline, fds), allowlist mode", "allowlist"),
+        ("login broker: an API-key user's key anywhere inside (files, environ, cmdline, fds), open mode", "open"),
+    ] {
+        let script = search_script(REAL_KEY);
+        let o = run_with_key(
+            &wk,
+            &pk,
+            &mk,
+            &["--login-broker", "--network", mode, "--exec", "sh", "-c", &script],
+        );
+        let out = common::stdout(&o);
+        v.push((name, !out.contains("SEARCH-DONE") || out.contains("FOUND")));
+    }
     v.push((
         "login broker: a request body over the cap",
         !refused(&r, "huge", "413"),
@@ -755,4 +772,147 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         !refused(&r, "garbage", "400"),
     ));
     v
+}
+
+/// An API-key user's key (the launcher's `ANTHROPIC_API_KEY`).
+const REAL_KEY: &str = "sk-ant-api03-lab-real-api-key-W4V8";
+
+/// A world with no OAuth login (an API-key user), a trusted project, and the mock.
+fn setup_api_key(w: &World, script: &Value) -> (PathBuf, MockApi) {
+    let p = w.dir("proj");
+    let mock = MockApi::start_oauth_live(script, REAL_REFRESH, REAL_ACCESS);
+    let _ = fs::remove_file(w.home().join(".claude/.credentials.json"));
+    lab::seed_claude_json(&w.home(), &[&p]);
+    (p, mock)
+}
+
+fn run_with_key(w: &World, p: &Path, mock: &MockApi, args: &[&str]) -> Output {
+    let mut cmd = w.cmd(p);
+    cmd.envs(upstream_env(mock))
+        .env("ANTHROPIC_API_KEY", REAL_KEY)
+        .args(args);
+    lab::output_within(&mut cmd, LIMIT).unwrap()
+}
+
+/// Every `x-api-key` the mock saw, redacted (length and last 4 characters).
+fn api_keys(mock: &MockApi) -> Vec<String> {
+    mock.requests()
+        .iter()
+        .filter_map(|r| r["headers"]["x-api-key"].as_str().map(str::to_string))
+        .collect()
+}
+
+/// API-key users: claude inside gets a stand-in key; the broker sends the real one.
+#[test]
+fn api_key_users_talk_with_the_key_kept_outside() {
+    let _g = common::heavy();
+    for c in lab::claude_versions() {
+        for mode in ["none", "allowlist", "open"] {
+            let w = lab::world_with(&c);
+            let script = json!([
+                {"bash": {"command": "echo tool-ran > marker", "description": "mark"}},
+                "key broker says done"
+            ]);
+            let (p, mock) = setup_api_key(&w, &script);
+            let o = run_with_key(
+                &w,
+                &p,
+                &mock,
+                &[
+                    "--login-broker",
+                    "--network",
+                    mode,
+                    "-p",
+                    "hello",
+                    "--allowedTools",
+                    "Bash",
+                ],
+            );
+            let out = lab::ok_run(&c, &o, &mock);
+            assert!(
+                out.contains("key broker says done"),
+                "[{} {mode}] no final answer: {out}\n{}",
+                c.label,
+                common::stderr(&o)
+            );
+            assert_eq!(
+                fs::read_to_string(p.join("marker")).unwrap_or_default(),
+                "tool-ran\n",
+                "[{} {mode}] the Bash tool ran",
+                c.label
+            );
+            let keys = api_keys(&mock);
+            assert!(!keys.is_empty(), "[{} {mode}] no x-api-key seen", c.label);
+            let real = format!("{} chars, ends {}", REAL_KEY.len(), tail4(REAL_KEY));
+            for k in &keys {
+                assert!(
+                    k.contains(&real),
+                    "[{} {mode}] a request without the real key: {k} (all: {keys:?})",
+                    c.label
+                );
+            }
+            for r in mock.requests() {
+                assert!(
+                    r["headers"]["authorization"].is_null(),
+                    "[{} {mode}] a bearer from an API-key user: {r}",
+                    c.label
+                );
+            }
+        }
+    }
+}
+
+/// The API key is nowhere inside with the broker (files, every process's environment,
+/// command lines, open files); control: without it, it is in claude's environment.
+#[test]
+fn the_api_key_is_nowhere_inside() {
+    let w = World::new();
+    let (p, mock) = setup_api_key(&w, &json!([]));
+    let script = format!(
+        "{}\necho \"KEY-INSIDE $ANTHROPIC_API_KEY\"",
+        search_script(REAL_KEY)
+    );
+    for mode in ["none", "allowlist", "open"] {
+        let o = run_with_key(
+            &w,
+            &p,
+            &mock,
+            &[
+                "--login-broker",
+                "--network",
+                mode,
+                "--exec",
+                "sh",
+                "-c",
+                &script,
+            ],
+        );
+        let out = common::stdout(&o);
+        assert!(
+            out.contains("SEARCH-DONE"),
+            "[{mode}] the search did not run: {out}\n{}",
+            common::stderr(&o)
+        );
+        assert!(
+            !out.contains("FOUND"),
+            "[{mode}] the key is readable inside:\n{out}"
+        );
+        assert!(
+            out.contains("KEY-INSIDE sk-ant-api03-claudebox-stand-in-"),
+            "[{mode}] no stand-in key: {out}"
+        );
+    }
+    // Control: without the broker the key is in the environment inside.
+    let o = run_with_key(
+        &w,
+        &p,
+        &mock,
+        &["--network", "none", "--exec", "sh", "-c", &script],
+    );
+    let out = common::stdout(&o);
+    assert!(
+        out.contains("SEARCH-DONE") && out.contains("FOUND"),
+        "control: the search finds nothing without the broker:\n{out}\n{}",
+        common::stderr(&o)
+    );
 }

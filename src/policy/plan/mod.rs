@@ -264,6 +264,8 @@ pub struct Inputs {
     /// `--login-broker`: the login stays on the host (see `proxy::broker`); used when
     /// `claude_home.credentials` names the host's login and the network is not open.
     pub login_broker: bool,
+    /// A non-empty `ANTHROPIC_API_KEY` in the launcher's environment (the broker lends it).
+    pub api_key: bool,
     /// With the GPU opt-in (`settings.gpu`): what of `gpu::TABLE` this host has.
     pub gpu: GpuHost,
     /// The limits decided from `settings.limits` and the host's support (see `limits`).
@@ -324,6 +326,7 @@ impl Inputs {
             landlock_abi: 0,
             log_denied: false,
             login_broker: false,
+            api_key: false,
             gpu: GpuHost::default(),
             limits: Default::default(),
         }
@@ -653,7 +656,10 @@ pub fn build(inp: &Inputs) -> Plan {
         m.retain(|x| {
             x.target != login
                 && !x.target.starts_with(&login)
-                && x.source.as_ref() != broker.as_ref()
+                && broker
+                    .as_ref()
+                    .and_then(|b| b.credentials.as_ref())
+                    .is_none_or(|c| x.source.as_ref() != Some(c))
         });
         m.push(Mount::new(
             MountKind::Tmpfs,
@@ -876,13 +882,20 @@ fn marketplaces(inp: &Inputs, m: &mut Vec<Mount>) {
     }
 }
 
-/// The host's login file the broker lends, when the broker is on and can serve: the agent
-/// is Claude Code and there is a login file (in every network mode).
-fn broker_login(inp: &Inputs) -> Option<PathBuf> {
+/// What the broker lends, when it is on and can serve: the agent is Claude Code and there
+/// is a login file or an API key (in every network mode).
+fn broker_login(inp: &Inputs) -> Option<crate::policy::network::BrokerSpec> {
     if !inp.login_broker || inp.agent != AgentId::Claude {
         return None;
     }
-    inp.claude_home.credentials.clone()
+    let credentials = inp.claude_home.credentials.clone();
+    if credentials.is_none() && !inp.api_key {
+        return None;
+    }
+    Some(crate::policy::network::BrokerSpec {
+        credentials,
+        api_key: inp.api_key,
+    })
 }
 
 /// Steps 6 and 7: `~/.claude` (see `claude_home`), then the installation again if it

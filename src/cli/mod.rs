@@ -205,9 +205,15 @@ pub struct Cli {
 
     /// Keep the OAuth login (or ANTHROPIC_API_KEY) on the host: the sandbox gets a
     /// stand-in and the host-side proxy swaps it for the real one on the way to
-    /// api.anthropic.com (every network mode; see docs/security.md).
-    #[arg(long)]
+    /// api.anthropic.com (every network mode; see docs/security.md). The default when
+    /// there is a login to lend; this fails when there is none.
+    #[arg(long, overrides_with = "no_login_broker")]
     pub login_broker: bool,
+
+    /// Share the login with the sandbox instead, as before the broker (the file bound
+    /// read-write, the credentials sync, ANTHROPIC_API_KEY passed in).
+    #[arg(long, overrides_with = "login_broker")]
+    pub no_login_broker: bool,
 
     /// Arguments for claude (or, with --exec, the command and its arguments).
     #[arg(
@@ -232,6 +238,13 @@ impl Cli {
             writable_project_config: self.writable_project_config,
             writable_claude_setup: self.writable_claude_setup,
             gpu: self.gpu,
+            login_broker: if self.login_broker {
+                Some(true)
+            } else if self.no_login_broker {
+                Some(false)
+            } else {
+                None
+            },
             agent: self.agent,
             limits: [
                 (crate::policy::limits::Kind::Memory, &self.memory),

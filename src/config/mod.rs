@@ -81,6 +81,8 @@ pub struct Section {
     pub writable_project_config: Option<Spanned<bool>>,
     /// Opt-out of the read-only Claude Code setup (as `--writable-claude-setup`).
     pub writable_claude_setup: Option<Spanned<bool>>,
+    /// The login broker (as `--login-broker`, or `false` as `--no-login-broker`).
+    pub login_broker: Option<Spanned<bool>>,
     /// Opt-in: the GPUs' device nodes and the /sys parts drivers read (as `--gpu`).
     pub gpu: Option<Spanned<bool>>,
     /// The sandbox's limits (as `--memory`, `--pids`, `--cpu`): `"8G"`, `4096`, `1.5`,
@@ -323,7 +325,7 @@ mod tests {
         assert_eq!(
             err("ro = []\nrox = 1\n"),
             "/c/config.toml:2:1: unknown field `rox`, expected one of `ro`, `rw`, `hide`, \
-             `env`, `pass_env`, `network`, `allow_hosts`, `forward_ports`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `gpu`, `memory`, `pids`, `cpu`, `agent`, `gc_margin`, `root`, `project`"
+             `env`, `pass_env`, `network`, `allow_hosts`, `forward_ports`, `claude_args`, `ssh_agent`, `writable_project_config`, `writable_claude_setup`, `login_broker`, `gpu`, `memory`, `pids`, `cpu`, `agent`, `gc_margin`, `root`, `project`"
         );
         assert_eq!(
             err("ro = 5\n"),

@@ -149,6 +149,9 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
                     *flag = v.get_ref().then(|| Where::Config(file, v.span()).origin());
                 }
             }
+            if let Some(v) = &sec.login_broker {
+                s.login_broker = Some((*v.get_ref(), Where::Config(file, v.span()).origin()));
+            }
             for (kind, value) in [
                 (limits::Kind::Memory, &sec.memory),
                 (limits::Kind::Pids, &sec.pids),
@@ -232,6 +235,9 @@ pub fn resolve(file: Option<&config::File>, cli: &CliRequest, cx: &Context) -> R
     }
     if cli.gpu {
         s.gpu = Some(Origin::CommandLine);
+    }
+    if let Some(b) = cli.login_broker {
+        s.login_broker = Some((b, Origin::CommandLine));
     }
     if let Some(a) = cli.agent {
         s.agent = Some((a, Origin::CommandLine));

@@ -158,19 +158,38 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     let limits = crate::policy::limits::decide(&settings.limits, &host::limits::probe())?;
     let api_key =
         std::env::var_os(crate::policy::network::API_KEY_ENV).is_some_and(|v| !v.is_empty());
-    if cli.login_broker {
-        if agent != AgentId::Claude {
-            bail!("--login-broker keeps Claude Code's login outside; it does not serve --agent {agent} yet");
+    // Claude pointed at another API (a gateway, the lab's mock): the broker serves
+    // api.anthropic.com only, so it stays off by default and is refused when asked for.
+    let base_url = custom_base_url(&settings);
+    let login_broker = match settings.login_broker {
+        Some((false, _)) => false,
+        Some((true, ref at)) => {
+            if agent != AgentId::Claude {
+                bail!("--login-broker ({at}) keeps Claude Code's login outside; it does not serve --agent {agent} yet");
+            }
+            if let Some(url) = &base_url {
+                bail!(
+                    "--login-broker ({at}) serves api.anthropic.com only, and ANTHROPIC_BASE_URL \
+                     points claude at {}; unset it, or use --no-login-broker",
+                    crate::policy::render::shown(url)
+                );
+            }
+            if claude_home.credentials.is_none() && !api_key {
+                bail!(
+                    "--login-broker ({at}): no login to keep outside (no .credentials.json \
+                     found, no ANTHROPIC_API_KEY set)"
+                );
+            }
+            true
         }
-        if claude_home.credentials.is_none() && !api_key {
-            bail!(
-                "--login-broker: no login to keep outside (no .credentials.json found, no \
-                 ANTHROPIC_API_KEY set)"
-            );
+        None => {
+            agent == AgentId::Claude
+                && base_url.is_none()
+                && (claude_home.credentials.is_some() || api_key)
         }
-    }
+    };
     let inputs = Inputs {
-        login_broker: cli.login_broker,
+        login_broker,
         api_key,
         gpu,
         home_claude_json: home.join(".claude.json").symlink_metadata().is_ok(),
@@ -688,6 +707,22 @@ fn local_marketplaces(
         }
     }
     out
+}
+
+/// `ANTHROPIC_BASE_URL` as claude inside would get it (the config file's `env`, else
+/// claudebox's environment), when it names another API than api.anthropic.com.
+fn custom_base_url(settings: &crate::policy::settings::Settings) -> Option<std::ffi::OsString> {
+    let name = "ANTHROPIC_BASE_URL";
+    let value = settings
+        .env
+        .iter()
+        .rev()
+        .find(|e| e.name == name)
+        .map(|e| e.value.clone())
+        .or_else(|| std::env::var_os(name))?;
+    let v = value.to_string_lossy();
+    let v = v.trim().trim_end_matches('/');
+    (!v.is_empty() && !v.eq_ignore_ascii_case("https://api.anthropic.com")).then_some(value)
 }
 
 #[cfg(test)]

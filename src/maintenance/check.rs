@@ -584,6 +584,22 @@ fn claude_home_rows(home: &Path) -> Vec<Row> {
     vec![dir_row, json_row]
 }
 
+/// Why the broker stays off by default, when it does: claude is pointed at another API.
+fn base_url_note() -> &'static str {
+    match std::env::var("ANTHROPIC_BASE_URL") {
+        Ok(v)
+            if !v.trim().is_empty()
+                && !v
+                    .trim()
+                    .trim_end_matches('/')
+                    .eq_ignore_ascii_case("https://api.anthropic.com") =>
+        {
+            "; but not now: ANTHROPIC_BASE_URL names another API, which the broker does not serve"
+        }
+        _ => "",
+    }
+}
+
 /// Where Claude Code finds credentials. Never reads or prints a secret's value.
 fn credentials_row(home: &Path) -> Row {
     let file = home.join(".claude/.credentials.json");
@@ -591,9 +607,20 @@ fn credentials_row(home: &Path) -> Row {
         return ok(
             "credentials",
             format!(
-                "{} (OAuth login: bound into every sandbox, or with --login-broker kept on \
-                 the host and lent by the sandbox's proxy)",
-                show(&file)
+                "{} (OAuth login: kept on the host by the login broker, the sandbox gets a \
+                 stand-in{}; with --no-login-broker bound into every sandbox)",
+                show(&file),
+                base_url_note()
+            ),
+        );
+    }
+    if std::env::var_os("ANTHROPIC_API_KEY").is_some_and(|v| !v.is_empty()) {
+        return ok(
+            "credentials",
+            format!(
+                "$ANTHROPIC_API_KEY is set (kept on the host by the login broker, the sandbox \
+                 gets a stand-in{}; with --no-login-broker passed into the sandbox)",
+                base_url_note()
             ),
         );
     }

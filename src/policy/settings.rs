@@ -89,6 +89,9 @@ pub struct Settings {
     pub writable_claude_setup: Option<Origin>,
     /// Opt-in: the GPUs' device nodes and the /sys parts drivers read (see `gpu`).
     pub gpu: Option<Origin>,
+    /// `--login-broker` / `--no-login-broker`, the config file's `login_broker`: asked for
+    /// or refused, and where (none: the default, on when there is a login to lend).
+    pub login_broker: Option<(bool, Origin)>,
     /// `--memory`, `--pids`, `--cpu` and their config keys, the last layer winning.
     pub limits: crate::policy::limits::Requested,
     /// `--agent`, the config file's `agent`: which agent runs, and where that was asked
@@ -108,6 +111,8 @@ pub struct CliRequest {
     pub writable_project_config: bool,
     pub writable_claude_setup: bool,
     pub gpu: bool,
+    /// `--login-broker` (true) or `--no-login-broker` (false).
+    pub login_broker: Option<bool>,
     /// `--agent`.
     pub agent: Option<crate::policy::agent::AgentId>,
     /// `--memory`, `--pids`, `--cpu` as written.

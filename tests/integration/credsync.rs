@@ -57,7 +57,8 @@ fn sandbox(w: &World, p: &Path, script: &str, no_inotify: bool, env: &[(&str, &s
         w.cmd(p)
     };
     c.envs(env.iter().copied());
-    c.args(["--exec", "sh", "-c", script])
+    // The credentials sync is the path without the broker.
+    c.args(["--no-login-broker", "--exec", "sh", "-c", script])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

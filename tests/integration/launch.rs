@@ -94,7 +94,7 @@ fn skills_plugins_settings_and_credentials_are_visible_and_writes_stay_with_the_
     fs::write(c.join("settings.json"), "{\"s\":1}").unwrap();
     fs::write(c.join(".credentials.json"), "cred-body").unwrap();
     let p = w.dir("p");
-    let out = ok(&w.run_script(&p, "cat ~/.claude/skills/my-skill/SKILL.md ~/.claude/plugins/p1/plugin.json ~/.claude/settings.json ~/.claude/.credentials.json; echo; \
+    let out = ok(&w.run_claude(&p, ["--no-login-broker"], "cat ~/.claude/skills/my-skill/SKILL.md ~/.claude/plugins/p1/plugin.json ~/.claude/settings.json ~/.claude/.credentials.json; echo; \
          echo new > ~/.claude/new-file && echo NEW-OK; echo x >> ~/.claude/settings.json || echo SETTINGS-RO; \
          echo refreshed > ~/.claude/.credentials.json && echo CRED-OK",
     ));
@@ -645,7 +645,7 @@ fn every_project_shares_the_login_directory_and_its_locks() {
     fs::write(w.home().join(".claude/.credentials.json"), "tokens-v1").unwrap();
     let a = w.dir("a");
     let b = w.dir("b");
-    let out = ok(&w.run_script(&a, "echo \"DIR<$CLAUDE_SECURESTORAGE_CONFIG_DIR>\"; cat \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"; echo; \
+    let out = ok(&w.run_claude(&a, ["--no-login-broker"], "echo \"DIR<$CLAUDE_SECURESTORAGE_CONFIG_DIR>\"; cat \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"; echo; \
          mkdir \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.oauth_refresh.lock\" && echo A-HOLDS",
     ));
     assert!(
@@ -658,7 +658,7 @@ fn every_project_shares_the_login_directory_and_its_locks() {
         .unwrap()
         .to_string();
     assert_eq!(Path::new(&dir), w.state().join("login"));
-    let out = ok(&w.run_script(&b, "mkdir \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.oauth_refresh.lock\" 2>/dev/null && echo B-TOOK || echo B-WAITS; \
+    let out = ok(&w.run_claude(&b, ["--no-login-broker"], "mkdir \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.oauth_refresh.lock\" 2>/dev/null && echo B-TOOK || echo B-WAITS; \
          echo tokens-v2 > \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"",
     ));
     assert!(out.contains("B-WAITS"), "{out}");

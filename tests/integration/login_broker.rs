@@ -98,7 +98,8 @@ fn tail4(s: &str) -> String {
 fn claude_talks_and_runs_tools_with_the_login_kept_outside() {
     let _g = common::heavy();
     for c in lab::claude_versions() {
-        for mode in ["none", "allowlist", "open"] {
+        // "default": no flag, open mode (the broker is the default).
+        for mode in ["none", "allowlist", "open", "default"] {
             conversation(&c, mode);
         }
     }
@@ -111,20 +112,12 @@ fn conversation(c: &Claude, mode: &str) {
         "broker says done"
     ]);
     let (p, mock) = setup(&w, &script);
-    let o = run(
-        &w,
-        &p,
-        &mock,
-        &[
-            "--login-broker",
-            "--network",
-            mode,
-            "-p",
-            "hello",
-            "--allowedTools",
-            "Bash",
-        ],
-    );
+    let mut args = vec!["--network", mode, "-p", "hello", "--allowedTools", "Bash"];
+    match mode {
+        "default" => args[1] = "open",
+        _ => args.insert(0, "--login-broker"),
+    }
+    let o = run(&w, &p, &mock, &args);
     let out = lab::ok_run(c, &o, &mock);
     assert!(
         out.contains("broker says done"),
@@ -196,23 +189,16 @@ echo SEARCH-DONE"#
 fn the_real_token_is_nowhere_inside() {
     let w = World::new();
     let (p, mock) = setup(&w, &json!([]));
-    for mode in ["none", "allowlist", "open"] {
+    // "default": no flag (the broker is the default), open mode.
+    for mode in ["none", "allowlist", "open", "default"] {
         for needle in [REAL_ACCESS, REAL_REFRESH] {
             let script = search_script(needle);
-            let o = run(
-                &w,
-                &p,
-                &mock,
-                &[
-                    "--login-broker",
-                    "--network",
-                    mode,
-                    "--exec",
-                    "sh",
-                    "-c",
-                    &script,
-                ],
-            );
+            let mut args = vec!["--network", mode, "--exec", "sh", "-c", &script];
+            match mode {
+                "default" => args[1] = "open",
+                _ => args.insert(0, "--login-broker"),
+            }
+            let o = run(&w, &p, &mock, &args);
             let out = common::stdout(&o);
             assert!(
                 out.contains("SEARCH-DONE"),
@@ -231,7 +217,15 @@ fn the_real_token_is_nowhere_inside() {
         &w,
         &p,
         &mock,
-        &["--network", "none", "--exec", "sh", "-c", &script],
+        &[
+            "--no-login-broker",
+            "--network",
+            "none",
+            "--exec",
+            "sh",
+            "-c",
+            &script,
+        ],
     );
     let out = common::stdout(&o);
     assert!(
@@ -503,7 +497,14 @@ fn dry_run_shows_the_broker_and_binds_no_login() {
     // Control: without the broker the login is bound and synced.
     let o = w
         .cmd(&p)
-        .args(["--network", "none", "--dry-run", "--exec", "true"])
+        .args([
+            "--no-login-broker",
+            "--network",
+            "none",
+            "--dry-run",
+            "--exec",
+            "true",
+        ])
         .output()
         .unwrap();
     let out = common::stdout(&o);
@@ -907,12 +908,91 @@ fn the_api_key_is_nowhere_inside() {
         &w,
         &p,
         &mock,
-        &["--network", "none", "--exec", "sh", "-c", &script],
+        &[
+            "--no-login-broker",
+            "--network",
+            "none",
+            "--exec",
+            "sh",
+            "-c",
+            &script,
+        ],
     );
     let out = common::stdout(&o);
     assert!(
         out.contains("SEARCH-DONE") && out.contains("FOUND"),
         "control: the search finds nothing without the broker:\n{out}\n{}",
         common::stderr(&o)
+    );
+}
+
+/// The broker is the default when there is a login to lend; `--no-login-broker` and
+/// `login_broker = false` share the login as before; with `ANTHROPIC_BASE_URL` naming
+/// another API it stays off, and asking for it then is refused.
+#[test]
+fn the_broker_is_the_default_and_the_opt_out_shares_the_login() {
+    let w = World::new();
+    let p = w.dir("proj");
+    let dry = |args: &[&str], env: &[(&str, &str)]| {
+        let o = w
+            .cmd(&p)
+            .envs(env.iter().copied())
+            .args(args)
+            .args(["--dry-run", "--exec", "true"])
+            .output()
+            .unwrap();
+        (o.status.success(), common::stdout(&o), common::stderr(&o))
+    };
+    // Nothing to lend: no broker, nothing refused.
+    let (ok, out, err) = dry(&[], &[]);
+    assert!(ok && !out.contains("login broker"), "{out}{err}");
+    // An API key to lend: the broker.
+    let (ok, out, err) = dry(&[], &[("ANTHROPIC_API_KEY", REAL_KEY)]);
+    assert!(
+        ok && out.contains("# login broker: in the proxy process"),
+        "{out}{err}"
+    );
+    assert!(out.contains("stand-in x-api-key"), "{out}");
+    assert!(!out.contains(REAL_KEY), "the key in the plan: {out}");
+    fs::write(
+        w.home().join(".claude/.credentials.json"),
+        real_login().to_string(),
+    )
+    .unwrap();
+    let (ok, out, err) = dry(&[], &[]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("# login broker: in the proxy process"),
+        "{out}"
+    );
+    assert!(!out.contains("# credentials sync"), "{out}");
+    // The opt-out, on the command line and in the config file.
+    let (ok, out, err) = dry(&["--no-login-broker"], &[]);
+    assert!(ok && out.contains("# credentials sync"), "{out}{err}");
+    assert!(!out.contains("login broker"), "{out}");
+    let cfg = w.home().join(".config/claudebox");
+    fs::create_dir_all(&cfg).unwrap();
+    fs::write(cfg.join("config.toml"), "login_broker = false\n").unwrap();
+    let (ok, out, err) = dry(&[], &[]);
+    assert!(ok && out.contains("# credentials sync"), "{out}{err}");
+    // The command line wins over the file.
+    let (ok, out, err) = dry(&["--login-broker"], &[]);
+    assert!(ok && out.contains("# login broker:"), "{out}{err}");
+    fs::remove_file(cfg.join("config.toml")).unwrap();
+    // Another API: the broker stays off by default, and is refused when asked for.
+    let other = [("ANTHROPIC_BASE_URL", "http://127.0.0.1:9")];
+    let (ok, out, err) = dry(&[], &other);
+    assert!(ok && out.contains("# credentials sync"), "{out}{err}");
+    let (ok, _, err) = dry(&["--login-broker"], &other);
+    assert!(
+        !ok && err.contains("ANTHROPIC_BASE_URL") && err.lines().count() <= 2,
+        "{err}"
+    );
+    // --check says so.
+    let o = w.cmd(&p).arg("--check").output().unwrap();
+    let out = common::stdout(&o) + &common::stderr(&o);
+    assert!(
+        out.contains("kept on the host by the login broker"),
+        "{out}"
     );
 }

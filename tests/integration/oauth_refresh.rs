@@ -89,7 +89,10 @@ fn setup(
 /// by OAuth only (no API key), pointed at the mock.
 fn ask(w: &World, p: &Path, mock: &MockApi, ca: &Path, sandbox: bool) -> Command {
     let mut cmd = if sandbox {
-        w.cmd(p)
+        // The login shared with the sandbox: the path without the broker.
+        let mut c = w.cmd(p);
+        c.arg("--no-login-broker");
+        c
     } else {
         let mut c = Command::new(w.bin().join("claude"));
         c.current_dir(p)
@@ -365,6 +368,7 @@ fn waiting_sandbox<'s>(
     let _ = fs::remove_file(p.join("ready"));
     let mut cmd = w.cmd(p);
     cmd.envs(mock.oauth_env(ca)).args([
+        "--no-login-broker",
         "--exec",
         "sh",
         "-c",
@@ -514,9 +518,21 @@ fn dry_run_shows_the_sync_only_with_a_credentials_file() {
     );
     fs::create_dir_all(w.home().join(".claude")).unwrap();
     write_creds(&w, &credentials(SEED_ACCESS, SEED_REFRESH));
-    let out = common::dry_run(&w, &p);
+    let out = common::ok(
+        &w.cmd(&p)
+            .args(["--no-login-broker", "--dry-run"])
+            .output()
+            .unwrap(),
+    );
     assert!(
         out.contains("# credentials sync: started on the host"),
+        "{out}"
+    );
+    // By default the broker keeps that login on the host: no sync.
+    let out = common::dry_run(&w, &p);
+    assert!(!out.contains("# credentials sync"), "{out}");
+    assert!(
+        out.contains("# login broker: in the proxy process"),
         "{out}"
     );
 }

@@ -41,6 +41,7 @@ fn other_sandbox(w: &World, sync: bool) -> Child {
     let p = w.dir("other");
     init_repo(&p);
     let mut c = w.cmd(&p);
+    c.arg("--no-login-broker");
     if !sync {
         c.env("CLAUDEBOX_NO_CREDENTIALS_SYNC", "1");
     }
@@ -62,6 +63,7 @@ fn planted_lock_lasts(sync: bool, credentials: bool, limit: Duration) -> Option<
     let proj = w.dir("proj");
     init_repo(&proj);
     let mut a = w.cmd(&proj);
+    a.arg("--no-login-broker");
     if !sync {
         a.env("CLAUDEBOX_NO_CREDENTIALS_SYNC", "1");
     }

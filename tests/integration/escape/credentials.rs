@@ -79,7 +79,8 @@ impl Fixture {
              echo ATTEMPT-RAN"
         );
         let mut cmd = self.w.cmd(p);
-        cmd.args(["--exec", "sh", "-c", &full]);
+        // The credentials sync is the path without the broker.
+        cmd.args(["--no-login-broker", "--exec", "sh", "-c", &full]);
         let out = std::thread::scope(|s| {
             let h = s.spawn(|| crate::common::lab::output_within(&mut cmd, LAUNCH_LIMIT));
             let t = Instant::now();

@@ -464,6 +464,8 @@ done
 echo DONE
 "#;
 
+/// The host's login, shared with the sandbox as a single-file bind: the tests using it
+/// give `--no-login-broker` (with the broker the login dir is the sandbox's own tmpfs).
 fn with_credentials(w: &World) {
     fs::write(
         w.home().join(".claude/.credentials.json"),
@@ -480,7 +482,7 @@ fn unswappable() -> (bool, String) {
     with_credentials(&w);
     let out = w
         .cmd(&proj)
-        .args(["--exec", "sh", "-c", UNSWAPPABLE])
+        .args(["--no-login-broker", "--exec", "sh", "-c", UNSWAPPABLE])
         .output()
         .unwrap();
     let text = format!("{}{}", stdout(&out), stderr(&out));
@@ -500,7 +502,7 @@ fn state_mounts() -> (Vec<String>, String) {
     with_credentials(&w);
     let out = w
         .cmd(&proj)
-        .args(["--exec", "sh", "-c", MOUNTS])
+        .args(["--no-login-broker", "--exec", "sh", "-c", MOUNTS])
         .output()
         .unwrap();
     let text = stdout(&out);

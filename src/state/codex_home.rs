@@ -150,3 +150,85 @@ fn ensure(
 fn open_root(p: &Path) -> Result<beneath::Dir> {
     beneath::Dir::open(p).with_context(|| format!("cannot open {}", p.display()))
 }
+
+/// Codex's threads in the project's own `~/.codex`: the ids of its rollout files,
+/// `sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl` and `archived_sessions/rollout-*.jsonl`
+/// (regular files only; every lookup beneath the directory's descriptor, as a sandbox
+/// writes there).
+pub fn threads(st: &ProjectState) -> Vec<String> {
+    let Ok(dir) = beneath::Dir::open(&st.codex_home()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let subdirs = |rel: &Path| -> Vec<PathBuf> {
+        dir.entries(rel)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(n, _)| {
+                n.len() <= 4
+                    && n.to_str()
+                        .is_some_and(|s| s.bytes().all(|c| c.is_ascii_digit()))
+            })
+            .map(|(n, _)| rel.join(n))
+            .filter(|p| dir.is_dir(p))
+            .collect()
+    };
+    let mut leaves = vec![PathBuf::from("archived_sessions")];
+    for y in subdirs(Path::new("sessions")) {
+        for m in subdirs(&y) {
+            leaves.extend(subdirs(&m));
+        }
+    }
+    for leaf in leaves {
+        for (name, _) in dir.entries(&leaf).unwrap_or_default() {
+            if let Some(id) = rollout_id(&name) {
+                if dir.is_file(&leaf.join(&name)) {
+                    out.push(id);
+                }
+            }
+        }
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// The thread id in a rollout file's name, `rollout-<time>-<uuid>.jsonl`.
+pub fn rollout_id(name: &std::ffi::OsStr) -> Option<String> {
+    let s = name.to_str()?;
+    let stem = s.strip_prefix("rollout-")?.strip_suffix(".jsonl")?;
+    let id = stem.get(stem.len().checked_sub(36)?..)?;
+    crate::state::sessions::is_uuid(id).then(|| id.to_ascii_lowercase())
+}
+
+/// When a thread was made, from its id: Codex's ids are UUID v7, whose first 48 bits are
+/// the Unix time in milliseconds. `None` for another kind of UUID.
+pub fn thread_time(id: &str) -> Option<std::time::SystemTime> {
+    if id.len() != 36 || id.as_bytes()[14] != b'7' {
+        return None;
+    }
+    let hex: String = id[..13].chars().filter(|c| *c != '-').collect();
+    let ms = u64::from_str_radix(&hex, 16).ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod thread_tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_times_come_from_rollout_names() {
+        let n = "rollout-2026-11-28T03-20-01-019ac8d1-2f3a-7b4c-9d5e-0123456789ab.jsonl";
+        let id = rollout_id(std::ffi::OsStr::new(n)).unwrap();
+        assert_eq!(id, "019ac8d1-2f3a-7b4c-9d5e-0123456789ab");
+        let t = thread_time(&id).unwrap();
+        let ms = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+        assert_eq!(ms, 0x019ac8d12f3a);
+        assert!(rollout_id(std::ffi::OsStr::new("rollout-x.jsonl")).is_none());
+        assert!(rollout_id(std::ffi::OsStr::new(
+            "x-019ac8d1-2f3a-7b4c-9d5e-0123456789ab.jsonl"
+        ))
+        .is_none());
+        assert!(thread_time("019ac8d1-2f3a-4b4c-9d5e-0123456789ab").is_none());
+    }
+}

@@ -517,7 +517,7 @@ fn exec_registered(
         &session,
         inp.agent,
     ) {
-        match sessions::learn_codex_thread(&inp.state, launch, started) {
+        match sessions::learn_codex_thread(&inp.state, launch, started, &inp.project.cwd) {
             Ok(Some(line)) => eprintln!("claudebox: {line}"),
             Ok(None) => {}
             Err(e) => eprintln!("claudebox: session `{}`: {e:#}", launch.name),

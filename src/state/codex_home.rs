@@ -156,6 +156,14 @@ fn open_root(p: &Path) -> Result<beneath::Dir> {
 /// (regular files only; every lookup beneath the directory's descriptor, as a sandbox
 /// writes there).
 pub fn threads(st: &ProjectState) -> Vec<String> {
+    let mut out: Vec<String> = rollouts(st).into_iter().map(|(id, _)| id).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Every rollout file: its thread id and its path relative to the project's `~/.codex`.
+fn rollouts(st: &ProjectState) -> Vec<(String, PathBuf)> {
     let Ok(dir) = beneath::Dir::open(&st.codex_home()) else {
         return Vec::new();
     };
@@ -182,15 +190,30 @@ pub fn threads(st: &ProjectState) -> Vec<String> {
     for leaf in leaves {
         for (name, _) in dir.entries(&leaf).unwrap_or_default() {
             if let Some(id) = rollout_id(&name) {
-                if dir.is_file(&leaf.join(&name)) {
-                    out.push(id);
+                let rel = leaf.join(&name);
+                if dir.is_file(&rel) {
+                    out.push((id, rel));
                 }
             }
         }
     }
-    out.sort();
-    out.dedup();
     out
+}
+
+/// The directory a thread was started in: `payload.cwd` of its rollout's first line (the
+/// `session_meta` record), read beneath the project's `~/.codex`. `None` when unreadable.
+pub fn thread_cwd(st: &ProjectState, id: &str) -> Option<PathBuf> {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = beneath::Dir::open(&st.codex_home()).ok()?;
+    let (_, rel) = rollouts(st).into_iter().find(|(i, _)| i == id)?;
+    let f = dir.open_read(&rel).ok()?;
+    let mut line = Vec::new();
+    // The first line holds Codex's instructions too: a few hundred KiB at most.
+    BufReader::new(f.take(4 << 20))
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&line).ok()?;
+    v["payload"]["cwd"].as_str().map(PathBuf::from)
 }
 
 /// The thread id in a rollout file's name, `rollout-<time>-<uuid>.jsonl`.

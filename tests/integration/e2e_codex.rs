@@ -389,6 +389,35 @@ fn codex_named_sessions_resume_their_own_thread_from_a_worktree() {
             "[{}] {third}",
             c.label
         );
+        // 4. Two new names at once, one from each checkout: each records its own thread
+        // (both threads are new when either run ends; the rollout's cwd tells them apart).
+        let spawn = |dir: &Path, name: &str, prompt: &str| {
+            w.cmd(dir)
+                .env(OPENAI_KEY_VAR, OPENAI_KEY)
+                .args(["--agent", "codex", "--session", name])
+                .args(exec)
+                .arg(prompt)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (g, d) = (
+            spawn(&p, "gamma", "PROMPT-G"),
+            spawn(&wt, "delta", "PROMPT-D"),
+        );
+        let (g, d) = (g.wait_with_output().unwrap(), d.wait_with_output().unwrap());
+        for (name, o) in [("gamma", &g), ("delta", &d)] {
+            assert!(o.status.success(), "[{}] {name}: {}", c.label, stderr(o));
+            let id = thread_of(&stdout(o));
+            assert!(
+                stderr(o).contains(&format!("session `{name}` is Codex thread {id}")),
+                "[{}] {name} recorded another thread than its own {id}: {}",
+                c.label,
+                stderr(o)
+            );
+        }
         // A Claude launch with a Codex session's name is refused in one line.
         let o = w
             .cmd(&p)

@@ -356,14 +356,16 @@ fn claim_locked(
 /// After a Codex run of a named session that began a thread (a new name, or one whose
 /// thread had gone): finds the thread Codex made and records it, under the name's lock
 /// still held by the launcher. The thread is the one whose id (a UUID v7, which holds its
-/// creation time) is newer than the launch and no other name's; with none (Codex quit
-/// before the first message) nothing is recorded, and with several (another Codex sandbox
-/// of this project started one meanwhile, or `/new` inside) the newest is taken and the
-/// line says so. Returns the line to print.
+/// creation time) is newer than the launch, no other name's, and started in this launch's
+/// directory (its rollout's `session_meta`); with none (Codex quit before the first
+/// message) nothing is recorded, and with several (another Codex sandbox of this project
+/// started one meanwhile in the same directory, or `/new` inside) the newest is taken and
+/// the line says so. Returns the line to print.
 pub fn learn_codex_thread(
     state: &ProjectState,
     launch: &Launch,
     started: std::time::SystemTime,
+    cwd: &Path,
 ) -> Result<Option<String>> {
     let lost = match &launch.start {
         Start::New => None,
@@ -382,6 +384,12 @@ pub fn learn_codex_thread(
         .filter_map(|id| Some((crate::state::codex_home::thread_time(&id)?, id)))
         .filter(|(t, _)| *t >= started)
         .collect();
+    // Another sandbox's thread started meanwhile in another directory is not this one's.
+    if new.len() > 1 {
+        new.retain(|(_, id)| {
+            crate::state::codex_home::thread_cwd(state, id).is_none_or(|d| d == cwd)
+        });
+    }
     new.sort();
     let Some((_, id)) = new.last().cloned() else {
         return Ok(Some(format!(

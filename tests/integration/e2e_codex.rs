@@ -418,6 +418,36 @@ fn codex_named_sessions_resume_their_own_thread_from_a_worktree() {
                 stderr(o)
             );
         }
+        // 5. The thread gone (its rollout deleted): a new one under the same name, the lost
+        // one kept in the record's `replaced`.
+        let state = w.state().join("projects");
+        for f in files_containing(&state, "PROMPT-OTHER-7777") {
+            if f.to_string_lossy().contains("/sessions/") && f.to_string_lossy().contains(&other) {
+                fs::remove_file(f).unwrap();
+            }
+        }
+        let (out, err) = run(&p, &named("beta"), "PROMPT-AGAIN-9999");
+        let again = thread_of(&out);
+        assert_ne!(again, other, "[{}]", c.label);
+        assert!(
+            err.contains(&format!("its thread {other} is no longer"))
+                && err.contains(&format!("session `beta` is Codex thread {again}")),
+            "[{}] {err}",
+            c.label
+        );
+        let record = files_containing(&state, &again)
+            .into_iter()
+            .find(|f| f.ends_with("sessions/beta.json"))
+            .unwrap();
+        let record: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(record).unwrap()).unwrap();
+        assert_eq!(
+            record["replaced"],
+            serde_json::json!([other]),
+            "[{}]",
+            c.label
+        );
+        assert_eq!(record["agent"], "codex", "[{}]", c.label);
         // A Claude launch with a Codex session's name is refused in one line.
         let o = w
             .cmd(&p)

@@ -314,7 +314,11 @@ fn claim_locked(
     let (launch, rec) = decide_with(state, name, cwd, &fresh, planned.agent)?;
     match (&launch.start, rec) {
         // Codex chooses a new thread's id: recorded after the run (`learn_codex_thread`).
-        (Start::New | Start::Fresh { .. }, _) if launch.agent == AgentId::Codex => {}
+        (Start::New, _) if launch.agent == AgentId::Codex => {}
+        (Start::Fresh { lost }, _) if launch.agent == AgentId::Codex => eprintln!(
+            "claudebox: session `{name}`: its thread {lost} is no longer in this project's \
+             ~/.codex; starting a new thread under that name"
+        ),
         (Start::Resume { from: Some(dir) }, _) => {
             transcripts::move_here(&state.conversations(), &launch.uuid, dir, cwd)?
         }

@@ -86,7 +86,13 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         );
     }
     let session = match &cli.session {
-        Some(name) => Some(sessions::prepare(&state, name, &project.cwd, &cli.args)?),
+        Some(name) => Some(sessions::prepare(
+            &state,
+            name,
+            &project.cwd,
+            &cli.args,
+            agent,
+        )?),
         None => None,
     };
     if let (Command::Claude(args), AgentId::Claude) = (&command, agent) {
@@ -335,9 +341,11 @@ fn exec_registered(
     }
     // A named session is decided again under its own lock; replan if that changed it.
     let mut replanned = None;
+    let mut replanned_session = None;
     let session = match &inp.session {
         Some(s) => {
             let claimed = sessions::claim(&inp.state, s, &inp.project.cwd, &inp.instance_id)?;
+            replanned_session = Some(claimed.launch.clone());
             if claimed.launch != *s {
                 replanned = Some(plan::build(&Inputs {
                     session: Some(claimed.launch.clone()),
@@ -500,6 +508,19 @@ fn exec_registered(
                  worktrees inside the project",
                 crate::policy::render::shown(&lost)
             );
+        }
+    }
+    // A Codex session's new thread: its id is Codex's, learnt now (the name's lock is
+    // still held).
+    if let (Some(launch), Some(_), AgentId::Codex) = (
+        replanned_session.as_ref().or(inp.session.as_ref()),
+        &session,
+        inp.agent,
+    ) {
+        match sessions::learn_codex_thread(&inp.state, launch, started, &inp.project.cwd) {
+            Ok(Some(line)) => eprintln!("claudebox: {line}"),
+            Ok(None) => {}
+            Err(e) => eprintln!("claudebox: session `{}`: {e:#}", launch.name),
         }
     }
     if let Some(line) = resume_line(inp, started) {

@@ -784,7 +784,10 @@ pub fn build(inp: &Inputs) -> Plan {
                 .map(|c| c.on_path.clone().into_os_string())
                 .unwrap_or_else(|| "codex".into());
             let mut v = vec![program];
-            v.extend(args.iter().cloned());
+            match &inp.session {
+                Some(s) => v.extend(s.codex_args(args)),
+                None => v.extend(args.iter().cloned()),
+            }
             v
         }
         Command::Claude(args) => {

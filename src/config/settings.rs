@@ -26,8 +26,9 @@ use crate::policy::render::Shown;
 pub use crate::config::Context;
 /// Network mode names, as the config file and `--network` spell them.
 pub use crate::policy::network::ModeName as Network;
+pub use crate::policy::origin::Origin;
 pub use crate::policy::settings::{
-    ClaudeArgs, CliRequest, ExtraKind, ExtraMount, Origin, Settings, UserEnv,
+    ClaudeArgs, CliRequest, ExtraKind, ExtraMount, Settings, UserEnv,
 };
 
 /// Where a request was written, for its error messages and its origin.

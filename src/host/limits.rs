@@ -281,7 +281,7 @@ impl Entry {
 fn requested(d: &Decided) -> bool {
     d.limits
         .iter()
-        .any(|a| a.origin != crate::policy::settings::Origin::Default)
+        .any(|a| a.origin != crate::policy::origin::Origin::Default)
 }
 
 /// Prints the default limit's warning once per user (a mark in claudebox's state).

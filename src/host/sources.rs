@@ -30,7 +30,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use nix::libc;
 
-use crate::policy::plan::{is_bind, MountKind, Plan};
+use crate::policy::mount::MountKind;
+use crate::policy::plan::{is_bind, Plan};
 use crate::policy::render::Bind;
 
 /// The opened sources of one plan, one entry per mount of the plan.

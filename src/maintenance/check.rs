@@ -259,7 +259,7 @@ fn settings_here(
 /// project): which of the GPU device nodes this host has. No row without the opt-in.
 fn gpu_row(home: &Path, cli_gpu: bool) -> Option<Row> {
     let origin = if cli_gpu {
-        crate::policy::settings::Origin::CommandLine
+        crate::policy::origin::Origin::CommandLine
     } else {
         let config_file = crate::config::location(home);
         let file = crate::config::load(&config_file).ok()?;
@@ -301,7 +301,7 @@ fn gpu_row(home: &Path, cli_gpu: bool) -> Option<Row> {
 /// the opener its master.
 fn gpu_in_sandbox(
     host: &crate::policy::gpu::GpuHost,
-    origin: &crate::policy::settings::Origin,
+    origin: &crate::policy::origin::Origin,
 ) -> Result<Vec<String>> {
     let mut probe = Probe::create(&host::find_bwrap()?, None)?;
     probe.inputs.settings.gpu = Some(origin.clone());

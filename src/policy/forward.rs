@@ -22,7 +22,7 @@ use anyhow::{anyhow, bail, Result};
 use crate::policy::error::Fixable;
 use crate::policy::network::{
     self, add_forward, entry_forwards, Allowlist, Entry, ForwardKind, HostMatch, HostPattern,
-    LoopbackForward, ModeName, NetworkChoice, NetworkMode, MAX_FORWARDS,
+    LoopbackForward, ModeName, NetworkChoice, NetworkMode, ProxySpec, MAX_FORWARDS,
 };
 
 /// The flag, as error messages and sources name it.
@@ -90,6 +90,18 @@ pub fn resolve(layers: &[NetworkChoice]) -> Result<Vec<Entry>> {
         }
     }
     Ok(out)
+}
+
+/// Here rather than beside `ProxySpec` (in `network`), so that `network`, below, does not
+/// import `forward`, which is made of its types.
+impl ProxySpec {
+    /// Every loopback forward: the allowlist's, then the forwarded host ports.
+    pub fn forwards(&self) -> Result<Vec<LoopbackForward>> {
+        all(
+            self.http_proxy.then_some(&self.allowlist),
+            &self.forward_ports,
+        )
+    }
 }
 
 /// Every loopback forward of a launch: the allowlist's (when the HTTP proxy runs, in

@@ -25,8 +25,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::policy::plan::{Mount, MountKind};
-use crate::policy::settings::Origin;
+use crate::policy::mount::{Mount, MountKind};
+use crate::policy::origin::Origin;
 
 /// What a row binds, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -289,7 +289,7 @@ pub fn plan(host: &GpuHost, origin: &Origin) -> (Vec<Mount>, Vec<String>) {
                 (Entry::Unexpected(what), _) => {
                     skipped.push(format!(
                         "{} ({what})",
-                        crate::policy::render::shown(&f.path)
+                        crate::policy::escape::shown(&f.path)
                     ));
                     continue;
                 }
@@ -297,7 +297,7 @@ pub fn plan(host: &GpuHost, origin: &Origin) -> (Vec<Mount>, Vec<String>) {
                 (Entry::Symlink(_), _) => {
                     skipped.push(format!(
                         "{} (a symlink)",
-                        crate::policy::render::shown(&f.path)
+                        crate::policy::escape::shown(&f.path)
                     ));
                     continue;
                 }
@@ -531,7 +531,7 @@ mod tests {
             assert!(!plan.notes.iter().any(|n| n.contains("gpu")));
             let note = crate::policy::plan::sandbox_note(&with(None));
             assert!(!note.to_string_lossy().contains("GPU"));
-            let argv = render::shell_line(&render::argv(&plan));
+            let argv = crate::policy::escape::shell_line(&render::argv(&plan));
             let argv = String::from_utf8(argv).unwrap();
             assert!(
                 !argv.contains("--dev-bind") && !argv.contains("/sys"),
@@ -575,7 +575,8 @@ mod tests {
             assert!(text.contains("gpu: skipped: /dev/nvidiactl (not on this host)"));
             let note = crate::policy::plan::sandbox_note(&with(Some(Origin::CommandLine)));
             assert!(note.to_string_lossy().contains(PROMPT_NOTE));
-            let line = String::from_utf8(render::shell_line(&render::argv(&plan))).unwrap();
+            let line =
+                String::from_utf8(crate::policy::escape::shell_line(&render::argv(&plan))).unwrap();
             assert!(
                 line.contains(
                     "--dev /dev --proc /proc --tmpfs /tmp --dev-bind-try /dev/nvidia0 /dev/nvidia0 \

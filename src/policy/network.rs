@@ -157,16 +157,6 @@ pub struct ProxySpec {
     pub broker: Option<PathBuf>,
 }
 
-impl ProxySpec {
-    /// Every loopback forward: the allowlist's, then the forwarded host ports.
-    pub fn forwards(&self) -> Result<Vec<LoopbackForward>> {
-        crate::policy::forward::all(
-            self.http_proxy.then_some(&self.allowlist),
-            &self.forward_ports,
-        )
-    }
-}
-
 /// The hosts the proxy lets through.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Allowlist {

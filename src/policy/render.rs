@@ -6,13 +6,13 @@ mod summary;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-use shell_quote::Sh;
-
+use crate::policy::escape::shell_line;
 pub use crate::policy::escape::{escape_bytes, shown, Shown};
 
 use crate::policy::confinement as confine;
+use crate::policy::mount::MountKind;
 use crate::policy::network::{self, ProxySpec};
-use crate::policy::plan::{EnvOp, MountKind, Plan};
+use crate::policy::plan::{EnvOp, Plan};
 
 /// How one plan mount's source reaches bwrap at the launch (see `sources`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -253,27 +253,6 @@ pub fn proxy_argv(spec: &ProxySpec, fd: i32) -> Vec<OsString> {
         a.push(e.pattern.to_string().into());
     }
     a
-}
-
-/// The argv as one line of `sh` input that performs the same launch.
-pub fn shell_line(argv: &[OsString]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (i, arg) in argv.iter().enumerate() {
-        if i > 0 {
-            out.push(b' ');
-        }
-        let bytes = arg.as_bytes();
-        if !bytes.is_empty() && bytes.iter().all(|b| is_plain(*b)) {
-            out.extend_from_slice(bytes);
-        } else {
-            Sh::quote_into_vec(arg.as_os_str(), &mut out);
-        }
-    }
-    out
-}
-
-fn is_plain(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b)
 }
 
 /// The mount table, one row per mount in the order bwrap applies them.

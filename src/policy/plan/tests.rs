@@ -1,6 +1,7 @@
 //! Unit tests of the plan: mount order, argv, settings, hardening.
 
 use super::*;
+use crate::policy::origin::Origin;
 
 /// A plan input with every field set to a neutral value, for unit tests: tests override
 /// what they look at with `Inputs { field, ..test_inputs() }`.

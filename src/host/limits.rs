@@ -24,8 +24,8 @@ use anyhow::Result;
 use nix::libc;
 
 use crate::policy::error::Fixable;
+use crate::policy::escape::Shown;
 use crate::policy::limits::{self, Decided, Hits, Support};
-use crate::policy::render::Shown;
 
 /// The prefix of the cgroups claudebox makes (one per sandbox, named by its instance).
 const PREFIX: &str = "claudebox-";

@@ -119,7 +119,7 @@ pub fn open(plan: &Plan, areas: &[PathBuf]) -> Result<Opened> {
 }
 
 fn show(p: &Path) -> String {
-    crate::policy::render::shown(p)
+    crate::policy::escape::shown(p)
 }
 
 /// `p` lies inside (or is) one of `areas`.

@@ -19,9 +19,10 @@ use std::os::unix::process::CommandExt;
 
 use anyhow::{Context, Result};
 
-use crate::host::project::{project_id, Project};
-use crate::host::{self, ClaudeInstall, HostFacts};
+use crate::host;
 use crate::maintenance::diagnose::{self, Facts};
+use crate::policy::facts::{project_id, Project};
+use crate::policy::facts::{ClaudeInstall, HostFacts};
 use crate::policy::plan::{self, Command, Inputs, NAMESPACE_FLAGS};
 use crate::policy::{error, render};
 use crate::state::inventory::show;
@@ -242,8 +243,8 @@ fn settings_here(
     let state = state_home.project(&project.id());
     crate::config::settings::resolve(
         file,
-        &crate::config::settings::CliRequest::default(),
-        &crate::config::settings::Context {
+        &crate::policy::settings::CliRequest::default(),
+        &crate::config::Context {
             home,
             cwd: &cwd,
             project: &project,

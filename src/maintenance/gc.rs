@@ -245,8 +245,9 @@ pub fn run(dry_run: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
         let outcome = match v {
             Verdict::Live => {
                 if e.missing_since.is_some() && !dry_run {
-                    let _ = Dir::open(&e.dir)
-                        .and_then(|d| d.remove_file(Path::new(state::MISSING_FILE)));
+                    let _ = Dir::open(&e.dir).and_then(|d| {
+                        d.remove_file(Path::new(crate::policy::layout::MISSING_FILE))
+                    });
                 }
                 Ok(Outcome::Live)
             }
@@ -319,7 +320,7 @@ pub fn run(dry_run: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
 fn mark_missing(dir: &Path, now: SystemTime) -> Result<()> {
     let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     state::write_atomic(
-        &dir.join(state::MISSING_FILE),
+        &dir.join(crate::policy::layout::MISSING_FILE),
         format!("{secs}\n").as_bytes(),
         0o600,
     )
@@ -335,7 +336,11 @@ pub fn leftovers(dir: &Path, now: SystemTime) -> Vec<PathBuf> {
     let Ok(top) = Dir::open(dir) else {
         return out;
     };
-    for sub in [".", state::SESSIONS_DIR, state::CLAUDE_CONFIG_DIR] {
+    for sub in [
+        ".",
+        crate::policy::layout::SESSIONS_DIR,
+        crate::policy::layout::CLAUDE_CONFIG_DIR,
+    ] {
         let Ok(names) = top.entries(Path::new(sub)) else {
             continue;
         };

@@ -17,7 +17,7 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-pub use crate::policy::claude_home::{Class, Kind, Overlay};
+use crate::policy::claude_home::{Class, Kind, Overlay};
 use crate::policy::layout::ProjectState;
 
 pub struct Entry {

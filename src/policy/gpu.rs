@@ -493,7 +493,8 @@ mod tests {
 
     mod in_the_plan {
         use super::*;
-        use crate::policy::plan::{build, test_inputs, Inputs};
+        use crate::policy::plan::tests::test_inputs;
+        use crate::policy::plan::{build, Inputs};
         use crate::policy::render::{self, Bind, Runtime, Sources};
         use crate::policy::settings::Settings;
 

@@ -6,10 +6,9 @@ mod summary;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-use crate::policy::escape::shell_line;
-pub use crate::policy::escape::{escape_bytes, shown, Shown};
+use crate::policy::escape::{escape_bytes, shell_line, shown};
 
-use crate::policy::confinement as confine;
+use crate::policy::confinement;
 use crate::policy::mount::MountKind;
 use crate::policy::network::{self, ProxySpec};
 use crate::policy::plan::{EnvOp, Plan};
@@ -171,45 +170,45 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
     a.push("--".into());
     if let Some(c) = &plan.confine {
         a.push(c.exe.clone().into_os_string());
-        a.push(confine::INIT_FLAG.into());
+        a.push(confinement::INIT_FLAG.into());
         if let Some(fd) = rt.stderr_fd {
-            a.push(confine::STDERR_FD_FLAG.into());
+            a.push(confinement::STDERR_FD_FLAG.into());
             a.push(fd.to_string().into());
         }
         if c.scope_abstract_unix {
-            a.push(confine::SCOPE_FLAG.into());
+            a.push(confinement::SCOPE_FLAG.into());
         }
         if c.default_signals && !rt.signals_ignored_on_entry {
-            a.push(confine::SIGNALS_FLAG.into());
+            a.push(confinement::SIGNALS_FLAG.into());
         }
         for check in &c.mount_checks {
             a.push(
                 if check.read_only {
-                    confine::EXPECT_RO
+                    confinement::EXPECT_RO
                 } else {
-                    confine::EXPECT_RW
+                    confinement::EXPECT_RW
                 }
                 .into(),
             );
             a.push(check.path.clone().into_os_string());
         }
         if let Some(l) = &c.listen {
-            a.push(confine::PROXY_FD_FLAG.into());
+            a.push(confinement::PROXY_FD_FLAG.into());
             a.push(rt.proxy_fd.to_string().into());
             if let Some(port) = l.port {
-                a.push(confine::PROXY_PORT_FLAG.into());
+                a.push(confinement::PROXY_PORT_FLAG.into());
                 a.push(port.to_string().into());
             }
             if let Some(dir) = &l.broker_dir {
-                a.push(confine::BROKER_DIR_FLAG.into());
+                a.push(confinement::BROKER_DIR_FLAG.into());
                 a.push(dir.clone().into_os_string());
             }
             for f in &l.forwards {
                 a.push(
                     if f.optional {
-                        confine::FORWARD_OPTIONAL_FLAG
+                        confinement::FORWARD_OPTIONAL_FLAG
                     } else {
-                        confine::FORWARD_FLAG
+                        confinement::FORWARD_FLAG
                     }
                     .into(),
                 );

@@ -16,8 +16,8 @@ use std::time::SystemTime;
 
 use anyhow::{bail, Context, Result};
 
-use crate::host::project::project_id;
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
+use crate::policy::facts::project_id;
 use crate::state::inuse;
 use crate::state::{self, StateHome};
 
@@ -336,7 +336,7 @@ fn read_missing_since(dir: &Path) -> Option<SystemTime> {
 
 /// A path for a one-line message: tabs, newlines and non-UTF-8 bytes escaped.
 pub fn show(path: &Path) -> String {
-    crate::policy::render::shown(path)
+    crate::policy::escape::shown(path)
 }
 
 /// Whether a path exists, without following a final symlink.

@@ -65,7 +65,7 @@ use crate::policy::agent::AgentId;
 use crate::policy::claude_home::{self, HostClaude, Overlay};
 use crate::policy::codex_home::{self, HostCodex};
 use crate::policy::layout::ProjectState;
-use crate::policy::session as sessions;
+use crate::policy::session;
 
 /// An environment change inside the sandbox (the host environment passes through).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,7 +127,7 @@ pub struct Inputs {
     pub host: HostFacts,
     pub bwrap: PathBuf,
     /// `--session NAME`: which conversation, decided at the edge.
-    pub session: Option<sessions::Launch>,
+    pub session: Option<session::Launch>,
     /// The user's extra mounts, environment, network mode and claude arguments.
     pub settings: Settings,
     /// The real Claude Code config dir and its entries (see `claude_home`).
@@ -1198,9 +1198,7 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
-pub(crate) use tests::test_inputs;
+pub(crate) mod tests;
 
 /// Whether a plan mount takes a host source that bwrap binds.
 pub fn is_bind(kind: &MountKind) -> bool {

@@ -29,6 +29,13 @@ pub(crate) fn test_inputs() -> Inputs {
     }
 }
 
+/// Where `window` starts in the argv `a` (a test fails when it is not there).
+fn pos(a: &[OsString], window: &[&str]) -> usize {
+    a.windows(window.len())
+        .position(|w| w.iter().zip(window).all(|(x, y)| x == y))
+        .unwrap_or_else(|| panic!("{window:?} not in {a:?}"))
+}
+
 mod claude_home_group {
     use super::*;
 
@@ -122,12 +129,6 @@ mod argv_order {
             },
             ..test_inputs()
         }
-    }
-
-    fn pos(argv: &[OsString], window: &[&str]) -> usize {
-        argv.windows(window.len())
-            .position(|w| w.iter().zip(window).all(|(a, b)| a == OsStr::new(b)))
-            .unwrap_or_else(|| panic!("{window:?} not in {argv:?}"))
     }
 
     #[test]
@@ -386,12 +387,6 @@ mod hardening {
             ipc_vars: vec!["SSH_AUTH_SOCK".into(), "DISPLAY".into()],
             ..test_inputs()
         }
-    }
-
-    fn pos(a: &[OsString], window: &[&str]) -> usize {
-        a.windows(window.len())
-            .position(|w| w.iter().zip(window).all(|(x, y)| x == y))
-            .unwrap_or_else(|| panic!("{window:?} not in {a:?}"))
     }
 
     #[test]

@@ -394,7 +394,7 @@ mod tests {
         }
         // None mode with a forwarded port: its listeners and no proxy port.
         inp.settings.network = NetworkMode::None;
-        inp.settings.forward_ports = vec![crate::policy::network::Entry {
+        inp.settings.forward_ports = vec![crate::policy::network::HostEntry {
             pattern: crate::policy::forward::parse("[::1]:5432").unwrap(),
             source: "test".into(),
         }];
@@ -438,7 +438,7 @@ mod tests {
         allowlist.push(HostPattern::parse("localhost:8080").unwrap(), "test");
         let spec = ProxySpec {
             allowlist,
-            forward_ports: vec![crate::policy::network::Entry {
+            forward_ports: vec![crate::policy::network::HostEntry {
                 pattern: crate::policy::forward::parse("5432").unwrap(),
                 source: "test".into(),
             }],

@@ -29,7 +29,7 @@ use crate::config;
 use crate::host;
 use crate::state::beneath::{self, Dir};
 use crate::state::inuse::{self, GcLock};
-use crate::state::inventory::{self, show, Detail, Entry, Exists, Root, TRASH_PREFIX};
+use crate::state::inventory::{self, show, Detail, Exists, ProjectEntry, Root, TRASH_PREFIX};
 use crate::state::{self, StateHome};
 
 /// How long a root must have been seen missing (and the project unused) by default.
@@ -112,7 +112,7 @@ pub enum Verdict {
 }
 
 /// The decision for one project (`--gc` acts on it, `--list` shows it).
-pub fn verdict(e: &Entry, margin: Duration, now: SystemTime) -> Verdict {
+pub fn verdict(e: &ProjectEntry, margin: Duration, now: SystemTime) -> Verdict {
     let root = match &e.root {
         Root::Problem(p) => return Verdict::Kept(format!("{p}; remove it by hand if unused")),
         Root::Recorded {
@@ -359,7 +359,7 @@ pub fn leftovers(dir: &Path, now: SystemTime) -> Vec<PathBuf> {
     out
 }
 
-fn collect(e: &Entry, dry_run: bool, why: String) -> Result<Outcome> {
+fn collect(e: &ProjectEntry, dry_run: bool, why: String) -> Result<Outcome> {
     let Root::Recorded { path: root, .. } = &e.root else {
         return Ok(Outcome::Kept("changed while --gc ran; run it again".into()));
     };

@@ -57,7 +57,7 @@ pub struct Settings {
     pub network_origin: Origin,
     /// Forwarded host ports (`--forward-port`, `forward_ports`), every layer's, each with
     /// where it came from (see `policy::forward`).
-    pub forward_ports: Vec<crate::policy::network::Entry>,
+    pub forward_ports: Vec<crate::policy::network::HostEntry>,
     pub claude_args: Vec<ClaudeArgs>,
     /// Opt-in: forward the host's ssh agent, and where that was asked for.
     pub ssh_agent: Option<Origin>,

@@ -140,7 +140,7 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     }
     let mut forward_ports = Vec::new();
     for p in &args.forward_port {
-        forward_ports.push(network::Entry {
+        forward_ports.push(network::HostEntry {
             pattern: crate::policy::forward::parse(p)?,
             source: "launcher".into(),
         });

@@ -12,11 +12,11 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::Result;
 
 use crate::config::Context;
-use crate::host::project::Project;
+use crate::policy::escape::Shown;
+use crate::policy::facts::Project;
 use crate::policy::protected::{
     SHARED_SYSTEM_DIRS, SOCKET_SCAN_DEPTH, SOCKET_SCAN_LIMIT, SOCKET_SCAN_SKIP, XDG_RUNTIME_DIR_WHY,
 };
-use crate::policy::render::Shown;
 use crate::policy::settings::{ExtraKind, ExtraMount};
 
 /// Places the sandbox can write (besides `rw` extras): a symlink there may have been

@@ -10,17 +10,20 @@ use anyhow::{bail, Context, Result};
 use crate::cli::Cli;
 use crate::config;
 use crate::config::guard;
-use crate::config::settings::{self, ExtraKind};
+use crate::config::settings;
+use crate::host;
 use crate::host::project;
 use crate::host::protect;
 use crate::host::sources;
-use crate::host::{self, HostFacts};
 use crate::policy::agent::AgentId;
+use crate::policy::claude_home::HostClaude;
+use crate::policy::escape::Shown;
+use crate::policy::facts::HostFacts;
 use crate::policy::plan::{self, Command, Inputs, Plan};
 use crate::policy::render;
-use crate::policy::render::Shown;
+use crate::policy::settings::ExtraKind;
 use crate::proxy::netbridge;
-use crate::state::claude_home::{self, HostClaude};
+use crate::state::claude_home;
 use crate::state::codex_home;
 use crate::state::inuse;
 use crate::state::review;
@@ -59,7 +62,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     let settings = settings::resolve(
         config::load(&config_file)?.as_ref(),
         &cli.request(),
-        &settings::Context {
+        &crate::config::Context {
             home: &home,
             cwd: &cwd,
             project: &project,
@@ -141,8 +144,8 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     };
     let claude_home = HostClaude::probe(&home);
     let codex_home = match agent {
-        AgentId::Codex => crate::state::codex_home::HostCodex::probe(&home),
-        AgentId::Claude => crate::state::codex_home::HostCodex {
+        AgentId::Codex => crate::policy::codex_home::HostCodex::probe(&home),
+        AgentId::Claude => crate::policy::codex_home::HostCodex {
             dir: home.join(".codex"),
             entries: Vec::new(),
         },
@@ -318,7 +321,7 @@ fn exec_registered(
     let setup = inuse::setup_lock(&inp.state)?;
     // The empty file stands in for hidden files and for setup files the user has none of.
     state::ensure_empty_file(&inp.state)?;
-    let overlays = claude_home::overlays(
+    let overlays = crate::policy::claude_home::overlays(
         &inp.home,
         &inp.claude_home,
         &inp.state,
@@ -327,14 +330,14 @@ fn exec_registered(
     claude_home::prepare_mount_points(&inp.home, &inp.claude_home, &inp.state, &overlays)?;
     claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
     if inp.agent == AgentId::Codex {
-        let overlays = codex_home::overlays(&inp.home, &inp.codex_home, &inp.state);
+        let overlays = crate::policy::codex_home::overlays(&inp.home, &inp.codex_home, &inp.state);
         codex_home::prepare(&inp.home, &inp.codex_home, &inp.state, &overlays)?;
     }
     if inp.protect_project_metadata {
         if let Some(p) = inp
             .protected
             .iter()
-            .find(|p| p.guard == protect::Guard::LocalSettings)
+            .find(|p| p.guard == crate::policy::protected::Guard::LocalSettings)
         {
             state::refresh_local_settings(&inp.state, &p.path)?;
         }
@@ -506,7 +509,7 @@ fn exec_registered(
                 "claudebox: the worktree {} made inside lived in the sandbox's scratch home and \
                  is gone; its entry stays in git (`git worktree prune` removes it): make \
                  worktrees inside the project",
-                crate::policy::render::shown(&lost)
+                crate::policy::escape::shown(&lost)
             );
         }
     }
@@ -674,6 +677,7 @@ fn local_marketplaces(
     claude_dir: &Path,
     visible: &[std::path::PathBuf],
 ) -> Vec<std::path::PathBuf> {
+    // Renamed: `claude_home` in this module is `state::claude_home`.
     use crate::policy::claude_home as ch;
     let known = std::fs::read(claude_dir.join(ch::KNOWN_MARKETPLACES)).unwrap_or_default();
     let visible: Vec<&Path> = visible.iter().map(|v| v.as_path()).collect();
@@ -684,7 +688,7 @@ fn local_marketplaces(
             eprintln!(
                 "claudebox: plugins: the local marketplace {} is missing on the host; its \
                  plugins will not load inside",
-                crate::policy::render::shown(&dir)
+                crate::policy::escape::shown(&dir)
             );
             continue;
         };
@@ -695,8 +699,8 @@ fn local_marketplaces(
             ch::Marketplace::Refused(why) => eprintln!(
                 "claudebox: plugins: the local marketplace {} is not bound ({why}): its \
                  plugins will not load inside; `--ro {}` brings it in",
-                crate::policy::render::shown(&dir),
-                crate::policy::render::shown(&dir)
+                crate::policy::escape::shown(&dir),
+                crate::policy::escape::shown(&dir)
             ),
         }
     }

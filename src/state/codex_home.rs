@@ -15,7 +15,8 @@ use anyhow::{Context, Result};
 
 use crate::state::{self, beneath, ProjectState};
 
-pub use crate::policy::codex_home::{overlays, HostCodex, Overlay, LOGIN_FILE, TABLE};
+use crate::policy::claude_home::Overlay;
+use crate::policy::codex_home::{HostCodex, LOGIN_FILE};
 
 impl HostCodex {
     /// Reads the real Codex directory's entry names (one `readdir`).

@@ -33,14 +33,14 @@ use crate::policy::agent::AgentId;
 use crate::state::transcripts::{self, Found};
 use crate::state::ProjectState;
 
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use lock::{busy, is_running, lock_name, write_run_info, RunInfo};
 use record::{now, read_record, write_record, Record};
 
 /// Longest accepted name, in bytes.
 pub const MAX_NAME: usize = 64;
 
-pub use crate::policy::session::{Launch, Start};
+use crate::policy::session::{Launch, Start};
 
 /// Checks a session name: 1 to 64 bytes of `[A-Za-z0-9._-]`, not starting with `.` or
 /// `-`, so it is one plain file name and never a path or an option.
@@ -719,7 +719,7 @@ mod tests {
     fn the_plan_puts_the_conversation_first_and_names_the_session() {
         use crate::policy::plan::{build, Command, EnvOp, Inputs};
         let inputs = |session: Option<Launch>| Inputs {
-            project: crate::host::project::Project {
+            project: crate::policy::facts::Project {
                 root: "/p".into(),
                 work_tree: "/p".into(),
                 git_dir: None,
@@ -733,7 +733,7 @@ mod tests {
             instance_id: "i".into(),
             host: Default::default(),
             session,
-            ..crate::policy::plan::test_inputs()
+            ..crate::policy::plan::tests::test_inputs()
         };
         let launch = Launch {
             name: "rev".into(),

@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{is_uuid, record_path};
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use crate::state::{self, ProjectState};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -235,7 +235,7 @@ fn make_state(root: &Path, state_home: &Path, n: usize) {
         if exists {
             fs::create_dir_all(&common).unwrap();
         }
-        let dir = projects.join(project::project_id(&common));
+        let dir = projects.join(claudebox::policy::facts::project_id(&common));
         let encoded: String = work
             .to_string_lossy()
             .chars()

@@ -24,8 +24,6 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use claudebox::host::project;
-
 // Shared with the other benches; this one needs only part of it.
 #[allow(dead_code)]
 mod support;
@@ -200,7 +198,7 @@ fn main() {
         if exists {
             fs::create_dir_all(&common).unwrap();
         }
-        let dir = projects.join(project::project_id(&common));
+        let dir = projects.join(claudebox::policy::facts::project_id(&common));
         entries += copy_tree(&one, &dir);
         fs::write(dir.join("project-root"), common.as_os_str().as_bytes()).unwrap();
     }

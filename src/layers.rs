@@ -102,6 +102,19 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// Every Rust file under `root`, by its path relative to `root`, with its text.
+fn sources(root: &Path) -> Vec<(PathBuf, String)> {
+    let mut files = Vec::new();
+    rust_files(root, &mut files);
+    files
+        .into_iter()
+        .map(|f| {
+            let text = fs::read_to_string(&f).unwrap();
+            (f.strip_prefix(root).unwrap().to_path_buf(), text)
+        })
+        .collect()
+}
+
 /// The layer a file of `src/` belongs to: its first path component, without `.rs`.
 fn layer_of(rel: &Path) -> String {
     let first = rel
@@ -165,12 +178,8 @@ fn split_top(group: &str) -> Vec<&str> {
 
 /// Every (file, imported layer) pair whose target is another layer.
 fn edges() -> Vec<(String, String, String)> {
-    let root = src();
-    let mut files = Vec::new();
-    rust_files(&root, &mut files);
     let mut out = Vec::new();
-    for f in files {
-        let rel = f.strip_prefix(&root).unwrap().to_path_buf();
+    for (rel, text) in sources(&src()) {
         if ["main.rs", "lib.rs", "layers.rs"]
             .iter()
             .any(|n| rel == Path::new(n))
@@ -178,7 +187,7 @@ fn edges() -> Vec<(String, String, String)> {
             continue;
         }
         let from = layer_of(&rel);
-        for to in crate_imports(&fs::read_to_string(&f).unwrap()) {
+        for to in crate_imports(&text) {
             if to != from {
                 out.push((rel.display().to_string(), from.clone(), to));
             }
@@ -279,4 +288,230 @@ fn an_upward_import_is_caught() {
         .into_iter()
         .collect();
     assert!(rank(&to[0]) > rank(from));
+}
+
+/// The layers inside `policy/`, lowest first: the modules of each row, and why they sit
+/// there. A module imports (`crate::policy::...`, or `super::...` from a top-level file)
+/// only from its own row or a lower one, and the modules form no cycle. Test code (a
+/// `#[cfg(test)]` module, `tests.rs`) is left out: a test may build a whole plan.
+pub const POLICY_LAYERS: &[(&[&str], &str)] = &[
+    (
+        &[
+            "escape",
+            "error",
+            "origin",
+            "mount",
+            "facts",
+            "layout",
+            "ipc",
+            "protected",
+            "confinement",
+            "git_dir",
+        ],
+        "shared types and tables, at the bottom so that every module above can name them: \
+         the escaper, the error with its fix, where a setting came from (`origin`), a plan \
+         mount and its kinds (`mount`), what the host was found to hold (`facts`), the \
+         state's layout, the IPC, protected-path and seccomp tables, what git reads",
+    ),
+    (
+        &[
+            "network",
+            "forward",
+            "agent",
+            "limits",
+            "apparmor",
+            "claude_home",
+            "codex_home",
+            "review",
+            "session",
+        ],
+        "one concern each, on the types below: the network modes and the proxy's spec, the \
+         forwarded host ports (`forward`, over `network`'s types), the agent table, the \
+         limits, the AppArmor text, the `~/.claude` and `~/.codex` tables, the exit review's \
+         rules, a named session's launch",
+    ),
+    (
+        &["settings", "base_url", "gpu"],
+        "what the user asked for, as data (`settings`), and the rules that read it: the \
+         base URL's check, the `--gpu` table and its mounts",
+    ),
+    (
+        &["plan", "credsync"],
+        "the plan: one pure function from the inputs to a typed plan, and which way the \
+         credentials sync copies for a plan",
+    ),
+    (
+        &["render"],
+        "the one renderer from a plan to bwrap's argv, `--dry-run`'s text and the \
+         companions' argv",
+    ),
+];
+
+fn policy_rank(module: &str) -> Option<usize> {
+    POLICY_LAYERS
+        .iter()
+        .position(|(mods, _)| mods.contains(&module))
+}
+
+/// A source text without its test code: each `#[cfg(test)]` item, a `mod ... {` block to
+/// its matching brace (counted line by line) or one line (`mod tests;`).
+fn without_tests(text: &str) -> String {
+    let mut out = String::new();
+    let mut lines = text.lines();
+    while let Some(line) = lines.next() {
+        if line.trim() != "#[cfg(test)]" {
+            out.push_str(line);
+            out.push('\n');
+            continue;
+        }
+        let Some(item) = lines.next() else { break };
+        if item.trim_end().ends_with('{') {
+            let mut depth: i64 = 1;
+            for l in lines.by_ref() {
+                depth += l.matches('{').count() as i64 - l.matches('}').count() as i64;
+                if depth <= 0 {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The modules of `policy` a source text of it names: after `crate::policy::` (each name
+/// of a group too) and, in a top-level file, after `super::`.
+fn policy_imports(text: &str, top_level: bool) -> BTreeSet<String> {
+    let ident = |s: &str| -> String {
+        s.chars()
+            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+            .collect()
+    };
+    let mut prefixes = vec!["crate::policy::"];
+    if top_level {
+        prefixes.push("super::");
+    }
+    let mut out = BTreeSet::new();
+    for prefix in prefixes {
+        for (i, _) in text.match_indices(prefix) {
+            let rest = &text[i + prefix.len()..];
+            match rest.strip_prefix('{') {
+                Some(group) => out.extend(split_top(group).iter().map(|p| ident(p.trim()))),
+                None => {
+                    out.insert(ident(rest));
+                }
+            }
+        }
+    }
+    out.retain(|m| policy_rank(m).is_some());
+    out
+}
+
+/// Every (file, module, imported module) of `policy`'s non-test code, between modules.
+fn policy_edges() -> Vec<(String, String, String)> {
+    let mut out = Vec::new();
+    for (rel, text) in sources(&src().join("policy")) {
+        if rel == Path::new("mod.rs") || rel.file_name().unwrap() == "tests.rs" {
+            continue;
+        }
+        let from = layer_of(&rel);
+        let top_level = rel.components().count() == 1;
+        for to in policy_imports(&without_tests(&text), top_level) {
+            if to != from {
+                out.push((rel.display().to_string(), from.clone(), to));
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn every_policy_module_is_in_a_policy_layer() {
+    let root = src().join("policy");
+    let mut files = Vec::new();
+    rust_files(&root, &mut files);
+    for f in files {
+        let module = layer_of(f.strip_prefix(&root).unwrap());
+        if module != "mod" {
+            assert!(
+                policy_rank(&module).is_some(),
+                "policy/{module} is not in POLICY_LAYERS"
+            );
+        }
+    }
+}
+
+#[test]
+fn nothing_in_policy_imports_upward() {
+    let bad: Vec<String> = policy_edges()
+        .into_iter()
+        .filter(|(_, from, to)| policy_rank(to) > policy_rank(from))
+        .map(|(file, from, to)| format!("policy/{file} ({from}) imports policy::{to}"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "upward imports in policy:\n{}",
+        bad.join("\n")
+    );
+}
+
+#[test]
+fn the_policy_modules_form_no_cycle() {
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (_, from, to) in policy_edges() {
+        graph.entry(from).or_default().insert(to);
+    }
+    if let Some(cycle) = find_cycle(&graph) {
+        panic!("cycle between policy modules: {}", cycle.join(" -> "));
+    }
+}
+
+/// A cycle of the graph, if it has one: depth-first search with colours, where reaching a
+/// node still on the stack closes a cycle.
+fn find_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        state: &mut BTreeMap<String, u8>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        match state.get(n) {
+            Some(2) => return None,
+            Some(1) => {
+                let mut c = stack.clone();
+                c.push(n.to_string());
+                return Some(c);
+            }
+            _ => {}
+        }
+        state.insert(n.to_string(), 1);
+        stack.push(n.to_string());
+        for m in g.get(n).into_iter().flatten() {
+            if let Some(c) = visit(m, g, state, stack) {
+                return Some(c);
+            }
+        }
+        stack.pop();
+        state.insert(n.to_string(), 2);
+        None
+    }
+    let mut state = BTreeMap::new();
+    g.keys()
+        .find_map(|n| visit(n, g, &mut state, &mut Vec::new()))
+}
+
+#[test]
+fn the_policy_scanner_sees_groups_super_and_skips_tests() {
+    let text = "use crate::policy::{plan::Plan, escape};\nuse super::gpu::X;\n\
+                #[cfg(test)]\nmod tests {\n    use crate::policy::render;\n}\n";
+    let got = policy_imports(&without_tests(text), true);
+    let want: BTreeSet<String> = ["plan", "escape", "gpu"].map(String::from).into();
+    assert_eq!(got, want);
+    // The control: a cycle is found, and an upward import ranks above.
+    let g: BTreeMap<String, BTreeSet<String>> = [
+        ("plan".to_string(), ["gpu".to_string()].into()),
+        ("gpu".to_string(), ["plan".to_string()].into()),
+    ]
+    .into();
+    assert!(find_cycle(&g).is_some());
+    assert!(policy_rank("render") > policy_rank("mount"));
 }

@@ -12,7 +12,7 @@ use claudebox::{host, inside::confine, policy::network::INTERNAL_PROXY, proxy::n
 fn main() -> ExitCode {
     let args = host::args_os();
     match args.get(1) {
-        Some(a) if a == confine::INIT_FLAG => confine::main(&args[2..]),
+        Some(a) if a == claudebox::policy::confinement::INIT_FLAG => confine::main(&args[2..]),
         Some(a) if a == INTERNAL_PROXY => netbridge::main(&args[2..]),
         Some(a) if a == INTERNAL_CREDENTIALS_SYNC => claudebox::state::credsync::main(&args[2..]),
         _ => run::main(args),

@@ -76,7 +76,10 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
         Mode::Restore(id) => {
             let home = host::home_dir()?;
             let to = state::review::restore(&state::StateHome::from_env(&home), id)?;
-            eprintln!("claudebox: restored {}", render::Shown::shown(&to));
+            eprintln!(
+                "claudebox: restored {}",
+                crate::policy::escape::Shown::shown(&to)
+            );
             Ok(ExitCode::SUCCESS)
         }
         Mode::Launch { dry_run: true } => {
@@ -114,7 +117,7 @@ fn cross(way: state::crossing::Way, uuid: Option<&str>) -> anyhow::Result<ExitCo
     // Registered as a launch for the copy's length: --gc leaves the project alone, and
     // an import into a project never launched makes its state.
     let in_use = state::inuse::mark(&state_home, &st, &project.root)?;
-    let host_projects = state::claude_home::HostClaude::probe(&home)
+    let host_projects = crate::policy::claude_home::HostClaude::probe(&home)
         .dir
         .join("projects");
     let crossed =

@@ -12,8 +12,8 @@ use std::path::PathBuf;
 
 use clap::Parser;
 
-use crate::config::settings::CliRequest;
 use crate::policy::network::{ModeName, NetworkChoice};
+use crate::policy::settings::CliRequest;
 
 #[derive(Debug, Parser)]
 #[command(

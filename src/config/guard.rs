@@ -12,11 +12,11 @@ use std::path::{Component, Path, PathBuf};
 use anyhow::Result;
 
 use crate::config::Context;
-use crate::host::project::Project;
+use crate::policy::escape::Shown;
+use crate::policy::facts::Project;
 use crate::policy::protected::{
     SHARED_SYSTEM_DIRS, SOCKET_SCAN_DEPTH, SOCKET_SCAN_LIMIT, SOCKET_SCAN_SKIP, XDG_RUNTIME_DIR_WHY,
 };
-use crate::policy::render::Shown;
 use crate::policy::settings::{ExtraKind, ExtraMount};
 
 /// Places the sandbox can write (besides `rw` extras): a symlink there may have been
@@ -349,10 +349,13 @@ pub fn check_shared_dir(work_tree: &Path, yes: bool) -> Result<SharedDir> {
     // namespace (the host's) with the path it was bound at.
     for p in bound_unix_paths(&fs::read("/proc/net/unix").unwrap_or_default()) {
         use std::os::unix::fs::FileTypeExt;
-        if p.starts_with(work_tree)
-            && !out.sockets.contains(&p)
-            && fs::symlink_metadata(&p).is_ok_and(|m| m.file_type().is_socket())
-        {
+        // A path this process may not look at (a directory of no permissions above it)
+        // is still the kernel's word for a bound socket: kept, for reachable_inside.
+        let socket = match fs::symlink_metadata(&p) {
+            Ok(m) => m.file_type().is_socket(),
+            Err(e) => e.kind() == std::io::ErrorKind::PermissionDenied,
+        };
+        if p.starts_with(work_tree) && !out.sockets.contains(&p) && socket {
             out.sockets.push(p);
         }
     }
@@ -372,7 +375,72 @@ pub fn check_shared_dir(work_tree: &Path, yes: bool) -> Result<SharedDir> {
         .at(&out.sockets[0])
         .into());
     }
+    // A socket behind a directory the sandbox cannot search (another user's 0700 tmux
+    // directory in /tmp) cannot be reached from inside, nor covered: bwrap fails to make
+    // its mount point there ("Can't create file ...: Permission denied").
+    let who = Searcher::current();
+    out.sockets.retain(|p| reachable_inside(p, work_tree, &who));
     Ok(out)
+}
+
+/// Who the sandbox's processes are, for search permission on the host's directories.
+struct Searcher {
+    uid: u32,
+    gids: Vec<u32>,
+}
+
+impl Searcher {
+    fn current() -> Searcher {
+        let mut gids = vec![nix::unistd::getegid().as_raw()];
+        gids.extend(
+            nix::unistd::getgroups()
+                .unwrap_or_default()
+                .iter()
+                .map(|g| g.as_raw()),
+        );
+        Searcher {
+            uid: nix::unistd::geteuid().as_raw(),
+            gids,
+        }
+    }
+}
+
+/// Whether the sandbox can reach `socket` below `top` (the project, bound whole): every
+/// directory between them must be searchable by [`Searcher`] as bwrap's user namespace
+/// sees it: its own ids only mapped, so root's override of permissions holds only for
+/// directories owned by root (uid and gid 0), and another owner's are judged by their
+/// mode bits as for anyone. A directory that cannot be looked at counts as searchable
+/// (the socket is covered, as before).
+fn reachable_inside(socket: &Path, top: &Path, who: &Searcher) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Some(parent) = socket.parent() else {
+        return true;
+    };
+    let mut dir = parent;
+    while dir.starts_with(top) && dir != top {
+        if let Ok(m) = fs::symlink_metadata(dir) {
+            if !searchable(m.mode(), m.uid(), m.gid(), who) {
+                return false;
+            }
+        }
+        let Some(up) = dir.parent() else { break };
+        dir = up;
+    }
+    true
+}
+
+/// Search permission on a directory of `mode`, owned by `uid`:`gid`, for `who` inside
+/// the sandbox's user namespace (see [`reachable_inside`]). A directory of its own is
+/// searchable whatever its mode: the agent can chmod it.
+fn searchable(mode: u32, uid: u32, gid: u32, who: &Searcher) -> bool {
+    if uid == who.uid || (who.uid == 0 && gid == 0) {
+        return true;
+    }
+    if who.gids.contains(&gid) {
+        mode & 0o010 != 0
+    } else {
+        mode & 0o001 != 0
+    }
 }
 
 /// The absolute paths unix sockets are bound at, from `/proc/net/unix` (`Num RefCount
@@ -457,6 +525,32 @@ pub fn canonical_lossy(path: &Path) -> PathBuf {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_socket_behind_another_users_private_directory_is_not_reachable_inside() {
+        use super::{searchable, Searcher};
+        let user = Searcher {
+            uid: 1000,
+            gids: vec![1000, 27],
+        };
+        let root = Searcher {
+            uid: 0,
+            gids: vec![0],
+        };
+        // Another user's tmux directory (0700): neither the user nor root inside.
+        assert!(!searchable(0o40700, 1001, 1001, &user));
+        assert!(!searchable(0o40700, 1001, 1001, &root));
+        // Root's own directories: root's override holds (its ids are mapped).
+        assert!(searchable(0o40000, 0, 0, &root));
+        // By mode bits: owner, group (a supplementary one too), others.
+        // Its own directories, whatever their mode: the agent can chmod them.
+        assert!(searchable(0o40700, 1000, 5, &user));
+        assert!(searchable(0o40000, 1000, 1000, &user));
+        // Another's, by mode bits: group (a supplementary one too), others.
+        assert!(searchable(0o40710, 1001, 27, &user));
+        assert!(!searchable(0o40700, 1001, 27, &user));
+        assert!(searchable(0o41777, 1001, 1001, &user));
+    }
+
     use super::*;
 
     #[test]

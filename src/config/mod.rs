@@ -37,9 +37,9 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::host::project::Project;
-use crate::policy::network::ModeName as Network;
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
+use crate::policy::facts::Project;
+use crate::policy::network::ModeName;
 
 /// `$XDG_CONFIG_HOME/claudebox/config.toml`; `~/.config` when `XDG_CONFIG_HOME` is unset,
 /// empty or relative (the XDG spec says to ignore a relative value).
@@ -65,7 +65,7 @@ pub struct Section {
     pub env: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     pub pass_env: Vec<Spanned<String>>,
-    pub network: Option<Spanned<Network>>,
+    pub network: Option<Spanned<ModeName>>,
     /// Hosts reachable in allowlist mode (`*.example.com`, `HOST:PORT`); listing any
     /// without naming a mode means allowlist.
     #[serde(default)]
@@ -205,19 +205,19 @@ fn one_line(msg: &str) -> String {
         .join("; ")
 }
 
-impl<'de> Deserialize<'de> for Network {
-    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Network, D::Error> {
+impl<'de> Deserialize<'de> for ModeName {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ModeName, D::Error> {
         struct V;
         impl Visitor<'_> for V {
-            type Value = Network;
+            type Value = ModeName;
             fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
                 f.write_str(r#""open", "allowlist" or "none""#)
             }
-            fn visit_str<E: de::Error>(self, s: &str) -> Result<Network, E> {
+            fn visit_str<E: de::Error>(self, s: &str) -> Result<ModeName, E> {
                 match s {
-                    "open" => Ok(Network::Open),
-                    "allowlist" => Ok(Network::Allowlist),
-                    "none" => Ok(Network::None),
+                    "open" => Ok(ModeName::Open),
+                    "allowlist" => Ok(ModeName::Allowlist),
+                    "none" => Ok(ModeName::None),
                     _ => Err(E::invalid_value(de::Unexpected::Str(s), &self)),
                 }
             }

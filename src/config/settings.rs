@@ -19,16 +19,13 @@ use anyhow::{anyhow, Result};
 
 use crate::config::guard;
 use crate::config::{self, Section};
+use crate::policy::escape::Shown;
 use crate::policy::limits;
 use crate::policy::network::{self, NetworkChoice};
-use crate::policy::render::Shown;
 
-pub use crate::config::Context;
-/// Network mode names, as the config file and `--network` spell them.
-pub use crate::policy::network::ModeName as Network;
-pub use crate::policy::settings::{
-    ClaudeArgs, CliRequest, ExtraKind, ExtraMount, Origin, Settings, UserEnv,
-};
+use crate::config::Context;
+use crate::policy::origin::Origin;
+use crate::policy::settings::{ClaudeArgs, CliRequest, ExtraKind, ExtraMount, Settings, UserEnv};
 
 /// Where a request was written, for its error messages and its origin.
 #[derive(Clone)]

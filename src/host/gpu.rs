@@ -6,7 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 
-use crate::policy::gpu::{Entry, Found, GpuHost, Kind, Pattern, TABLE};
+use crate::policy::gpu::{Found, GpuHost, Kind, OnHost, Pattern, TABLE};
 
 /// Where the PCI devices are listed, each a link to its directory under `/sys/devices`.
 const PCI_DEVICES: &str = "/sys/bus/pci/devices";
@@ -52,7 +52,7 @@ pub fn probe_under(root: &Path) -> GpuHost {
                     found.push(Found {
                         row: i,
                         path: dir,
-                        entry: Entry::Present,
+                        entry: OnHost::Present,
                     });
                 }
             }
@@ -62,20 +62,20 @@ pub fn probe_under(root: &Path) -> GpuHost {
 }
 
 /// What `path` is, for a row of `kind`; `None` when it does not exist.
-fn entry(path: &Path, kind: Kind) -> Option<Entry> {
+fn entry(path: &Path, kind: Kind) -> Option<OnHost> {
     let meta = fs::symlink_metadata(path).ok()?;
     let t = meta.file_type();
     Some(if t.is_symlink() {
         match fs::read_link(path) {
-            Ok(target) => Entry::Symlink(target),
-            Err(_) => Entry::Unexpected("an unreadable symlink"),
+            Ok(target) => OnHost::Symlink(target),
+            Err(_) => OnHost::Unexpected("an unreadable symlink"),
         }
     } else {
         match kind {
-            Kind::Device if t.is_char_device() => Entry::Present,
-            Kind::Device => Entry::Unexpected("not a character device"),
-            Kind::DeviceDir | Kind::Sys | Kind::Driver if t.is_dir() => Entry::Present,
-            _ => Entry::Unexpected("not a directory"),
+            Kind::Device if t.is_char_device() => OnHost::Present,
+            Kind::Device => OnHost::Unexpected("not a character device"),
+            Kind::DeviceDir | Kind::Sys | Kind::Driver if t.is_dir() => OnHost::Present,
+            _ => OnHost::Unexpected("not a directory"),
         }
     })
 }
@@ -164,12 +164,12 @@ mod tests {
         symlink("/nix/store/abc-drivers", root.join("run/opengl-driver")).unwrap();
 
         let host = probe_under(&root);
-        let got: Vec<(String, Entry)> = host
+        let got: Vec<(String, OnHost)> = host
             .found
             .iter()
             .map(|f| (f.path.display().to_string(), f.entry.clone()))
             .collect();
-        let not_dev = Entry::Unexpected("not a character device");
+        let not_dev = OnHost::Unexpected("not a character device");
         assert_eq!(
             got,
             vec![
@@ -177,15 +177,15 @@ mod tests {
                 ("/dev/nvidia0".into(), not_dev.clone()),
                 ("/dev/nvidia12".into(), not_dev.clone()),
                 ("/dev/nvidia-uvm".into(), not_dev),
-                ("/dev/dri".into(), Entry::Present),
-                ("/sys/bus/pci/devices".into(), Entry::Present),
+                ("/dev/dri".into(), OnHost::Present),
+                ("/sys/bus/pci/devices".into(), OnHost::Present),
                 (
                     "/sys/devices/pci0000:00/0000:00:02.0".into(),
-                    Entry::Present
+                    OnHost::Present
                 ),
                 (
                     "/run/opengl-driver".into(),
-                    Entry::Symlink("/nix/store/abc-drivers".into())
+                    OnHost::Symlink("/nix/store/abc-drivers".into())
                 ),
             ]
         );
@@ -196,7 +196,7 @@ mod tests {
     fn a_real_character_device_is_present() {
         assert_eq!(
             entry(Path::new("/dev/null"), Kind::Device),
-            Some(Entry::Present)
+            Some(OnHost::Present)
         );
         assert_eq!(entry(Path::new("/nonexistent-gpu"), Kind::Device), None);
     }

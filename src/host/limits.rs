@@ -2,7 +2,7 @@
 //! host offers (the user's systemd manager, or a cgroup v2 directory the user may make a
 //! child of), making the sandbox's own cgroup and writing its limits, moving the launch
 //! into it right before bwrap starts, and after the sandbox ends reading which limit it
-//! hit and removing its cgroup (the supervising claudebox, after its wait: [`Entry::finish`]).
+//! hit and removing its cgroup (the supervising claudebox, after its wait: [`CgroupEntry::finish`]).
 //!
 //! Why a process moves itself rather than bwrap being started under a wrapper: the move
 //! is one write of `0` to `cgroup.procs` by the process that then execs bwrap, so it works
@@ -24,8 +24,8 @@ use anyhow::Result;
 use nix::libc;
 
 use crate::policy::error::Fixable;
+use crate::policy::escape::Shown;
 use crate::policy::limits::{self, Decided, Hits, Support};
-use crate::policy::render::Shown;
 
 /// The prefix of the cgroups claudebox makes (one per sandbox, named by its instance).
 const PREFIX: &str = "claudebox-";
@@ -242,30 +242,30 @@ fn remove_stale(parent: &Path) {
 }
 
 /// Before bwrap starts: makes the limits ready and returns `argv` with the systemd prefix
-/// where that is the mechanism, and the [`Entry`] bwrap's process enters the sandbox's
-/// cgroup with (between fork and exec), whose [`Entry::finish`] the supervising parent
+/// where that is the mechanism, and the [`CgroupEntry`] bwrap's process enters the sandbox's
+/// cgroup with (between fork and exec), whose [`CgroupEntry::finish`] the supervising parent
 /// calls after its wait.
 pub fn prepare(
     d: &Decided,
     instance_id: &str,
     argv: Vec<OsString>,
-) -> Result<(Vec<OsString>, Entry)> {
+) -> Result<(Vec<OsString>, CgroupEntry)> {
     let applied = apply(d, instance_id)?;
     let required = requested(d);
     let prefix = applied.prefix.clone();
     Ok((
         prefix.into_iter().chain(argv).collect(),
-        Entry { applied, required },
+        CgroupEntry { applied, required },
     ))
 }
 
 /// How bwrap's process enters the sandbox's cgroup, between fork and exec.
-pub struct Entry {
+pub struct CgroupEntry {
     applied: Applied,
     required: bool,
 }
 
-impl Entry {
+impl CgroupEntry {
     /// Moves the calling process (bwrap's, before its exec) into the sandbox's cgroup. A
     /// failure stops the launch when a limit was asked for; the default alone lets it go
     /// on without it (async-signal-safe: no message here).
@@ -281,7 +281,7 @@ impl Entry {
 fn requested(d: &Decided) -> bool {
     d.limits
         .iter()
-        .any(|a| a.origin != crate::policy::settings::Origin::Default)
+        .any(|a| a.origin != crate::policy::origin::Origin::Default)
 }
 
 /// Prints the default limit's warning once per user (a mark in claudebox's state).
@@ -324,7 +324,7 @@ impl Applied {
     }
 }
 
-impl Entry {
+impl CgroupEntry {
     /// After the sandbox ended (bwrap and its orphans reaped): waits for its cgroup to
     /// empty (its pid namespace goes with bwrap's end; at most 5 s), prints the line
     /// naming the limit it hit, if any, and removes the cgroup. Nothing where the limits

@@ -20,8 +20,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use crate::policy::error::Fixable;
-pub use crate::policy::facts::{ClaudeInstall, HostFacts, SystemEntry};
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
+use crate::policy::facts::{ClaudeInstall, HostFacts, SystemEntry};
 use anyhow::{bail, Context, Result};
 
 /// System paths bound read-only when they exist, in this order.
@@ -73,7 +73,7 @@ impl HostFacts {
 pub fn home_dir() -> Result<PathBuf> {
     if let Some(h) = std::env::var_os("HOME").filter(|h| !h.is_empty()) {
         let home = PathBuf::from(h);
-        let shown = crate::policy::render::shown(&home);
+        let shown = crate::policy::escape::shown(&home);
         if !home.is_absolute() {
             bail!(Fixable::new(
                 format!("HOME is a relative path ({shown})"),
@@ -102,7 +102,7 @@ pub fn home_dir() -> Result<PathBuf> {
         bail!(Fixable::new(
             format!(
                 "HOME is not set and the password database's home {} is not an existing directory",
-                crate::policy::render::shown(&user.dir)
+                crate::policy::escape::shown(&user.dir)
             ),
             "set HOME"
         )

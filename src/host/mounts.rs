@@ -85,7 +85,7 @@ pub fn why_unmounted(
     recorded: &Path,
     mounted: &[(PathBuf, String)],
 ) -> Option<String> {
-    let show = |p: &Path| crate::policy::render::shown(p);
+    let show = |p: &Path| crate::policy::escape::shown(p);
     if recorded == Path::new("/") || !root.starts_with(recorded) {
         return None;
     }
@@ -104,7 +104,7 @@ pub fn why_unknown_with(
     mounted: &[(PathBuf, String)],
     fstab: &[PathBuf],
 ) -> Option<String> {
-    let show = |p: &Path| crate::policy::render::shown(p);
+    let show = |p: &Path| crate::policy::escape::shown(p);
     // The nearest ancestor that exists.
     let existing = root
         .ancestors()

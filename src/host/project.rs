@@ -11,7 +11,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::policy::escape::Shown;
-pub use crate::policy::facts::{project_id, Project};
+use crate::policy::facts::Project;
 use anyhow::{Context, Result};
 
 /// Finds the project of `cwd` (which need not be canonical).
@@ -122,6 +122,7 @@ fn common_dir_of(git_dir: &Path) -> (PathBuf, CommonFrom) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::facts::project_id;
     use sha2::{Digest, Sha256};
 
     #[test]

@@ -38,8 +38,8 @@ use std::path::{Component, Path, PathBuf};
 
 use anyhow::Result;
 
-use crate::host::project::Project;
-pub use crate::policy::protected::{
+use crate::policy::facts::Project;
+use crate::policy::protected::{
     Guard, Protected, CLAUDE_DIR, LOCAL_SETTINGS, VENDOR_DIRS, WORK_TREE_ENTRIES,
 };
 
@@ -162,7 +162,7 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
             Some(f) => {
                 let look = format!(
                     "that path comes from {}: look there",
-                    crate::policy::render::shown(f)
+                    crate::policy::escape::shown(f)
                 );
                 // The fix grows by where to look; the message stays `{e}; {look}`.
                 let fixable = match e.downcast_ref::<crate::policy::error::Fixable>() {
@@ -233,7 +233,7 @@ fn planted_commondir(f: &Path) -> anyhow::Error {
         format!(
             "{} moves this repository's config and hooks elsewhere (git reads it in every \
              git dir; git itself writes one only in a linked worktree's, as \"../..\")",
-            crate::policy::render::shown(f)
+            crate::policy::escape::shown(f)
         ),
         "look at it and remove it, or launch with --writable-project-config to leave the \
          project's git metadata writable",
@@ -716,7 +716,7 @@ fn below_symlink(path: &Path) -> anyhow::Error {
         format!(
             "cannot protect {} from writes: it is or lies below a symlink, which a mount \
              cannot make read-only",
-            crate::policy::render::shown(path)
+            crate::policy::escape::shown(path)
         ),
         "replace the symlink with the real file or directory, or launch with \
          --writable-project-config to leave it writable",

@@ -30,15 +30,16 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Result};
 use nix::libc;
 
-use crate::policy::plan::{is_bind, MountKind, Plan};
+use crate::policy::mount::MountKind;
+use crate::policy::plan::{is_bind, Plan};
 use crate::policy::render::Bind;
 
 /// The opened sources of one plan, one entry per mount of the plan.
 pub struct Opened {
-    entries: Vec<Entry>,
+    entries: Vec<SourceEntry>,
 }
 
-enum Entry {
+enum SourceEntry {
     Other,
     Skip,
     /// The descriptor, and the path it reached when opened.
@@ -51,9 +52,9 @@ impl Opened {
         self.entries
             .iter()
             .map(|e| match e {
-                Entry::Other => Bind::Other,
-                Entry::Skip => Bind::Skip,
-                Entry::Fd(fd, _) => Bind::Fd(fd.as_raw_fd()),
+                SourceEntry::Other => Bind::Other,
+                SourceEntry::Skip => Bind::Skip,
+                SourceEntry::Fd(fd, _) => Bind::Fd(fd.as_raw_fd()),
             })
             .collect()
     }
@@ -63,7 +64,7 @@ impl Opened {
         self.entries
             .iter()
             .filter_map(|e| match e {
-                Entry::Fd(fd, _) => Some(fd.as_raw_fd()),
+                SourceEntry::Fd(fd, _) => Some(fd.as_raw_fd()),
                 _ => None,
             })
             .collect()
@@ -78,7 +79,7 @@ impl Opened {
         self.entries
             .iter()
             .filter_map(|e| match e {
-                Entry::Fd(fd, path) => {
+                SourceEntry::Fd(fd, path) => {
                     let held = nix::sys::stat::fstat(fd.as_raw_fd()).ok()?;
                     let now = std::fs::symlink_metadata(path).ok();
                     let same = now.is_some_and(|m| {
@@ -94,7 +95,7 @@ impl Opened {
     /// The source bound from descriptor `fd`.
     pub fn source_of(&self, fd: RawFd) -> Option<&Path> {
         self.entries.iter().find_map(|e| match e {
-            Entry::Fd(f, path) if f.as_raw_fd() == fd => Some(path.as_path()),
+            SourceEntry::Fd(f, path) if f.as_raw_fd() == fd => Some(path.as_path()),
             _ => None,
         })
     }
@@ -106,19 +107,19 @@ pub fn open(plan: &Plan, areas: &[PathBuf]) -> Result<Opened> {
     let mut entries = Vec::with_capacity(plan.mounts.len());
     for m in &plan.mounts {
         let (true, Some(src)) = (is_bind(&m.kind), &m.source) else {
-            entries.push(Entry::Other);
+            entries.push(SourceEntry::Other);
             continue;
         };
         match open_one(src, &m.kind, areas)? {
-            Some((fd, real)) => entries.push(Entry::Fd(fd, real)),
-            None => entries.push(Entry::Skip),
+            Some((fd, real)) => entries.push(SourceEntry::Fd(fd, real)),
+            None => entries.push(SourceEntry::Skip),
         }
     }
     Ok(Opened { entries })
 }
 
 fn show(p: &Path) -> String {
-    crate::policy::render::shown(p)
+    crate::policy::escape::shown(p)
 }
 
 /// `p` lies inside (or is) one of `areas`.

@@ -157,7 +157,7 @@ fn run(args: Args) -> Result<std::convert::Infallible> {
         )?;
     }
     let err = crate::host::exec::replace_with(cmd);
-    Err(err).with_context(|| format!("cannot run {}", crate::policy::render::shown(&cmd[0])))
+    Err(err).with_context(|| format!("cannot run {}", crate::policy::escape::shown(&cmd[0])))
 }
 
 /// Tells the launcher the sandbox is up ([`UP_MARKER`] on bwrap's stderr, its pipe), then
@@ -216,7 +216,7 @@ fn check_mounts(checks: &[(PathBuf, bool)]) -> Result<()> {
 }
 
 fn show(p: &Path) -> String {
-    crate::policy::render::shown(p)
+    crate::policy::escape::shown(p)
 }
 
 /// The id of the mount `path` is on (its last component not followed), and the path the
@@ -284,10 +284,7 @@ fn scope_abstract_unix() -> Result<()> {
     Ok(())
 }
 
-pub use crate::policy::confinement::{
-    seccomp_lines, ArgEq, Rule, EXPECT_RO, EXPECT_RW, FOREIGN_ABI, INIT_FLAG, LANDLOCK_SCOPE,
-    MATCH_ERRNO, SCOPE_FLAG, SECCOMP, SIGNALS_FLAG, STDERR_FD_FLAG, UP_MARKER,
-};
+use crate::policy::confinement::{Rule, MATCH_ERRNO, SECCOMP, UP_MARKER};
 
 /// The seccomp filter, compiled from [`SECCOMP`] for the running architecture.
 pub fn filter() -> Result<BpfProgram> {
@@ -347,6 +344,7 @@ pub fn filter() -> Result<BpfProgram> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::confinement::{seccomp_lines, INIT_FLAG};
 
     /// The step's argv as the one renderer makes it from an allowlist plan, parsed back by
     /// the step's clap parser: every planned check, scope, signal and listener arrives.
@@ -357,7 +355,7 @@ mod tests {
         let mut list = Allowlist::default();
         list.push(HostPattern::parse("api.anthropic.com").unwrap(), "test");
         list.push(HostPattern::parse("localhost:8080").unwrap(), "test");
-        let mut inp = crate::policy::plan::test_inputs();
+        let mut inp = crate::policy::plan::tests::test_inputs();
         inp.settings.network = NetworkMode::Allowlist(list);
         inp.command = crate::policy::plan::Command::Exec(vec!["sh".into(), "--x".into()]);
         let plan = crate::policy::plan::build(&inp);
@@ -396,7 +394,7 @@ mod tests {
         }
         // None mode with a forwarded port: its listeners and no proxy port.
         inp.settings.network = NetworkMode::None;
-        inp.settings.forward_ports = vec![crate::policy::network::Entry {
+        inp.settings.forward_ports = vec![crate::policy::network::HostEntry {
             pattern: crate::policy::forward::parse("[::1]:5432").unwrap(),
             source: "test".into(),
         }];
@@ -440,7 +438,7 @@ mod tests {
         allowlist.push(HostPattern::parse("localhost:8080").unwrap(), "test");
         let spec = ProxySpec {
             allowlist,
-            forward_ports: vec![crate::policy::network::Entry {
+            forward_ports: vec![crate::policy::network::HostEntry {
                 pattern: crate::policy::forward::parse("5432").unwrap(),
                 source: "test".into(),
             }],

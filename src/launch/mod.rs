@@ -10,17 +10,20 @@ use anyhow::{bail, Context, Result};
 use crate::cli::Cli;
 use crate::config;
 use crate::config::guard;
-use crate::config::settings::{self, ExtraKind};
+use crate::config::settings;
+use crate::host;
 use crate::host::project;
 use crate::host::protect;
 use crate::host::sources;
-use crate::host::{self, HostFacts};
 use crate::policy::agent::AgentId;
+use crate::policy::claude_home::HostClaude;
+use crate::policy::escape::Shown;
+use crate::policy::facts::HostFacts;
 use crate::policy::plan::{self, Command, Inputs, Plan};
 use crate::policy::render;
-use crate::policy::render::Shown;
+use crate::policy::settings::ExtraKind;
 use crate::proxy::netbridge;
-use crate::state::claude_home::{self, HostClaude};
+use crate::state::claude_home;
 use crate::state::codex_home;
 use crate::state::inuse;
 use crate::state::review;
@@ -59,7 +62,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     let settings = settings::resolve(
         config::load(&config_file)?.as_ref(),
         &cli.request(),
-        &settings::Context {
+        &crate::config::Context {
             home: &home,
             cwd: &cwd,
             project: &project,
@@ -86,7 +89,13 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         );
     }
     let session = match &cli.session {
-        Some(name) => Some(sessions::prepare(&state, name, &project.cwd, &cli.args)?),
+        Some(name) => Some(sessions::prepare(
+            &state,
+            name,
+            &project.cwd,
+            &cli.args,
+            agent,
+        )?),
         None => None,
     };
     if let (Command::Claude(args), AgentId::Claude) = (&command, agent) {
@@ -135,8 +144,8 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     };
     let claude_home = HostClaude::probe(&home);
     let codex_home = match agent {
-        AgentId::Codex => crate::state::codex_home::HostCodex::probe(&home),
-        AgentId::Claude => crate::state::codex_home::HostCodex {
+        AgentId::Codex => crate::policy::codex_home::HostCodex::probe(&home),
+        AgentId::Claude => crate::policy::codex_home::HostCodex {
             dir: home.join(".codex"),
             entries: Vec::new(),
         },
@@ -171,7 +180,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
                 bail!(
                     "--login-broker ({at}) serves api.anthropic.com only, and ANTHROPIC_BASE_URL \
                      points claude at {}; unset it, or use --no-login-broker",
-                    crate::policy::render::shown(url)
+                    crate::policy::escape::shown(url)
                 );
             }
             if claude_home.credentials.is_none() && !api_key {
@@ -339,7 +348,7 @@ fn exec_registered(
     let setup = inuse::setup_lock(&inp.state)?;
     // The empty file stands in for hidden files and for setup files the user has none of.
     state::ensure_empty_file(&inp.state)?;
-    let overlays = claude_home::overlays(
+    let overlays = crate::policy::claude_home::overlays(
         &inp.home,
         &inp.claude_home,
         &inp.state,
@@ -348,23 +357,25 @@ fn exec_registered(
     claude_home::prepare_mount_points(&inp.home, &inp.claude_home, &inp.state, &overlays)?;
     claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
     if inp.agent == AgentId::Codex {
-        let overlays = codex_home::overlays(&inp.home, &inp.codex_home, &inp.state);
+        let overlays = crate::policy::codex_home::overlays(&inp.home, &inp.codex_home, &inp.state);
         codex_home::prepare(&inp.home, &inp.codex_home, &inp.state, &overlays)?;
     }
     if inp.protect_project_metadata {
         if let Some(p) = inp
             .protected
             .iter()
-            .find(|p| p.guard == protect::Guard::LocalSettings)
+            .find(|p| p.guard == crate::policy::protected::Guard::LocalSettings)
         {
             state::refresh_local_settings(&inp.state, &p.path)?;
         }
     }
     // A named session is decided again under its own lock; replan if that changed it.
     let mut replanned = None;
+    let mut replanned_session = None;
     let session = match &inp.session {
         Some(s) => {
             let claimed = sessions::claim(&inp.state, s, &inp.project.cwd, &inp.instance_id)?;
+            replanned_session = Some(claimed.launch.clone());
             if claimed.launch != *s {
                 replanned = Some(plan::build(&Inputs {
                     session: Some(claimed.launch.clone()),
@@ -525,8 +536,21 @@ fn exec_registered(
                 "claudebox: the worktree {} made inside lived in the sandbox's scratch home and \
                  is gone; its entry stays in git (`git worktree prune` removes it): make \
                  worktrees inside the project",
-                crate::policy::render::shown(&lost)
+                crate::policy::escape::shown(&lost)
             );
+        }
+    }
+    // A Codex session's new thread: its id is Codex's, learnt now (the name's lock is
+    // still held).
+    if let (Some(launch), Some(_), AgentId::Codex) = (
+        replanned_session.as_ref().or(inp.session.as_ref()),
+        &session,
+        inp.agent,
+    ) {
+        match sessions::learn_codex_thread(&inp.state, launch, started, &inp.project.cwd) {
+            Ok(Some(line)) => eprintln!("claudebox: {line}"),
+            Ok(None) => {}
+            Err(e) => eprintln!("claudebox: session `{}`: {e:#}", launch.name),
         }
     }
     if let Some(line) = resume_line(inp, started) {
@@ -680,6 +704,7 @@ fn local_marketplaces(
     claude_dir: &Path,
     visible: &[std::path::PathBuf],
 ) -> Vec<std::path::PathBuf> {
+    // Renamed: `claude_home` in this module is `state::claude_home`.
     use crate::policy::claude_home as ch;
     let known = std::fs::read(claude_dir.join(ch::KNOWN_MARKETPLACES)).unwrap_or_default();
     let visible: Vec<&Path> = visible.iter().map(|v| v.as_path()).collect();
@@ -690,7 +715,7 @@ fn local_marketplaces(
             eprintln!(
                 "claudebox: plugins: the local marketplace {} is missing on the host; its \
                  plugins will not load inside",
-                crate::policy::render::shown(&dir)
+                crate::policy::escape::shown(&dir)
             );
             continue;
         };
@@ -701,8 +726,8 @@ fn local_marketplaces(
             ch::Marketplace::Refused(why) => eprintln!(
                 "claudebox: plugins: the local marketplace {} is not bound ({why}): its \
                  plugins will not load inside; `--ro {}` brings it in",
-                crate::policy::render::shown(&dir),
-                crate::policy::render::shown(&dir)
+                crate::policy::escape::shown(&dir),
+                crate::policy::escape::shown(&dir)
             ),
         }
     }

@@ -15,8 +15,7 @@ use anyhow::{Context, Result};
 
 use crate::host;
 use crate::host::apparmor::{label_of_bwrap, restrict_sysctl};
-pub use crate::policy::apparmor::Label;
-use crate::policy::apparmor::{profile_for, INSTALL_PATH, NAME, ONE_STEP};
+use crate::policy::apparmor::{profile_for, Label, INSTALL_PATH, NAME, ONE_STEP};
 use crate::policy::escape::Shown;
 
 /// `--apparmor-profile`: the shipped profile attached to the bwrap claudebox uses, on

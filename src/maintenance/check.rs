@@ -19,9 +19,10 @@ use std::os::unix::process::CommandExt;
 
 use anyhow::{Context, Result};
 
-use crate::host::project::{project_id, Project};
-use crate::host::{self, ClaudeInstall, HostFacts};
+use crate::host;
 use crate::maintenance::diagnose::{self, Facts};
+use crate::policy::facts::{project_id, Project};
+use crate::policy::facts::{ClaudeInstall, HostFacts};
 use crate::policy::plan::{self, Command, Inputs, NAMESPACE_FLAGS};
 use crate::policy::{error, render};
 use crate::state::inventory::show;
@@ -242,8 +243,8 @@ fn settings_here(
     let state = state_home.project(&project.id());
     crate::config::settings::resolve(
         file,
-        &crate::config::settings::CliRequest::default(),
-        &crate::config::settings::Context {
+        &crate::policy::settings::CliRequest::default(),
+        &crate::config::Context {
             home,
             cwd: &cwd,
             project: &project,
@@ -259,7 +260,7 @@ fn settings_here(
 /// project): which of the GPU device nodes this host has. No row without the opt-in.
 fn gpu_row(home: &Path, cli_gpu: bool) -> Option<Row> {
     let origin = if cli_gpu {
-        crate::policy::settings::Origin::CommandLine
+        crate::policy::origin::Origin::CommandLine
     } else {
         let config_file = crate::config::location(home);
         let file = crate::config::load(&config_file).ok()?;
@@ -301,7 +302,7 @@ fn gpu_row(home: &Path, cli_gpu: bool) -> Option<Row> {
 /// the opener its master.
 fn gpu_in_sandbox(
     host: &crate::policy::gpu::GpuHost,
-    origin: &crate::policy::settings::Origin,
+    origin: &crate::policy::origin::Origin,
 ) -> Result<Vec<String>> {
     let mut probe = Probe::create(&host::find_bwrap()?, None)?;
     probe.inputs.settings.gpu = Some(origin.clone());

@@ -2,7 +2,7 @@
 //! container's settings, turned into the cause and the fix for it. The classifier is pure
 //! ([`classify`]); [`Facts::probe`] reads the settings.
 
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use std::fs;
 use std::path::{Path, PathBuf};
 

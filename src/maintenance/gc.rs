@@ -29,7 +29,7 @@ use crate::config;
 use crate::host;
 use crate::state::beneath::{self, Dir};
 use crate::state::inuse::{self, GcLock};
-use crate::state::inventory::{self, show, Detail, Entry, Exists, Root, TRASH_PREFIX};
+use crate::state::inventory::{self, show, Detail, Exists, ProjectEntry, Root, TRASH_PREFIX};
 use crate::state::{self, StateHome};
 
 /// How long a root must have been seen missing (and the project unused) by default.
@@ -112,7 +112,7 @@ pub enum Verdict {
 }
 
 /// The decision for one project (`--gc` acts on it, `--list` shows it).
-pub fn verdict(e: &Entry, margin: Duration, now: SystemTime) -> Verdict {
+pub fn verdict(e: &ProjectEntry, margin: Duration, now: SystemTime) -> Verdict {
     let root = match &e.root {
         Root::Problem(p) => return Verdict::Kept(format!("{p}; remove it by hand if unused")),
         Root::Recorded {
@@ -245,8 +245,9 @@ pub fn run(dry_run: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
         let outcome = match v {
             Verdict::Live => {
                 if e.missing_since.is_some() && !dry_run {
-                    let _ = Dir::open(&e.dir)
-                        .and_then(|d| d.remove_file(Path::new(state::MISSING_FILE)));
+                    let _ = Dir::open(&e.dir).and_then(|d| {
+                        d.remove_file(Path::new(crate::policy::layout::MISSING_FILE))
+                    });
                 }
                 Ok(Outcome::Live)
             }
@@ -319,7 +320,7 @@ pub fn run(dry_run: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
 fn mark_missing(dir: &Path, now: SystemTime) -> Result<()> {
     let secs = now.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     state::write_atomic(
-        &dir.join(state::MISSING_FILE),
+        &dir.join(crate::policy::layout::MISSING_FILE),
         format!("{secs}\n").as_bytes(),
         0o600,
     )
@@ -335,7 +336,11 @@ pub fn leftovers(dir: &Path, now: SystemTime) -> Vec<PathBuf> {
     let Ok(top) = Dir::open(dir) else {
         return out;
     };
-    for sub in [".", state::SESSIONS_DIR, state::CLAUDE_CONFIG_DIR] {
+    for sub in [
+        ".",
+        crate::policy::layout::SESSIONS_DIR,
+        crate::policy::layout::CLAUDE_CONFIG_DIR,
+    ] {
         let Ok(names) = top.entries(Path::new(sub)) else {
             continue;
         };
@@ -354,7 +359,7 @@ pub fn leftovers(dir: &Path, now: SystemTime) -> Vec<PathBuf> {
     out
 }
 
-fn collect(e: &Entry, dry_run: bool, why: String) -> Result<Outcome> {
+fn collect(e: &ProjectEntry, dry_run: bool, why: String) -> Result<Outcome> {
     let Root::Recorded { path: root, .. } = &e.root else {
         return Ok(Outcome::Kept("changed while --gc ran; run it again".into()));
     };

@@ -14,7 +14,7 @@ use serde::Serialize;
 
 use crate::host;
 use crate::maintenance::gc::{self, Verdict};
-use crate::state::inventory::{self, show, Detail, Entry, Exists, Root};
+use crate::state::inventory::{self, show, Detail, Exists, ProjectEntry, Root};
 use crate::state::StateHome;
 
 #[derive(Serialize)]
@@ -61,7 +61,7 @@ struct LastConversation {
 }
 
 /// The newest conversation the inventory's walk found, as `--list` shows it.
-fn last_conversation(e: &Entry) -> Option<LastConversation> {
+fn last_conversation(e: &ProjectEntry) -> Option<LastConversation> {
     let (t, uuid) = e.last_conversation.as_ref()?;
     let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs());
     Some(LastConversation {
@@ -127,7 +127,7 @@ pub fn write_stdout(bytes: &[u8]) -> Result<()> {
     }
 }
 
-fn row(e: &Entry, v: Verdict) -> Row<'_> {
+fn row(e: &ProjectEntry, v: Verdict) -> Row<'_> {
     let (root, root_bytes_hex, root_exists, problem) = match &e.root {
         Root::Recorded { path, exists } => {
             let bytes = path.as_os_str().as_bytes();
@@ -191,7 +191,12 @@ fn row(e: &Entry, v: Verdict) -> Row<'_> {
     }
 }
 
-fn table(entries: &[Entry], margin: std::time::Duration, now: SystemTime, sizes: bool) -> String {
+fn table(
+    entries: &[ProjectEntry],
+    margin: std::time::Duration,
+    now: SystemTime,
+    sizes: bool,
+) -> String {
     // The SIZE column only with --sizes.
     let size = |v: String| {
         if sizes {

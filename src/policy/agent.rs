@@ -112,7 +112,7 @@ pub const AGENTS: &[Agent] = &[
         conversations: "a thread id codex chooses (exec --json prints thread.started); \
                         resumed with `codex resume ID` from any directory",
         hosts: CODEX_HOSTS,
-        named_sessions: false,
+        named_sessions: true,
         notes: &[
             "agent codex (experimental): ~/.codex is this project's own CODEX_HOME (sessions, \
              the SQLite databases, history, shell snapshots); your config.toml, AGENTS.md, \

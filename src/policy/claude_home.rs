@@ -32,15 +32,15 @@ pub enum Kind {
     Dir,
 }
 
-pub struct Entry {
+pub struct ClaudeEntry {
     pub name: &'static str,
     pub kind: Kind,
     pub class: Class,
     pub why: &'static str,
 }
 
-const fn row(name: &'static str, kind: Kind, class: Class, why: &'static str) -> Entry {
-    Entry {
+const fn row(name: &'static str, kind: Kind, class: Class, why: &'static str) -> ClaudeEntry {
+    ClaudeEntry {
         name,
         kind,
         class,
@@ -53,7 +53,7 @@ use Kind::*;
 
 /// Every entry of `~/.claude` claudebox knows. A new Claude Code directory is one line.
 #[rustfmt::skip]
-pub const TABLE: &[Entry] = &[
+pub const TABLE: &[ClaudeEntry] = &[
     // The setup: what claude reads and runs without asking.
     row("settings.json", File, Setup, "user settings: hooks, statusLine, apiKeyHelper, permissions, env (hot-reloaded)"),
     row("settings.local.json", File, Setup, "user settings, local layer: same powers as settings.json"),
@@ -234,7 +234,7 @@ pub fn is_data(name: &OsStr) -> bool {
             .any(|e| b.len() > e.len() && b.ends_with(e.as_bytes()))
 }
 
-pub fn entry(name: &OsStr) -> Option<&'static Entry> {
+pub fn entry(name: &OsStr) -> Option<&'static ClaudeEntry> {
     TABLE.iter().find(|e| OsStr::new(e.name) == name)
 }
 

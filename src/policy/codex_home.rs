@@ -17,18 +17,18 @@
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
-pub use crate::policy::claude_home::{Class, Kind, Overlay};
+use crate::policy::claude_home::{Class, Kind, Overlay};
 use crate::policy::layout::ProjectState;
 
-pub struct Entry {
+pub struct CodexEntry {
     pub name: &'static str,
     pub kind: Kind,
     pub class: Class,
     pub why: &'static str,
 }
 
-const fn row(name: &'static str, kind: Kind, class: Class, why: &'static str) -> Entry {
-    Entry {
+const fn row(name: &'static str, kind: Kind, class: Class, why: &'static str) -> CodexEntry {
+    CodexEntry {
         name,
         kind,
         class,
@@ -42,7 +42,7 @@ use Kind::*;
 /// Every entry of `~/.codex` claudebox knows. An entry of the real directory that no row
 /// names is not shown (the project's directory is the base: what Codex writes is its own).
 #[rustfmt::skip]
-pub const TABLE: &[Entry] = &[
+pub const TABLE: &[CodexEntry] = &[
     // The setup: what Codex reads and runs without asking.
     row("config.toml", File, Setup, "user config: model providers, MCP servers, sandbox and approval settings, notify commands"),
     row("AGENTS.md", File, Setup, "user instructions: part of every prompt"),
@@ -96,7 +96,7 @@ fn placeholder(name: &str) -> bool {
     )
 }
 
-pub fn entry(name: &str) -> Option<&'static Entry> {
+pub fn entry(name: &str) -> Option<&'static CodexEntry> {
     TABLE.iter().find(|e| e.name == name)
 }
 

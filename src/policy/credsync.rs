@@ -9,7 +9,8 @@
 //! copies the newer content across; [`decide`] says which way, from the two contents and
 //! the content both last agreed on.
 
-use crate::policy::plan::{MountKind, Plan};
+use crate::policy::mount::MountKind;
+use crate::policy::plan::Plan;
 
 /// The largest credentials file copied either way (claude's is a few hundred bytes).
 pub const MAX_SIZE: u64 = 64 * 1024;

@@ -1,9 +1,11 @@
 //! The one escaper for what claudebox prints: paths and values that come from the host,
 //! the project or the agent (a directory name can hold a terminal escape sequence). Used by
-//! the `--dry-run` tables and by every message. No dependencies, so that the benchmark can
-//! include the modules that use it.
+//! the `--dry-run` tables and by every message; and the shell-quoted command line.
 
+use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
+
+use shell_quote::Sh;
 
 /// One table cell, or one value in a message: tabs, newlines, control characters
 /// (ESC and the rest of C0 and C1, so no terminal escape sequence), Unicode direction
@@ -53,4 +55,25 @@ impl<T: AsRef<std::ffi::OsStr> + ?Sized> Shown for T {
     fn shown(&self) -> String {
         shown(self)
     }
+}
+
+/// The argv as one line of `sh` input that performs the same launch.
+pub fn shell_line(argv: &[OsString]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for (i, arg) in argv.iter().enumerate() {
+        if i > 0 {
+            out.push(b' ');
+        }
+        let bytes = arg.as_bytes();
+        if !bytes.is_empty() && bytes.iter().all(|b| is_plain(*b)) {
+            out.extend_from_slice(bytes);
+        } else {
+            Sh::quote_into_vec(arg.as_os_str(), &mut out);
+        }
+    }
+    out
+}
+
+fn is_plain(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b)
 }

@@ -21,8 +21,8 @@ use anyhow::{anyhow, bail, Result};
 
 use crate::policy::error::Fixable;
 use crate::policy::network::{
-    self, add_forward, entry_forwards, Allowlist, Entry, ForwardKind, HostMatch, HostPattern,
-    LoopbackForward, ModeName, NetworkChoice, NetworkMode, MAX_FORWARDS,
+    self, add_forward, entry_forwards, Allowlist, ForwardKind, HostEntry, HostMatch, HostPattern,
+    LoopbackForward, ModeName, NetworkChoice, NetworkMode, ProxySpec, MAX_FORWARDS,
 };
 
 /// The flag, as error messages and sources name it.
@@ -55,8 +55,8 @@ pub fn parse(s: &str) -> Result<HostPattern> {
 /// The forwarded ports of every layer, in order, each with where it came from: a layer
 /// that also names `open` is refused, a port given twice in one layer is refused, a
 /// repeat from a later layer is dropped.
-pub fn resolve(layers: &[NetworkChoice]) -> Result<Vec<Entry>> {
-    let mut out: Vec<Entry> = Vec::new();
+pub fn resolve(layers: &[NetworkChoice]) -> Result<Vec<HostEntry>> {
+    let mut out: Vec<HostEntry> = Vec::new();
     for l in layers {
         if let (Some(ModeName::Open), Some((raw, _))) = (l.mode, l.forward_ports.first()) {
             bail!(Fixable::new(
@@ -71,7 +71,7 @@ pub fn resolve(layers: &[NetworkChoice]) -> Result<Vec<Entry>> {
         for (raw, source) in &l.forward_ports {
             let named = network::named(source, "forward_ports", FLAG, raw);
             let pattern = parse(raw).map_err(|e| anyhow!("{named}: {e}"))?;
-            let entry = Entry {
+            let entry = HostEntry {
                 pattern,
                 source: source.clone(),
             };
@@ -92,10 +92,22 @@ pub fn resolve(layers: &[NetworkChoice]) -> Result<Vec<Entry>> {
     Ok(out)
 }
 
+/// Here rather than beside `ProxySpec` (in `network`), so that `network`, below, does not
+/// import `forward`, which is made of its types.
+impl ProxySpec {
+    /// Every loopback forward: the allowlist's, then the forwarded host ports.
+    pub fn forwards(&self) -> Result<Vec<LoopbackForward>> {
+        all(
+            self.http_proxy.then_some(&self.allowlist),
+            &self.forward_ports,
+        )
+    }
+}
+
 /// Every loopback forward of a launch: the allowlist's (when the HTTP proxy runs, in
 /// allowlist mode), then the forwarded host ports; the first one wins an address. Refuses
 /// the proxy's own port when the proxy listens, and more than [`MAX_FORWARDS`].
-pub fn all(allowlist: Option<&Allowlist>, ports: &[Entry]) -> Result<Vec<LoopbackForward>> {
+pub fn all(allowlist: Option<&Allowlist>, ports: &[HostEntry]) -> Result<Vec<LoopbackForward>> {
     let mut out = match allowlist {
         Some(list) => network::loopback_forwards(list)?,
         None => Vec::new(),
@@ -119,7 +131,7 @@ pub fn all(allowlist: Option<&Allowlist>, ports: &[Entry]) -> Result<Vec<Loopbac
 }
 
 /// The forwards in force for `mode`: none in open mode (the ports are the host's anyway).
-pub fn in_mode(mode: &NetworkMode, ports: &[Entry]) -> Result<Vec<LoopbackForward>> {
+pub fn in_mode(mode: &NetworkMode, ports: &[HostEntry]) -> Result<Vec<LoopbackForward>> {
     match mode {
         NetworkMode::Open => Ok(Vec::new()),
         NetworkMode::None => all(None, ports),
@@ -128,7 +140,7 @@ pub fn in_mode(mode: &NetworkMode, ports: &[Entry]) -> Result<Vec<LoopbackForwar
 }
 
 /// The network line of `--dry-run` and `--check`: the mode, then the forwarded ports.
-pub fn describe(mode: &NetworkMode, ports: &[Entry]) -> String {
+pub fn describe(mode: &NetworkMode, ports: &[HostEntry]) -> String {
     let mut d = network::describe(mode);
     if ports.is_empty() {
         return d;
@@ -271,10 +283,10 @@ mod tests {
         assert!(resolve(&[layer(None, &["127.0.0.1:5432", "[::1]:5432"], "x")]).is_ok());
     }
 
-    fn entries(ports: &[&str]) -> Vec<Entry> {
+    fn entries(ports: &[&str]) -> Vec<HostEntry> {
         ports
             .iter()
-            .map(|p| Entry {
+            .map(|p| HostEntry {
                 pattern: parse(p).unwrap(),
                 source: "t".into(),
             })

@@ -25,8 +25,8 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::policy::plan::{Mount, MountKind};
-use crate::policy::settings::Origin;
+use crate::policy::mount::{Mount, MountKind};
+use crate::policy::origin::Origin;
 
 /// What a row binds, and how.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -233,7 +233,7 @@ pub const PROMPT_NOTE: &str = " The host's GPUs are available (their device node
 
 /// What a path of the table turned out to be on the host.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Entry {
+pub enum OnHost {
     /// What the row expects: a character device, a directory.
     Present,
     /// A symlink (a `Driver` row: NixOS's `/run/opengl-driver` leads into `/nix/store`).
@@ -248,7 +248,7 @@ pub struct Found {
     /// Index in [`TABLE`].
     pub row: usize,
     pub path: PathBuf,
-    pub entry: Entry,
+    pub entry: OnHost,
 }
 
 /// What `host::gpu::probe` found of [`TABLE`] on this host (the paths that exist).
@@ -262,7 +262,7 @@ impl GpuHost {
     pub fn devices(&self) -> Vec<&Path> {
         self.found
             .iter()
-            .filter(|f| f.entry == Entry::Present)
+            .filter(|f| f.entry == OnHost::Present)
             .filter(|f| matches!(TABLE[f.row].kind, Device | DeviceDir))
             .map(|f| f.path.as_path())
             .collect()
@@ -286,23 +286,23 @@ pub fn plan(host: &GpuHost, origin: &Origin) -> (Vec<Mount>, Vec<String>) {
         }
         for f in found {
             let (kind, source) = match (&f.entry, r.kind) {
-                (Entry::Unexpected(what), _) => {
+                (OnHost::Unexpected(what), _) => {
                     skipped.push(format!(
                         "{} ({what})",
-                        crate::policy::render::shown(&f.path)
+                        crate::policy::escape::shown(&f.path)
                     ));
                     continue;
                 }
-                (Entry::Symlink(target), Driver) => (MountKind::Symlink, target.clone()),
-                (Entry::Symlink(_), _) => {
+                (OnHost::Symlink(target), Driver) => (MountKind::Symlink, target.clone()),
+                (OnHost::Symlink(_), _) => {
                     skipped.push(format!(
                         "{} (a symlink)",
-                        crate::policy::render::shown(&f.path)
+                        crate::policy::escape::shown(&f.path)
                     ));
                     continue;
                 }
-                (Entry::Present, Device | DeviceDir) => (MountKind::DevBind, f.path.clone()),
-                (Entry::Present, Sys | Driver) => (MountKind::RoTry, f.path.clone()),
+                (OnHost::Present, Device | DeviceDir) => (MountKind::DevBind, f.path.clone()),
+                (OnHost::Present, Sys | Driver) => (MountKind::RoTry, f.path.clone()),
             };
             mounts.push(Mount {
                 kind,
@@ -337,7 +337,7 @@ pub fn plan(host: &GpuHost, origin: &Origin) -> (Vec<Mount>, Vec<String>) {
 mod tests {
     use super::*;
 
-    fn found(path: &str, entry: Entry) -> Found {
+    fn found(path: &str, entry: OnHost) -> Found {
         let row = TABLE
             .iter()
             .position(|r| match r.pattern {
@@ -380,16 +380,16 @@ mod tests {
     fn found_rows_become_mounts_of_their_kind_and_the_rest_are_skipped() {
         let host = GpuHost {
             found: vec![
-                found("/dev/nvidiactl", Entry::Present),
-                found("/dev/nvidia0", Entry::Present),
-                found("/dev/nvidia1", Entry::Present),
-                found("/dev/dri", Entry::Present),
-                found("/dev/kfd", Entry::Unexpected("not a character device")),
-                found("/sys/class/drm", Entry::Present),
-                found("/sys/devices/pci0000:00/0000:00:02.0", Entry::Present),
+                found("/dev/nvidiactl", OnHost::Present),
+                found("/dev/nvidia0", OnHost::Present),
+                found("/dev/nvidia1", OnHost::Present),
+                found("/dev/dri", OnHost::Present),
+                found("/dev/kfd", OnHost::Unexpected("not a character device")),
+                found("/sys/class/drm", OnHost::Present),
+                found("/sys/devices/pci0000:00/0000:00:02.0", OnHost::Present),
                 found(
                     "/run/opengl-driver",
-                    Entry::Symlink("/nix/store/x-graphics-drivers".into()),
+                    OnHost::Symlink("/nix/store/x-graphics-drivers".into()),
                 ),
             ],
         };
@@ -447,7 +447,7 @@ mod tests {
     #[test]
     fn no_device_node_is_said_and_sys_alone_is_still_bound() {
         let host = GpuHost {
-            found: vec![found("/sys/dev/char", Entry::Present)],
+            found: vec![found("/sys/dev/char", OnHost::Present)],
         };
         let (mounts, notes) = plan(&host, &Origin::Default);
         assert_eq!(mounts.len(), 1);
@@ -463,7 +463,7 @@ mod tests {
     #[test]
     fn a_symlink_is_bound_only_where_the_row_allows_it() {
         let host = GpuHost {
-            found: vec![found("/dev/nvidiactl", Entry::Symlink("/tmp/x".into()))],
+            found: vec![found("/dev/nvidiactl", OnHost::Symlink("/tmp/x".into()))],
         };
         let (mounts, notes) = plan(&host, &Origin::Default);
         assert!(mounts.is_empty());
@@ -493,16 +493,17 @@ mod tests {
 
     mod in_the_plan {
         use super::*;
-        use crate::policy::plan::{build, test_inputs, Inputs};
+        use crate::policy::plan::tests::test_inputs;
+        use crate::policy::plan::{build, Inputs};
         use crate::policy::render::{self, Bind, Runtime, Sources};
         use crate::policy::settings::Settings;
 
         fn host() -> GpuHost {
             GpuHost {
                 found: vec![
-                    found("/dev/nvidia0", Entry::Present),
-                    found("/dev/dri", Entry::Present),
-                    found("/sys/dev/char", Entry::Present),
+                    found("/dev/nvidia0", OnHost::Present),
+                    found("/dev/dri", OnHost::Present),
+                    found("/sys/dev/char", OnHost::Present),
                 ],
             }
         }
@@ -531,7 +532,7 @@ mod tests {
             assert!(!plan.notes.iter().any(|n| n.contains("gpu")));
             let note = crate::policy::plan::sandbox_note(&with(None));
             assert!(!note.to_string_lossy().contains("GPU"));
-            let argv = render::shell_line(&render::argv(&plan));
+            let argv = crate::policy::escape::shell_line(&render::argv(&plan));
             let argv = String::from_utf8(argv).unwrap();
             assert!(
                 !argv.contains("--dev-bind") && !argv.contains("/sys"),
@@ -575,7 +576,8 @@ mod tests {
             assert!(text.contains("gpu: skipped: /dev/nvidiactl (not on this host)"));
             let note = crate::policy::plan::sandbox_note(&with(Some(Origin::CommandLine)));
             assert!(note.to_string_lossy().contains(PROMPT_NOTE));
-            let line = String::from_utf8(render::shell_line(&render::argv(&plan))).unwrap();
+            let line =
+                String::from_utf8(crate::policy::escape::shell_line(&render::argv(&plan))).unwrap();
             assert!(
                 line.contains(
                     "--dev /dev --proc /proc --tmpfs /tmp --dev-bind-try /dev/nvidia0 /dev/nvidia0 \

@@ -9,7 +9,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::policy::error::Fixable;
-use crate::policy::settings::Origin;
+use crate::policy::origin::Origin;
 
 /// The default process limit (tasks: the kernel's pids controller counts threads too).
 /// Measured (README, "Limits"): Claude Code 2.1.197 and 2.1.330 in `-p` with a Bash tool
@@ -310,7 +310,7 @@ impl Support {
                 controllers,
             } => format!(
                 "a delegated cgroup v2 subtree at {}, controllers: {}",
-                crate::policy::render::Shown::shown(parent.as_path()),
+                crate::policy::escape::Shown::shown(parent.as_path()),
                 controllers.join(" ")
             ),
             Support::None(why) => why.clone(),

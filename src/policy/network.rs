@@ -145,7 +145,7 @@ pub struct ProxySpec {
     /// Allowlist mode: the hosts the HTTP proxy lets through; empty in none mode.
     pub allowlist: Allowlist,
     /// The forwarded host ports (`--forward-port`, `forward_ports`).
-    pub forward_ports: Vec<Entry>,
+    pub forward_ports: Vec<HostEntry>,
     /// Allowlist mode: the HTTP proxy on 127.0.0.1:3128 inside. Off in none mode, where the
     /// process serves only the forwarded ports.
     pub http_proxy: bool,
@@ -174,24 +174,14 @@ pub struct BrokerSpec {
 /// The launcher's variable holding an API key the broker lends.
 pub const API_KEY_ENV: &str = "ANTHROPIC_API_KEY";
 
-impl ProxySpec {
-    /// Every loopback forward: the allowlist's, then the forwarded host ports.
-    pub fn forwards(&self) -> Result<Vec<LoopbackForward>> {
-        crate::policy::forward::all(
-            self.http_proxy.then_some(&self.allowlist),
-            &self.forward_ports,
-        )
-    }
-}
-
 /// The hosts the proxy lets through.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Allowlist {
-    pub entries: Vec<Entry>,
+    pub entries: Vec<HostEntry>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Entry {
+pub struct HostEntry {
     pub pattern: HostPattern,
     /// Where it came from: "default", "--allow-host", a config file.
     pub source: String,
@@ -210,7 +200,7 @@ impl Allowlist {
 
     pub fn push(&mut self, pattern: HostPattern, source: &str) {
         if !self.entries.iter().any(|e| e.pattern == pattern) {
-            self.entries.push(Entry {
+            self.entries.push(HostEntry {
                 pattern,
                 source: source.to_string(),
             });
@@ -219,7 +209,7 @@ impl Allowlist {
 
     /// The first entry that admits `host` (already normalized by [`normalize_host`]) on
     /// `port`, or `None` when the host is denied.
-    pub fn find(&self, host: &str, port: u16) -> Option<&Entry> {
+    pub fn find(&self, host: &str, port: u16) -> Option<&HostEntry> {
         self.entries.iter().find(|e| e.pattern.matches(host, port))
     }
 }
@@ -490,7 +480,7 @@ pub fn is_loopback_host_port(pattern: &HostPattern) -> bool {
 
 /// The forwards of one exact loopback `host:port` entry (`localhost` as both 127.0.0.1 and
 /// ::1); none for any other entry.
-pub fn entry_forwards(e: &Entry, kind: ForwardKind) -> Vec<LoopbackForward> {
+pub fn entry_forwards(e: &HostEntry, kind: ForwardKind) -> Vec<LoopbackForward> {
     let (HostMatch::Exact(host), Some(port)) = (&e.pattern.host, e.pattern.port) else {
         return Vec::new();
     };

@@ -6,13 +6,12 @@ mod summary;
 use std::ffi::OsString;
 use std::os::unix::ffi::OsStrExt;
 
-use shell_quote::Sh;
+use crate::policy::escape::{escape_bytes, shell_line, shown};
 
-pub use crate::policy::escape::{escape_bytes, shown, Shown};
-
-use crate::policy::confinement as confine;
+use crate::policy::confinement;
+use crate::policy::mount::MountKind;
 use crate::policy::network::{self, ProxySpec};
-use crate::policy::plan::{EnvOp, MountKind, Plan};
+use crate::policy::plan::{EnvOp, Plan};
 
 /// How one plan mount's source reaches bwrap at the launch (see `sources`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -171,45 +170,45 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
     a.push("--".into());
     if let Some(c) = &plan.confine {
         a.push(c.exe.clone().into_os_string());
-        a.push(confine::INIT_FLAG.into());
+        a.push(confinement::INIT_FLAG.into());
         if let Some(fd) = rt.stderr_fd {
-            a.push(confine::STDERR_FD_FLAG.into());
+            a.push(confinement::STDERR_FD_FLAG.into());
             a.push(fd.to_string().into());
         }
         if c.scope_abstract_unix {
-            a.push(confine::SCOPE_FLAG.into());
+            a.push(confinement::SCOPE_FLAG.into());
         }
         if c.default_signals && !rt.signals_ignored_on_entry {
-            a.push(confine::SIGNALS_FLAG.into());
+            a.push(confinement::SIGNALS_FLAG.into());
         }
         for check in &c.mount_checks {
             a.push(
                 if check.read_only {
-                    confine::EXPECT_RO
+                    confinement::EXPECT_RO
                 } else {
-                    confine::EXPECT_RW
+                    confinement::EXPECT_RW
                 }
                 .into(),
             );
             a.push(check.path.clone().into_os_string());
         }
         if let Some(l) = &c.listen {
-            a.push(confine::PROXY_FD_FLAG.into());
+            a.push(confinement::PROXY_FD_FLAG.into());
             a.push(rt.proxy_fd.to_string().into());
             if let Some(port) = l.port {
-                a.push(confine::PROXY_PORT_FLAG.into());
+                a.push(confinement::PROXY_PORT_FLAG.into());
                 a.push(port.to_string().into());
             }
             if let Some(dir) = &l.broker_dir {
-                a.push(confine::BROKER_DIR_FLAG.into());
+                a.push(confinement::BROKER_DIR_FLAG.into());
                 a.push(dir.clone().into_os_string());
             }
             for f in &l.forwards {
                 a.push(
                     if f.optional {
-                        confine::FORWARD_OPTIONAL_FLAG
+                        confinement::FORWARD_OPTIONAL_FLAG
                     } else {
-                        confine::FORWARD_FLAG
+                        confinement::FORWARD_FLAG
                     }
                     .into(),
                 );
@@ -261,27 +260,6 @@ pub fn proxy_argv(spec: &ProxySpec, fd: i32) -> Vec<OsString> {
         a.push(e.pattern.to_string().into());
     }
     a
-}
-
-/// The argv as one line of `sh` input that performs the same launch.
-pub fn shell_line(argv: &[OsString]) -> Vec<u8> {
-    let mut out = Vec::new();
-    for (i, arg) in argv.iter().enumerate() {
-        if i > 0 {
-            out.push(b' ');
-        }
-        let bytes = arg.as_bytes();
-        if !bytes.is_empty() && bytes.iter().all(|b| is_plain(*b)) {
-            out.extend_from_slice(bytes);
-        } else {
-            Sh::quote_into_vec(arg.as_os_str(), &mut out);
-        }
-    }
-    out
-}
-
-fn is_plain(b: u8) -> bool {
-    b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b)
 }
 
 /// The mount table, one row per mount in the order bwrap applies them.

@@ -2,32 +2,10 @@
 //! `config::settings` and read by the plan.
 
 use std::ffi::OsString;
-use std::fmt;
 use std::path::PathBuf;
 
 use crate::policy::network::{NetworkChoice, NetworkMode};
-
-/// Where a mount or setting came from, shown by `--dry-run`.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub enum Origin {
-    /// claudebox's own default.
-    #[default]
-    Default,
-    /// The config file, at this line.
-    ConfigFile { path: PathBuf, line: usize },
-    /// claudebox's command line.
-    CommandLine,
-}
-
-impl fmt::Display for Origin {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Origin::Default => f.write_str("default"),
-            Origin::ConfigFile { path, line } => write!(f, "config {}:{line}", path.display()),
-            Origin::CommandLine => f.write_str("command line"),
-        }
-    }
-}
+use crate::policy::origin::Origin;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ExtraKind {
@@ -79,7 +57,7 @@ pub struct Settings {
     pub network_origin: Origin,
     /// Forwarded host ports (`--forward-port`, `forward_ports`), every layer's, each with
     /// where it came from (see `policy::forward`).
-    pub forward_ports: Vec<crate::policy::network::Entry>,
+    pub forward_ports: Vec<crate::policy::network::HostEntry>,
     pub claude_args: Vec<ClaudeArgs>,
     /// Opt-in: forward the host's ssh agent, and where that was asked for.
     pub ssh_agent: Option<Origin>,

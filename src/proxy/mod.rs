@@ -819,8 +819,8 @@ impl Config {
     fn record_denied(&self, method: &str, host: &str, port: u16) {
         // What the agent sent, escaped before it reaches the log or the terminal.
         let (method, host) = (
-            crate::policy::render::shown(method),
-            crate::policy::render::shown(host),
+            crate::policy::escape::shown(method),
+            crate::policy::escape::shown(host),
         );
         let key = format!("{method} {host}:{port}");
         let now = Instant::now();

@@ -28,12 +28,8 @@ use nix::sys::socket::{
     recvmsg, socketpair, AddressFamily, ControlMessageOwned, MsgFlags, SockFlag, SockType,
 };
 
-pub use crate::policy::network::INTERNAL_PROXY;
 use crate::policy::network::{self, Allowlist, HostPattern, ProxySpec, PROXY_PORT, SANDBOX_NET_FD};
 use crate::proxy;
-
-/// At most this many loopback forwards (descriptors in one message).
-pub use crate::policy::network::MAX_FORWARDS;
 
 /// Starts the proxy and leaves the sandbox's end of the bridge on [`SANDBOX_NET_FD`],
 /// inheritable; returns that descriptor (a runtime input of the renderer). Call right
@@ -151,7 +147,7 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     }
     let mut forward_ports = Vec::new();
     for p in &args.forward_port {
-        forward_ports.push(network::Entry {
+        forward_ports.push(network::HostEntry {
             pattern: crate::policy::forward::parse(p)?,
             source: "launcher".into(),
         });
@@ -282,7 +278,7 @@ fn note_error(log: &std::path::Path, msg: &str) {
 fn receive_listeners(ctl: &OwnedFd) -> Result<Vec<TcpListener>> {
     let mut byte = [0u8; 1];
     let mut iov = [std::io::IoSliceMut::new(&mut byte)];
-    let mut space = nix::cmsg_space!([RawFd; MAX_FORWARDS + 1]);
+    let mut space = nix::cmsg_space!([RawFd; network::MAX_FORWARDS + 1]);
     let msg = recvmsg::<()>(
         ctl.as_raw_fd(),
         &mut iov,

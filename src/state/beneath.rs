@@ -27,6 +27,8 @@ use std::time::{Duration, SystemTime};
 use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, CWD};
 use rustix::io::Errno;
 
+// Re-exported: `stat` and `kind` return rustix's types, named here so that callers need
+// no `rustix` import of their own.
 pub use rustix::fs::{FileType, Stat};
 
 #[cfg(test)]

@@ -27,9 +27,7 @@ use anyhow::{Context, Result};
 
 use crate::state::{self, beneath, ProjectState};
 
-pub use crate::policy::claude_home::{
-    class_of, entry, overlays, Class, Entry, HostClaude, Kind, Overlay, TABLE, WITHIN,
-};
+use crate::policy::claude_home::{HostClaude, Overlay, WITHIN};
 
 impl HostClaude {
     /// Reads the real config dir's entry names (one `readdir`).
@@ -197,6 +195,7 @@ fn open_root(p: &Path) -> Result<beneath::Dir> {
 }
 
 mod claude_json;
+// `claude_json` is a private file of this module: its one entry point is named here.
 pub use claude_json::sync_config;
 #[cfg(test)]
 use claude_json::{filter_for_project, held_by_a_dead_launch, is_this_project, merge, ConfigLock};

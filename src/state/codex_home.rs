@@ -15,7 +15,8 @@ use anyhow::{Context, Result};
 
 use crate::state::{self, beneath, ProjectState};
 
-pub use crate::policy::codex_home::{overlays, HostCodex, Overlay, LOGIN_FILE, TABLE};
+use crate::policy::claude_home::Overlay;
+use crate::policy::codex_home::{HostCodex, LOGIN_FILE};
 
 impl HostCodex {
     /// Reads the real Codex directory's entry names (one `readdir`).
@@ -149,4 +150,109 @@ fn ensure(
 
 fn open_root(p: &Path) -> Result<beneath::Dir> {
     beneath::Dir::open(p).with_context(|| format!("cannot open {}", p.display()))
+}
+
+/// Codex's threads in the project's own `~/.codex`: the ids of its rollout files,
+/// `sessions/YYYY/MM/DD/rollout-<time>-<id>.jsonl` and `archived_sessions/rollout-*.jsonl`
+/// (regular files only; every lookup beneath the directory's descriptor, as a sandbox
+/// writes there).
+pub fn threads(st: &ProjectState) -> Vec<String> {
+    let mut out: Vec<String> = rollouts(st).into_iter().map(|(id, _)| id).collect();
+    out.sort();
+    out.dedup();
+    out
+}
+
+/// Every rollout file: its thread id and its path relative to the project's `~/.codex`.
+fn rollouts(st: &ProjectState) -> Vec<(String, PathBuf)> {
+    let Ok(dir) = beneath::Dir::open(&st.codex_home()) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let subdirs = |rel: &Path| -> Vec<PathBuf> {
+        dir.entries(rel)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(n, _)| {
+                n.len() <= 4
+                    && n.to_str()
+                        .is_some_and(|s| s.bytes().all(|c| c.is_ascii_digit()))
+            })
+            .map(|(n, _)| rel.join(n))
+            .filter(|p| dir.is_dir(p))
+            .collect()
+    };
+    let mut leaves = vec![PathBuf::from("archived_sessions")];
+    for y in subdirs(Path::new("sessions")) {
+        for m in subdirs(&y) {
+            leaves.extend(subdirs(&m));
+        }
+    }
+    for leaf in leaves {
+        for (name, _) in dir.entries(&leaf).unwrap_or_default() {
+            if let Some(id) = rollout_id(&name) {
+                let rel = leaf.join(&name);
+                if dir.is_file(&rel) {
+                    out.push((id, rel));
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The directory a thread was started in: `payload.cwd` of its rollout's first line (the
+/// `session_meta` record), read beneath the project's `~/.codex`. `None` when unreadable.
+pub fn thread_cwd(st: &ProjectState, id: &str) -> Option<PathBuf> {
+    use std::io::{BufRead, BufReader, Read};
+    let dir = beneath::Dir::open(&st.codex_home()).ok()?;
+    let (_, rel) = rollouts(st).into_iter().find(|(i, _)| i == id)?;
+    let f = dir.open_read(&rel).ok()?;
+    let mut line = Vec::new();
+    // The first line holds Codex's instructions too: a few hundred KiB at most.
+    BufReader::new(f.take(4 << 20))
+        .read_until(b'\n', &mut line)
+        .ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&line).ok()?;
+    v["payload"]["cwd"].as_str().map(PathBuf::from)
+}
+
+/// The thread id in a rollout file's name, `rollout-<time>-<uuid>.jsonl`.
+pub fn rollout_id(name: &std::ffi::OsStr) -> Option<String> {
+    let s = name.to_str()?;
+    let stem = s.strip_prefix("rollout-")?.strip_suffix(".jsonl")?;
+    let id = stem.get(stem.len().checked_sub(36)?..)?;
+    crate::state::sessions::is_uuid(id).then(|| id.to_ascii_lowercase())
+}
+
+/// When a thread was made, from its id: Codex's ids are UUID v7, whose first 48 bits are
+/// the Unix time in milliseconds. `None` for another kind of UUID.
+pub fn thread_time(id: &str) -> Option<std::time::SystemTime> {
+    if id.len() != 36 || id.as_bytes()[14] != b'7' {
+        return None;
+    }
+    let hex: String = id[..13].chars().filter(|c| *c != '-').collect();
+    let ms = u64::from_str_radix(&hex, 16).ok()?;
+    Some(std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms))
+}
+
+#[cfg(test)]
+mod thread_tests {
+    use super::*;
+
+    #[test]
+    fn ids_and_times_come_from_rollout_names() {
+        let n = "rollout-2026-11-28T03-20-01-019ac8d1-2f3a-7b4c-9d5e-0123456789ab.jsonl";
+        let id = rollout_id(std::ffi::OsStr::new(n)).unwrap();
+        assert_eq!(id, "019ac8d1-2f3a-7b4c-9d5e-0123456789ab");
+        let t = thread_time(&id).unwrap();
+        let ms = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+        assert_eq!(ms, 0x019ac8d12f3a);
+        assert!(rollout_id(std::ffi::OsStr::new("rollout-x.jsonl")).is_none());
+        assert!(rollout_id(std::ffi::OsStr::new(
+            "x-019ac8d1-2f3a-7b4c-9d5e-0123456789ab.jsonl"
+        ))
+        .is_none());
+        assert!(thread_time("019ac8d1-2f3a-4b4c-9d5e-0123456789ab").is_none());
+    }
 }

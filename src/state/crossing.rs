@@ -23,7 +23,7 @@ use std::time::SystemTime;
 use anyhow::{bail, Context, Result};
 
 use crate::policy::error::Fixable;
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use crate::state::beneath::{self, Dir, FileType};
 use crate::state::sessions::is_uuid;
 use crate::state::transcripts::dir_name;

@@ -28,7 +28,7 @@ use nix::errno::Errno;
 use nix::fcntl::{Flock, FlockArg};
 
 use crate::host::holders::{self, Holder};
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use crate::state::{self, ProjectState, StateHome};
 
 pub const RUNNING_DIR: &str = "running";

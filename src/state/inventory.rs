@@ -16,8 +16,8 @@ use std::time::SystemTime;
 
 use anyhow::{bail, Context, Result};
 
-use crate::host::project::project_id;
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
+use crate::policy::facts::project_id;
 use crate::state::inuse;
 use crate::state::{self, StateHome};
 
@@ -46,7 +46,7 @@ pub enum Exists {
 
 /// One project's state directory.
 #[derive(Debug, Clone)]
-pub struct Entry {
+pub struct ProjectEntry {
     pub id: String,
     pub dir: PathBuf,
     pub root: Root,
@@ -85,7 +85,7 @@ pub struct Skipped {
 
 #[derive(Debug, Default)]
 pub struct Inventory {
-    pub entries: Vec<Entry>,
+    pub entries: Vec<ProjectEntry>,
     pub skipped: Vec<Skipped>,
     /// Directories left by an interrupted `--gc`.
     pub trash: Vec<PathBuf>,
@@ -166,7 +166,7 @@ fn project_name(name: &OsStr) -> Option<String> {
 }
 
 /// Reads the entries on a few threads: the work is independent syscalls per directory.
-fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<Entry> {
+fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<ProjectEntry> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     if threads < 2 || found.len() < 64 {
         return found
@@ -197,9 +197,9 @@ fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<Entry> {
     out
 }
 
-pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> Entry {
+pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> ProjectEntry {
     let root = read_root(&id, &dir);
-    let mut e = Entry {
+    let mut e = ProjectEntry {
         id,
         root,
         size: None,
@@ -336,7 +336,7 @@ fn read_missing_since(dir: &Path) -> Option<SystemTime> {
 
 /// A path for a one-line message: tabs, newlines and non-UTF-8 bytes escaped.
 pub fn show(path: &Path) -> String {
-    crate::policy::render::shown(path)
+    crate::policy::escape::shown(path)
 }
 
 /// Whether a path exists, without following a final symlink.

@@ -49,13 +49,12 @@ use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::policy::error::Fixable;
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use anyhow::{bail, Context, Result};
 
-pub use crate::policy::layout::{
-    ProjectState, CLAUDE_CONFIG_DIR, CLAUDE_JSON_BASE, CONVERSATIONS_DIR, DENIED_LOG, EMPTY_FILE,
-    HISTORY_FILE, LOCAL_SETTINGS_FILE, LOCK_FILE, LOGIN_DIR, MISSING_FILE, NEW_PREFIX, ROOT_FILE,
-    ROOT_MOUNT_FILE, SESSIONS_DIR,
+use crate::policy::layout::{
+    ProjectState, CLAUDE_CONFIG_DIR, CLAUDE_JSON_BASE, CONVERSATIONS_DIR, LOCK_FILE, MISSING_FILE,
+    NEW_PREFIX, ROOT_FILE, ROOT_MOUNT_FILE,
 };
 
 /// The paths of one state directory.

@@ -14,7 +14,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::SystemTime;
 
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use crate::state::beneath::{self, Dir, FileType};
 use anyhow::{Context, Result};
 use nix::errno::Errno;

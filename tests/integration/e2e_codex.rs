@@ -226,7 +226,7 @@ fn the_agent_is_chosen_by_flag_or_config_and_shown() {
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("unknown agent"), "{}", stderr(&o));
     fs::remove_file(xdg.join("claudebox/config.toml")).unwrap();
-    // --session is refused with Codex, in one line, before anything is made.
+    // --session with --exec is refused, in one line, before anything is made (as with claude).
     let o = w
         .cmd(&p)
         .args(["--agent", "codex", "--session", "x", "--exec", "true"])
@@ -255,4 +255,229 @@ fn the_agent_is_chosen_by_flag_or_config_and_shown() {
     assert_eq!(rows[0]["agents"], serde_json::json!(["codex"]), "{rows}");
     let table = ok(&w.cmd(&p).arg("--list").output().unwrap());
     assert!(table.contains("agents\tcodex"), "{table}");
+}
+
+/// `--session NAME` with Codex (issue 25, item 3): the first run's thread (Codex chooses its
+/// id) is learnt after the run and recorded; the same name from a linked worktree resumes
+/// it (the API sees the earlier exchange), another name gets its own thread. Control:
+/// without the record, Codex's own `resume --last` from the worktree starts fresh (it picks
+/// by exact cwd).
+#[test]
+fn codex_named_sessions_resume_their_own_thread_from_a_worktree() {
+    let _heavy = heavy();
+    for c in codex_versions() {
+        let w = World::new_in(Path::new("/var/tmp"));
+        symlink(&c.bin, w.bin().join("codex")).unwrap();
+        let p = w.dir("proj");
+        init_repo(&p);
+        let wt = w.root().join("wt");
+        git(&p, &["worktree", "add", "-q", wt.to_str().unwrap()]);
+        let mock = MockApi::start_openai(&serde_json::json!([
+            "ANSWER-ONE-1111",
+            "ANSWER-CONTROL-4444",
+            "ANSWER-TWO-2222",
+            "ANSWER-OTHER-3333"
+        ]));
+        let host_codex = w.home().join(".codex");
+        fs::create_dir_all(&host_codex).unwrap();
+        fs::write(host_codex.join("config.toml"), codex_config(mock.port())).unwrap();
+        let run = |dir: &Path, pre: &[&str], prompt: &str| {
+            let o = w
+                .cmd(dir)
+                .env(OPENAI_KEY_VAR, OPENAI_KEY)
+                .args(["--agent", "codex"])
+                .args(pre)
+                .arg(prompt)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success(),
+                "[{}] {}{}{}",
+                c.label,
+                stdout(&o),
+                stderr(&o),
+                mock.stderr()
+            );
+            (stdout(&o), stderr(&o))
+        };
+        let thread_of = |out: &str| -> String {
+            out.lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .find(|v| v["type"] == "thread.started")
+                .and_then(|v| v["thread_id"].as_str().map(String::from))
+                .unwrap_or_else(|| panic!("[{}] no thread.started: {out}", c.label))
+        };
+        let exec = ["exec", "--json", "--skip-git-repo-check"];
+        let named = |n: &'static str| -> Vec<&'static str> {
+            let mut v = vec!["--session", n];
+            v.extend(exec);
+            v
+        };
+        // 1. A new name: Codex makes a thread, claudebox records its id.
+        let (out, err) = run(&p, &named("alpha"), "PROMPT-ONE-5555");
+        let first = thread_of(&out);
+        assert!(
+            err.contains(&format!("session `alpha` is Codex thread {first}")),
+            "[{}] {err}",
+            c.label
+        );
+        let list = ok(&w.cmd(&p).args(["--list", "--json"]).output().unwrap());
+        assert!(list.contains(&first), "[{}] {list}", c.label);
+        // Control: without the record, Codex's own `resume --last` from the worktree does
+        // not find alpha's thread (made in the main checkout): a new thread, no earlier
+        // exchange.
+        let (out, _) = run(
+            &wt,
+            &[
+                "exec",
+                "--json",
+                "--skip-git-repo-check",
+                "resume",
+                "--last",
+            ],
+            "PROMPT-CONTROL-8888",
+        );
+        assert_ne!(thread_of(&out), first, "[{}] {out}", c.label);
+        let control = mock.conversation(1)[0]["body"].to_string();
+        assert!(
+            control.contains("PROMPT-CONTROL-8888") && !control.contains("PROMPT-ONE-5555"),
+            "[{}] {control}",
+            c.label
+        );
+        // 2. The same name from the linked worktree resumes it: same thread, and the API
+        // is sent the earlier exchange.
+        let dry = w
+            .cmd(&wt)
+            .args(["--agent", "codex", "--dry-run"])
+            .args(named("alpha"))
+            .arg("x")
+            .output()
+            .unwrap();
+        assert!(
+            stderr(&dry).contains(&format!("would resume {first}"))
+                && stdout(&dry).contains(&format!("exec resume {first} --json")),
+            "[{}] {}{}",
+            c.label,
+            stdout(&dry),
+            stderr(&dry)
+        );
+        let (out, _) = run(&wt, &named("alpha"), "PROMPT-TWO-6666");
+        assert_eq!(thread_of(&out), first, "[{}] {out}", c.label);
+        assert!(out.contains("ANSWER-TWO-2222"), "[{}] {out}", c.label);
+        let conv = mock.conversation(0);
+        let second = conv[2]["body"].to_string();
+        assert!(
+            second.contains("PROMPT-ONE-5555")
+                && second.contains("ANSWER-ONE-1111")
+                && second.contains("PROMPT-TWO-6666"),
+            "[{}] the resumed thread lost the earlier exchange: {second}",
+            c.label
+        );
+        // 3. Another name: its own thread, nothing of alpha's.
+        let (out, err) = run(&wt, &named("beta"), "PROMPT-OTHER-7777");
+        let other = thread_of(&out);
+        assert_ne!(other, first, "[{}]", c.label);
+        assert!(
+            err.contains(&format!("session `beta` is Codex thread {other}")),
+            "[{}] {err}",
+            c.label
+        );
+        let third = mock.conversation(3)[0]["body"].to_string();
+        assert!(
+            third.contains("PROMPT-OTHER-7777") && !third.contains("PROMPT-ONE-5555"),
+            "[{}] {third}",
+            c.label
+        );
+        // 4. Two new names at once, one from each checkout: each records its own thread
+        // (both threads are new when either run ends; the rollout's cwd tells them apart).
+        let spawn = |dir: &Path, name: &str, prompt: &str| {
+            w.cmd(dir)
+                .env(OPENAI_KEY_VAR, OPENAI_KEY)
+                .args(["--agent", "codex", "--session", name])
+                .args(exec)
+                .arg(prompt)
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        };
+        let (g, d) = (
+            spawn(&p, "gamma", "PROMPT-G"),
+            spawn(&wt, "delta", "PROMPT-D"),
+        );
+        let (g, d) = (g.wait_with_output().unwrap(), d.wait_with_output().unwrap());
+        for (name, o) in [("gamma", &g), ("delta", &d)] {
+            assert!(o.status.success(), "[{}] {name}: {}", c.label, stderr(o));
+            let id = thread_of(&stdout(o));
+            assert!(
+                stderr(o).contains(&format!("session `{name}` is Codex thread {id}")),
+                "[{}] {name} recorded another thread than its own {id}: {}",
+                c.label,
+                stderr(o)
+            );
+        }
+        // 5. The thread gone (its rollout deleted): a new one under the same name, the lost
+        // one kept in the record's `replaced`.
+        let state = w.state().join("projects");
+        for f in files_containing(&state, "PROMPT-OTHER-7777") {
+            if f.to_string_lossy().contains("/sessions/") && f.to_string_lossy().contains(&other) {
+                fs::remove_file(f).unwrap();
+            }
+        }
+        let (out, err) = run(&p, &named("beta"), "PROMPT-AGAIN-9999");
+        let again = thread_of(&out);
+        assert_ne!(again, other, "[{}]", c.label);
+        assert!(
+            err.contains(&format!("its thread {other} is no longer"))
+                && err.contains(&format!("session `beta` is Codex thread {again}")),
+            "[{}] {err}",
+            c.label
+        );
+        let record = files_containing(&state, &again)
+            .into_iter()
+            .find(|f| f.ends_with("sessions/beta.json"))
+            .unwrap();
+        let record: serde_json::Value =
+            serde_json::from_str(&fs::read_to_string(record).unwrap()).unwrap();
+        assert_eq!(
+            record["replaced"],
+            serde_json::json!([other]),
+            "[{}]",
+            c.label
+        );
+        assert_eq!(record["agent"], "codex", "[{}]", c.label);
+        // A Claude launch with a Codex session's name is refused in one line.
+        let o = w
+            .cmd(&p)
+            .args(["--session", "alpha", "--dry-run"])
+            .output()
+            .unwrap();
+        assert!(
+            !o.status.success() && stderr(&o).contains("is a conversation of codex"),
+            "[{}] {}",
+            c.label,
+            stderr(&o)
+        );
+        // Codex's own thread pickers are refused with --session, in one line.
+        for bad in [
+            &["resume", "--last"][..],
+            &["exec", "resume", "--last"],
+            &["--last"],
+        ] {
+            let o = w
+                .cmd(&p)
+                .args(["--agent", "codex", "--session", "alpha", "--dry-run"])
+                .args(bad)
+                .output()
+                .unwrap();
+            assert!(
+                !o.status.success() && stderr(&o).lines().count() == 1,
+                "[{}] {bad:?}: {}",
+                c.label,
+                stderr(&o)
+            );
+        }
+    }
 }

@@ -12,6 +12,7 @@ mod apparmor;
 mod check;
 mod claude_json_concurrency;
 mod claude_settings;
+mod codex_concurrency;
 mod config;
 mod conversations;
 mod credsync;

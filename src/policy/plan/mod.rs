@@ -2,34 +2,41 @@
 //! mounts, environment changes and the command to run. Nothing here touches the disk.
 //!
 //! Mount order (bwrap applies mounts in argv order, and a later mount over the same or a
-//! parent path wins, so a child placed before its parent would be shadowed):
+//! parent path wins, so a child placed before its parent would be shadowed); `build` calls
+//! one function per step, named here:
 //!
-//! 1. the system, read-only (`/usr`, `/etc`, `/bin`, `/lib*`, `/opt`, `/nix/store`, ...),
-//!    with merged-usr symlinks recreated as symlinks;
-//! 2. `/dev`, a new `/proc`, a fresh `/tmp`; with `--gpu`, the GPUs' device nodes over
-//!    that `/dev` and the parts of `/sys` their drivers read (see `gpu`);
-//! 3. an empty writable tmpfs over `$HOME` (its canonical path; `$HOME`'s own name, when
-//!    it goes through a symlink, as a symlink to it: see `host::home`);
-//! 4. the project's work tree read-write at its real path, then its git dirs that lie
-//!    outside it, then over them (parents first) the code-bearing paths made read-only
-//!    (`.git/hooks`, `.git/config`, ..., see `protect`) unless the user opted out;
-//! 5. the `claude` installation and claudebox itself (it runs first inside, to apply the
-//!    seccomp filter and the Landlock scope), read-only; git's configuration, read-only;
-//!    with `--ssh-agent`, the agent's socket;
-//! 6. `~/.claude` (see `claude_home`): the project's own directory in claudebox's state,
-//!    read-write, then over it the project's conversations and history, the user's setup
-//!    from the real `~/.claude` read-only (read-write with `--writable-claude-setup`),
-//!    empty read-only stand-ins for setup the user has none of, the login's credentials
-//!    file, a tmpfs per launch-private entry, and the claude installation again when it
-//!    lies under `~/.claude`;
-//! 7. `~/.claude.json`, a symlink to the project's copy in `~/.claude` (with the home as
-//!    the project, `--yes`: that copy bound over the real file when there is one, else
-//!    nothing, since a mount point would be left in the real home);
+//! 1. `system`: the system, read-only (`/usr`, `/etc`, `/bin`, `/lib*`, `/opt`,
+//!    `/nix/store`, ...), with merged-usr symlinks recreated as symlinks;
+//! 2. `dev_proc_tmp`: `/dev`, a new `/proc`, a fresh `/tmp`; with `--gpu`, the GPUs'
+//!    device nodes over that `/dev` and the parts of `/sys` their drivers read (see `gpu`);
+//! 3. `home`: an empty writable tmpfs over `$HOME` (its canonical path; `$HOME`'s own
+//!    name, when it goes through a symlink, as a symlink to it: see `host::home`);
+//! 4. `project`: the project's work tree read-write at its real path, then its git dirs
+//!    that lie outside it, then over them (parents first) the code-bearing paths made
+//!    read-only (`.git/hooks`, `.git/config`, ..., see `protect`) unless the user opted out;
+//! 5. `installation`: the agent's installation (`claude`, or `codex` with `--agent
+//!    codex`) and claudebox itself (it runs first inside, to apply the seccomp filter and
+//!    the Landlock scope), read-only; git's configuration, read-only; with `--ssh-agent`,
+//!    the agent's socket;
+//! 6. `agent_home`: `~/.claude` (see `claude_home`; `~/.codex` with `--agent codex`, see
+//!    `codex_home`): the project's own directory in claudebox's state, read-write, then
+//!    over it the project's conversations and history, the user's setup from the real
+//!    `~/.claude` read-only (read-write with `--writable-claude-setup`), empty read-only
+//!    stand-ins for setup the user has none of, the login's credentials file, a tmpfs per
+//!    launch-private entry, and the claude installation again when it lies under
+//!    `~/.claude`; with the login broker, a tmpfs in place of the login's directory;
+//! 7. (in `agent_home`) `~/.claude.json`, a symlink to the project's copy in `~/.claude`
+//!    (with the home as the project, `--yes`: that copy bound over the real file when
+//!    there is one, else nothing, since a mount point would be left in the real home);
 //! 8. the user's extra mounts (`ro`, `rw`, `hide` from the config file and the command
-//!    line), parents before children.
-//! 9. in allowlist mode, claudebox's one step inside (see `inside::confine`) also opens
-//!    the proxy's port and hands it to the proxy (see `inside::listen`); with forwarded
-//!    host ports (allowlist or none mode) also their listeners (see `policy::forward`).
+//!    line, split by `place_extras`), parents before children; then `read_only_root`.
+//!
+//! After the mounts: `network` (the namespace flags and, in allowlist mode, with forwarded
+//! host ports or with the login broker, the proxy), `environment`, `command` (what runs
+//! inside) and `confinement`: claudebox's one step inside (see `inside::confine`), which in
+//! allowlist mode also opens the proxy's port and hands it to the proxy (see
+//! `inside::listen`), and with forwarded host ports (allowlist or none mode) their
+//! listeners (see `policy::forward`).
 //!
 //! The `~/.claude` group comes after the project so that it still wins when the project
 //! is the home directory itself (only allowed with `--yes`).
@@ -43,136 +50,22 @@
 //! what claudebox manages in `~/.claude` are refused before planning: see `settings`.)
 
 use std::ffi::{OsStr, OsString};
-use std::fmt;
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
 
 use crate::policy::facts::Project;
 use crate::policy::facts::{ClaudeInstall, HostFacts, SystemEntry};
 use crate::policy::gpu::{self, GpuHost};
+use crate::policy::mount::{Mount, MountKind};
 use crate::policy::network::{NetworkMode, ProxySpec};
 use crate::policy::protected::{Guard, Protected};
-use crate::policy::settings::{ExtraKind, ExtraMount, Origin, Settings, UserEnv};
+use crate::policy::settings::{ExtraKind, ExtraMount, Settings, UserEnv};
 
 use crate::policy::agent::AgentId;
 use crate::policy::claude_home::{self, HostClaude, Overlay};
 use crate::policy::codex_home::{self, HostCodex};
 use crate::policy::layout::ProjectState;
-use crate::policy::session as sessions;
-
-/// How a path appears inside the sandbox.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MountKind {
-    /// Read-only bind of a host path.
-    Ro,
-    /// Read-only bind of a host path that is skipped when the source is missing.
-    RoTry,
-    /// Read-write bind of a host directory.
-    Rw,
-    /// Read-write bind of a single host file.
-    File,
-    /// An empty in-memory file system.
-    Tmpfs,
-    /// A symlink pointing at `source`.
-    Symlink,
-    /// A minimal `/dev`.
-    Dev,
-    /// A new `/proc` for the new pid namespace.
-    Proc,
-    /// An empty read-only directory (a tmpfs remounted read-only).
-    EmptyRo,
-    /// A host device node (or a directory of them) with device access, skipped when
-    /// missing: `--gpu` only (see `gpu`), named, since bwrap has no `--dev-bind-fd`.
-    DevBind,
-    /// A directory of the sandbox's own around the project (its parents), made read-only
-    /// once every mount beneath it is in place: a write there (`git worktree add ../x`)
-    /// would be lost at exit, so it fails at once. `/` is bwrap's own root (no tmpfs made);
-    /// any other target is a tmpfs (see `scratch_parents`).
-    ScratchRo,
-}
-
-impl MountKind {
-    /// Every kind, in the order `--dry-run`'s legend explains them.
-    pub const ALL: &'static [MountKind] = &[
-        MountKind::Ro,
-        MountKind::RoTry,
-        MountKind::Rw,
-        MountKind::File,
-        MountKind::Tmpfs,
-        MountKind::EmptyRo,
-        MountKind::ScratchRo,
-        MountKind::Symlink,
-        MountKind::Dev,
-        MountKind::Proc,
-        MountKind::DevBind,
-    ];
-
-    /// What the kind means, for `--dry-run`'s legend.
-    pub fn meaning(&self) -> &'static str {
-        match self {
-            MountKind::Ro => "the host's path, read-only",
-            MountKind::RoTry => "the host's path, read-only; skipped when the host has none",
-            MountKind::Rw => "the host's directory, read-write: writes reach the host",
-            MountKind::File => "the host's file, read-write: writes reach the host",
-            MountKind::Tmpfs => "an empty writable directory in memory, gone at exit",
-            MountKind::EmptyRo => "an empty read-only directory: what is there is hidden",
-            MountKind::ScratchRo => {
-                "the sandbox's own directories around the project, read-only once the mounts \
-                 beneath are made: a write there would be lost at exit, so it fails at once"
-            }
-            MountKind::Symlink => "a symlink made inside, pointing at the source",
-            MountKind::Dev => "a minimal /dev (null, zero, random, tty, ...)",
-            MountKind::Proc => "a /proc of the sandbox's own processes",
-            MountKind::DevBind => {
-                "the host's device node, usable (--gpu); skipped when the host has none"
-            }
-        }
-    }
-}
-
-impl fmt::Display for MountKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            MountKind::Ro => "ro",
-            MountKind::RoTry => "ro?",
-            MountKind::Rw => "rw",
-            MountKind::File => "file",
-            MountKind::Tmpfs => "tmpfs",
-            MountKind::Symlink => "symlink",
-            MountKind::Dev => "dev",
-            MountKind::Proc => "proc",
-            MountKind::EmptyRo => "empty-ro",
-            MountKind::ScratchRo => "scratch-ro",
-            MountKind::DevBind => "dev-bind?",
-        })
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Mount {
-    pub kind: MountKind,
-    /// Host path (or symlink target); `None` for tmpfs, dev and proc.
-    pub source: Option<PathBuf>,
-    pub target: PathBuf,
-    pub why: String,
-    /// Who asked for it: claudebox's default, the config file or the command line.
-    pub origin: Origin,
-}
-
-impl Mount {
-    fn new(kind: MountKind, source: Option<&Path>, target: &Path, why: &str) -> Mount {
-        Mount {
-            kind,
-            source: source.map(Path::to_path_buf),
-            target: target.to_path_buf(),
-            why: why.to_string(),
-            origin: Origin::Default,
-        }
-    }
-    fn same(kind: MountKind, path: &Path, why: &str) -> Mount {
-        Mount::new(kind, Some(path), path, why)
-    }
-}
+use crate::policy::session;
 
 /// An environment change inside the sandbox (the host environment passes through).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -234,7 +127,7 @@ pub struct Inputs {
     pub host: HostFacts,
     pub bwrap: PathBuf,
     /// `--session NAME`: which conversation, decided at the edge.
-    pub session: Option<sessions::Launch>,
+    pub session: Option<session::Launch>,
     /// The user's extra mounts, environment, network mode and claude arguments.
     pub settings: Settings,
     /// The real Claude Code config dir and its entries (see `claude_home`).
@@ -262,7 +155,7 @@ pub struct Inputs {
     /// Allowlist mode: also report denied hosts on stderr.
     pub log_denied: bool,
     /// `--login-broker`: the login stays on the host (see `proxy::broker`); used when
-    /// `claude_home.credentials` names the host's login and the network is not open.
+    /// `claude_home.credentials` names the host's login or `api_key` is set (every network mode).
     pub login_broker: bool,
     /// A non-empty `ANTHROPIC_API_KEY` in the launcher's environment (the broker lends it).
     pub api_key: bool,
@@ -424,7 +317,7 @@ fn settings_rows(s: &Settings) -> Vec<SettingRow> {
     for a in &s.claude_args {
         rows.push(SettingRow {
             name: "claude-args",
-            value: crate::policy::render::shell_line(&a.args),
+            value: crate::policy::escape::shell_line(&a.args),
             from: a.origin.to_string(),
         });
     }
@@ -477,11 +370,50 @@ pub const NAMESPACE_FLAGS: &[&str] = &[
     "ALL",
 ];
 
-/// Builds the plan. Pure: same inputs, same plan.
+/// Builds the plan. Pure: same inputs, same plan. Each line is one step of the mount
+/// order above; the steps after the mounts decide the network, the environment, the
+/// command and the one step inside.
 pub fn build(inp: &Inputs) -> Plan {
     let mut m: Vec<Mount> = Vec::new();
-    let home = inp.home.as_path();
+    let mut notes = Vec::new();
+    system(inp, &mut m);
+    dev_proc_tmp(inp, &mut m, &mut notes);
+    home(inp, &mut m);
+    let (extra_before, extra_after) =
+        place_extras(&inp.settings.mounts, &inp.project, &inp.state.empty_file());
+    let project_mount = project(inp, extra_before, &mut m, &mut notes);
+    installation(inp, &mut m, &mut notes);
+    let broker = broker_login(inp);
+    agent_home(inp, broker.as_ref(), &mut m, &mut notes);
+    m.extend(extra_after);
+    read_only_root(&mut m);
+    let (flags, proxy) = network(inp, broker.as_ref(), &mut notes);
+    let env = environment(inp, proxy.as_ref(), broker.is_some());
+    let argv = command(inp);
+    let confine = confinement(inp, &m, project_mount, proxy.as_ref(), &mut notes);
+    Plan {
+        agent: inp.agent,
+        project: inp.project.work_tree.clone(),
+        state_dir: inp.state.dir.clone(),
+        bwrap: inp.bwrap.clone(),
+        flags,
+        mounts: m,
+        env,
+        cwd: inp.project.cwd.clone(),
+        confine: Some(confine),
+        argv,
+        user_env: inp.settings.env.clone(),
+        network: inp.settings.network.clone(),
+        settings_rows: settings_rows(&inp.settings),
+        notes,
+        proxy,
+        limits: inp.limits.clone(),
+    }
+}
 
+/// Step 1: the system, read-only, its merged-usr symlinks as symlinks, and the target of
+/// `/etc/resolv.conf` when that is a symlink.
+fn system(inp: &Inputs, m: &mut Vec<Mount>) {
     for (path, entry) in &inp.host.system {
         match entry {
             SystemEntry::Dir => m.push(Mount::same(MountKind::Ro, path, "system, read-only")),
@@ -500,6 +432,10 @@ pub fn build(inp: &Inputs) -> Plan {
             "target of the /etc/resolv.conf symlink, for DNS",
         ));
     }
+}
+
+/// Step 2: `/dev`, a new `/proc`, a fresh `/tmp`; with `--gpu`, the GPUs (see `gpu`).
+fn dev_proc_tmp(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
     m.push(Mount::new(
         MountKind::Dev,
         None,
@@ -518,12 +454,16 @@ pub fn build(inp: &Inputs) -> Plan {
         Path::new("/tmp"),
         "fresh /tmp",
     ));
-    let mut notes = Vec::new();
     if let Some(origin) = &inp.settings.gpu {
         let (mounts, gpu_notes) = gpu::plan(&inp.gpu, origin);
         m.extend(mounts);
         notes.extend(gpu_notes);
     }
+}
+
+/// Step 3: the empty writable home, and `$HOME`'s own name as a symlink to it.
+fn home(inp: &Inputs, m: &mut Vec<Mount>) {
+    let home = inp.home.as_path();
     m.push(Mount::new(
         MountKind::Tmpfs,
         None,
@@ -538,11 +478,20 @@ pub fn build(inp: &Inputs) -> Plan {
             "$HOME as the host names it, through a symlink to the real home",
         ));
     }
+}
 
+/// Step 4: the scratch parents and the extra mounts that are parents of the project, the
+/// work tree and its outside git dirs read-write, the protected paths over them, and the
+/// host's sockets found in the project hidden. Returns where the project's mounts begin
+/// (the first one the step inside checks).
+fn project(
+    inp: &Inputs,
+    extra_before: Vec<Mount>,
+    m: &mut Vec<Mount>,
+    notes: &mut Vec<String>,
+) -> usize {
     let p = &inp.project;
-    let (extra_before, extra_after) =
-        place_extras(&inp.settings.mounts, p, &inp.state.empty_file());
-    scratch_parents(&mut m, p, home, &extra_before);
+    scratch_parents(m, p, &inp.home, &extra_before);
     m.extend(extra_before);
     let project_mount = m.len();
     m.push(Mount::same(
@@ -558,7 +507,7 @@ pub fn build(inp: &Inputs) -> Plan {
         ));
     }
 
-    protect(inp, &mut m, &mut notes);
+    protect(inp, m, notes);
     for s in &inp.host_sockets {
         let why = crate::policy::protected::SOCKET_WHY;
         m.push(Mount::new(
@@ -568,7 +517,13 @@ pub fn build(inp: &Inputs) -> Plan {
             why,
         ));
     }
+    project_mount
+}
 
+/// Step 5: the agent's installation, claudebox itself, `--ssh-agent`'s socket and git's
+/// configuration.
+fn installation(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
+    let home = inp.home.as_path();
     if let Some(c) = &inp.claude {
         m.push(Mount::same(
             MountKind::Ro,
@@ -639,14 +594,22 @@ pub fn build(inp: &Inputs) -> Plan {
             "git configuration, so commits work",
         ));
     }
+}
 
-    let broker = broker_login(inp);
+/// Steps 6 and 7: the agent's home (`~/.claude` and `~/.claude.json`, or `~/.codex`), the
+/// agent's notes, and with the login broker a tmpfs in place of the host's login.
+fn agent_home(
+    inp: &Inputs,
+    broker: Option<&crate::policy::network::BrokerSpec>,
+    m: &mut Vec<Mount>,
+    notes: &mut Vec<String>,
+) {
     match inp.agent {
         AgentId::Claude => {
-            claude_home(inp, &mut m, &mut notes);
-            marketplaces(inp, &mut m);
+            claude_home(inp, m, notes);
+            marketplaces(inp, m);
         }
-        AgentId::Codex => codex_home(inp, &mut m, &mut notes),
+        AgentId::Codex => codex_home(inp, m, notes),
     }
     notes.extend(inp.agent.row().notes.iter().map(|n| n.to_string()));
     if broker.is_some() {
@@ -657,7 +620,6 @@ pub fn build(inp: &Inputs) -> Plan {
             x.target != login
                 && !x.target.starts_with(&login)
                 && broker
-                    .as_ref()
                     .and_then(|b| b.credentials.as_ref())
                     .is_none_or(|c| x.source.as_ref() != Some(c))
         });
@@ -669,7 +631,10 @@ pub fn build(inp: &Inputs) -> Plan {
              outside (claude's CLAUDE_SECURESTORAGE_CONFIG_DIR)",
         ));
     }
-    m.extend(extra_after);
+}
+
+/// The last mount, after the extras (step 8): bwrap's root made read-only.
+fn read_only_root(m: &mut Vec<Mount>) {
     m.push(Mount::new(
         MountKind::ScratchRo,
         None,
@@ -677,7 +642,15 @@ pub fn build(inp: &Inputs) -> Plan {
         "bwrap's root, read-only once every mount is made: a directory made there (the \
          project's parents, the home's) would be lost at exit",
     ));
+}
 
+/// The network (step 9): the namespace flags, and in allowlist mode, with forwarded host
+/// ports or with the login broker, the proxy the launcher starts on the host.
+fn network(
+    inp: &Inputs,
+    broker: Option<&crate::policy::network::BrokerSpec>,
+    notes: &mut Vec<String>,
+) -> (Vec<&'static str>, Option<ProxySpec>) {
     let mut flags = NAMESPACE_FLAGS.to_vec();
     let mut proxy = None;
     let forward_ports = inp.settings.forward_ports.clone();
@@ -699,7 +672,7 @@ pub fn build(inp: &Inputs) -> Plan {
                 proxy = Some(ProxySpec {
                     http_proxy: true,
                     open: true,
-                    broker: broker.clone(),
+                    broker: broker.cloned(),
                     allowlist: Default::default(),
                     forward_ports: Vec::new(),
                     denied_log: inp.state.denied_log(),
@@ -722,7 +695,7 @@ pub fn build(inp: &Inputs) -> Plan {
                 // the broker and refuses everything else (its allowlist is empty).
                 http_proxy: allowlist.is_some() || broker.is_some(),
                 open: false,
-                broker: broker.clone(),
+                broker: broker.cloned(),
                 allowlist: allowlist.unwrap_or_default(),
                 forward_ports,
                 denied_log: inp.state.denied_log(),
@@ -731,7 +704,13 @@ pub fn build(inp: &Inputs) -> Plan {
             });
         }
     }
+    (flags, proxy)
+}
 
+/// The environment: the host's IPC variables unset, the agent's directories, claudebox's
+/// own variables, the defaults the user did not set, the proxy's and the broker's.
+fn environment(inp: &Inputs, proxy: Option<&ProxySpec>, broker: bool) -> Vec<EnvOp> {
+    let home = inp.home.as_path();
     let mut env: Vec<EnvOp> = inp
         .ipc_vars
         .iter()
@@ -755,6 +734,7 @@ pub fn build(inp: &Inputs) -> Plan {
             env.push(EnvOp::Unset("CODEX_SQLITE_HOME".into()));
         }
     }
+    let p = &inp.project;
     env.extend([
         set("CLAUDEBOX", OsStr::new("1")),
         set("CLAUDEBOX_PROJECT_ROOT", p.root.as_os_str()),
@@ -772,21 +752,12 @@ pub fn build(inp: &Inputs) -> Plan {
             env.push(set(name, OsStr::new(value)));
         }
     }
-
-    let scope_abstract_unix = inp.landlock_abi >= 6;
-    if !scope_abstract_unix {
-        notes.push(
-            "gap: this kernel has no Landlock scopes (Linux 6.12+), so abstract unix sockets \
-             of the host (X11 @/tmp/.X11-unix, some D-Bus buses) stay reachable"
-                .to_string(),
-        );
-    }
-    if proxy.as_ref().is_some_and(|p| p.http_proxy && !p.open) {
+    if proxy.is_some_and(|p| p.http_proxy && !p.open) {
         for (k, v) in crate::policy::network::proxy_env() {
             env.push(set(k, OsStr::new(v)));
         }
     }
-    if broker.is_some() {
+    if broker {
         let ca = inp
             .state
             .login_dir()
@@ -797,8 +768,13 @@ pub fn build(inp: &Inputs) -> Plan {
             env.push(EnvOp::Unset(v.into()));
         }
     }
+    env
+}
 
-    let argv = match &inp.command {
+/// The command run inside: the user's, or the agent with its arguments (for claude: the
+/// sandbox note, the named session's, the defaults, then the command line's).
+fn command(inp: &Inputs) -> Vec<OsString> {
+    match &inp.command {
         Command::Exec(cmd) => cmd.clone(),
         Command::Claude(args) if inp.agent == AgentId::Codex => {
             let program = inp
@@ -807,7 +783,10 @@ pub fn build(inp: &Inputs) -> Plan {
                 .map(|c| c.on_path.clone().into_os_string())
                 .unwrap_or_else(|| "codex".into());
             let mut v = vec![program];
-            v.extend(args.iter().cloned());
+            match &inp.session {
+                Some(s) => v.extend(s.codex_args(args)),
+                None => v.extend(args.iter().cloned()),
+            }
             v
         }
         Command::Claude(args) => {
@@ -826,9 +805,27 @@ pub fn build(inp: &Inputs) -> Plan {
             v.extend(args.iter().cloned());
             v
         }
-    };
+    }
+}
 
-    let listen = proxy.as_ref().map(|spec| Listen {
+/// The one step inside (see `Confine`): the Landlock scope (a note when the kernel has
+/// none), the mount checks from the project's mounts on, and the proxy's listeners.
+fn confinement(
+    inp: &Inputs,
+    m: &[Mount],
+    project_mount: usize,
+    proxy: Option<&ProxySpec>,
+    notes: &mut Vec<String>,
+) -> Confine {
+    let scope_abstract_unix = inp.landlock_abi >= 6;
+    if !scope_abstract_unix {
+        notes.push(
+            "gap: this kernel has no Landlock scopes (Linux 6.12+), so abstract unix sockets \
+             of the host (X11 @/tmp/.X11-unix, some D-Bus buses) stay reachable"
+                .to_string(),
+        );
+    }
+    let listen = proxy.map(|spec| Listen {
         // Open mode: port 0, any free one on the host's loopback; the step sets
         // HTTPS_PROXY to it.
         port: spec.http_proxy.then_some(if spec.open {
@@ -840,32 +837,14 @@ pub fn build(inp: &Inputs) -> Plan {
         forwards: spec.forwards().unwrap_or_default(),
         broker_dir: spec.broker.as_ref().map(|_| inp.state.login_dir()),
     });
-
-    let agent_dir = home.join(inp.agent.row().state_dir);
-    let mount_checks = mount_checks(&m, project_mount, &project_dirs(p), &agent_dir);
-    Plan {
-        agent: inp.agent,
-        project: p.work_tree.clone(),
-        state_dir: inp.state.dir.clone(),
-        bwrap: inp.bwrap.clone(),
-        flags,
-        mounts: m,
-        env,
-        cwd: p.cwd.clone(),
-        confine: Some(Confine {
-            exe: inp.own_exe.clone(),
-            scope_abstract_unix,
-            mount_checks,
-            default_signals: true,
-            listen,
-        }),
-        argv,
-        user_env: inp.settings.env.clone(),
-        network: inp.settings.network.clone(),
-        settings_rows: settings_rows(&inp.settings),
-        notes,
-        proxy,
-        limits: inp.limits.clone(),
+    let agent_dir = inp.home.join(inp.agent.row().state_dir);
+    let mount_checks = mount_checks(m, project_mount, &project_dirs(&inp.project), &agent_dir);
+    Confine {
+        exe: inp.own_exe.clone(),
+        scope_abstract_unix,
+        mount_checks,
+        default_signals: true,
+        listen,
     }
 }
 
@@ -1078,7 +1057,7 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
         let names: Vec<String> = inp
             .unprotected_missing
             .iter()
-            .map(|p| crate::policy::render::shown(p.file_name().unwrap_or(p.as_os_str())))
+            .map(|p| crate::policy::escape::shown(p.file_name().unwrap_or(p.as_os_str())))
             .collect();
         notes.push(format!(
             "gap: these do not exist in the work tree, so they are not protected and can be \
@@ -1258,9 +1237,7 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
 }
 
 #[cfg(test)]
-mod tests;
-#[cfg(test)]
-pub(crate) use tests::test_inputs;
+pub(crate) mod tests;
 
 /// Whether a plan mount takes a host source that bwrap binds.
 pub fn is_bind(kind: &MountKind) -> bool {

@@ -1,6 +1,7 @@
 //! Unit tests of the plan: mount order, argv, settings, hardening.
 
 use super::*;
+use crate::policy::origin::Origin;
 
 /// A plan input with every field set to a neutral value, for unit tests: tests override
 /// what they look at with `Inputs { field, ..test_inputs() }`.
@@ -26,6 +27,13 @@ pub(crate) fn test_inputs() -> Inputs {
             "0".repeat(32),
         )
     }
+}
+
+/// Where `window` starts in the argv `a` (a test fails when it is not there).
+fn pos(a: &[OsString], window: &[&str]) -> usize {
+    a.windows(window.len())
+        .position(|w| w.iter().zip(window).all(|(x, y)| x == y))
+        .unwrap_or_else(|| panic!("{window:?} not in {a:?}"))
 }
 
 mod claude_home_group {
@@ -121,12 +129,6 @@ mod argv_order {
             },
             ..test_inputs()
         }
-    }
-
-    fn pos(argv: &[OsString], window: &[&str]) -> usize {
-        argv.windows(window.len())
-            .position(|w| w.iter().zip(window).all(|(a, b)| a == OsStr::new(b)))
-            .unwrap_or_else(|| panic!("{window:?} not in {argv:?}"))
     }
 
     #[test]
@@ -385,12 +387,6 @@ mod hardening {
             ipc_vars: vec!["SSH_AUTH_SOCK".into(), "DISPLAY".into()],
             ..test_inputs()
         }
-    }
-
-    fn pos(a: &[OsString], window: &[&str]) -> usize {
-        a.windows(window.len())
-            .position(|w| w.iter().zip(window).all(|(x, y)| x == y))
-            .unwrap_or_else(|| panic!("{window:?} not in {a:?}"))
     }
 
     #[test]

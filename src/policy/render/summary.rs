@@ -7,9 +7,10 @@ use std::path::Path;
 
 use super::{escape_bytes, shown};
 use crate::policy::agent::AgentId;
+use crate::policy::mount::MountKind;
 use crate::policy::network::NetworkMode;
-use crate::policy::plan::{MountKind, Plan, SSH_AGENT_SOCK};
-use crate::policy::settings::Origin;
+use crate::policy::origin::Origin;
+use crate::policy::plan::{Plan, SSH_AGENT_SOCK};
 
 fn path(p: &Path) -> String {
     String::from_utf8_lossy(&escape_bytes(p.as_os_str().as_bytes())).into_owned()

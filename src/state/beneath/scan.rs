@@ -11,7 +11,7 @@ use std::path::Path;
 /// sandbox's).
 #[rustfmt::skip]
 const BY_NAME: &[(&str, usize, &str)] = &[
-    ("src/config/guard.rs", 15, "the user's config file and the paths it names, and the shared-dir socket scan (/proc/net/unix, lstat): read-only, before any sandbox"),
+    ("src/config/guard.rs", 17, "the user's config file and the paths it names, and the shared-dir socket scan (/proc/net/unix, lstat, and an lstat of each directory above a socket for its owner and mode): read-only; a directory swapped meanwhile can only be the agent's own (searchable whatever its mode) or another user's it cannot change"),
     ("src/config/mod.rs", 1, "the user's config file"),
     ("src/config/settings.rs", 2, "the user's config file and extra mount sources (canonicalised, checked by guard)"),
     ("src/host/apparmor.rs", 4, "/sys/kernel/security, /proc/self/attr, /etc/apparmor.d: the system's"),

@@ -10,8 +10,8 @@ use anyhow::{bail, Context, Result};
 use serde_json::{Map, Value};
 
 use super::HostClaude;
-use crate::host::project::Project;
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
+use crate::policy::facts::Project;
 use crate::state::beneath::{self, Dir};
 use crate::state::{ProjectState, CLAUDE_CONFIG_DIR, CLAUDE_JSON_BASE};
 

@@ -1,8 +1,9 @@
 //! Unit tests of the table, the mounts of `~/.claude` and the `.claude.json` merge.
 
 use super::*;
-use crate::host::project::Project;
 use crate::policy::claude_home::Class::*;
+use crate::policy::claude_home::{class_of, overlays, TABLE};
+use crate::policy::facts::Project;
 use serde_json::json;
 use std::ffi::OsStr;
 use std::time::{Duration, Instant};

@@ -10,7 +10,7 @@ use anyhow::{Context, Result};
 use super::check_name;
 use super::lock::{is_running, read_run_info, RunInfo};
 use super::record::read_record;
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use crate::state::ProjectState;
 
 /// One named session, for `--list`.

@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{lock_path, running_path};
 use crate::host::holders::{self, Holder};
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use crate::state::{self, ProjectState};
 
 /// Who holds (or last held) a name's lock.

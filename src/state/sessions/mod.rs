@@ -29,17 +29,18 @@ use anyhow::{bail, Context, Result};
 use nix::fcntl::Flock;
 
 use crate::host;
+use crate::policy::agent::AgentId;
 use crate::state::transcripts::{self, Found};
 use crate::state::ProjectState;
 
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use lock::{busy, is_running, lock_name, write_run_info, RunInfo};
 use record::{now, read_record, write_record, Record};
 
 /// Longest accepted name, in bytes.
 pub const MAX_NAME: usize = 64;
 
-pub use crate::policy::session::{Launch, Start};
+use crate::policy::session::{Launch, Start};
 
 /// Checks a session name: 1 to 64 bytes of `[A-Za-z0-9._-]`, not starting with `.` or
 /// `-`, so it is one plain file name and never a path or an option.
@@ -137,25 +138,55 @@ fn decide_with(
     name: &str,
     cwd: &Path,
     fresh: &str,
+    agent: AgentId,
 ) -> Result<(Launch, Option<Record>)> {
     let rec = read_record(state, name)?;
-    let (uuid, start) = match &rec {
-        None => (fresh.to_string(), Start::New),
-        Some(r) => match transcripts::find(&state.conversations(), &r.uuid, cwd)? {
-            Found::Here => (r.uuid.clone(), Start::Resume { from: None }),
-            Found::Elsewhere(dir) => (r.uuid.clone(), Start::Resume { from: Some(dir) }),
-            Found::Nowhere => (
-                fresh.to_string(),
-                Start::Fresh {
-                    lost: r.uuid.clone(),
-                },
-            ),
-        },
+    if let Some(r) = &rec {
+        if r.agent_name() != agent.name() {
+            bail!(crate::policy::error::Fixable::new(
+                format!(
+                    "session `{name}` is a conversation of {}, not of {agent}",
+                    r.agent_name()
+                ),
+                format!(
+                    "run it with `--agent {}`, or choose another name",
+                    r.agent_name()
+                )
+            ));
+        }
+    }
+    let (uuid, start) = match (&rec, agent) {
+        (None, _) => (fresh.to_string(), Start::New),
+        (Some(r), AgentId::Codex) => {
+            if crate::state::codex_home::threads(state).contains(&r.uuid) {
+                (r.uuid.clone(), Start::Resume { from: None })
+            } else {
+                (
+                    fresh.to_string(),
+                    Start::Fresh {
+                        lost: r.uuid.clone(),
+                    },
+                )
+            }
+        }
+        (Some(r), AgentId::Claude) => {
+            match transcripts::find(&state.conversations(), &r.uuid, cwd)? {
+                Found::Here => (r.uuid.clone(), Start::Resume { from: None }),
+                Found::Elsewhere(dir) => (r.uuid.clone(), Start::Resume { from: Some(dir) }),
+                Found::Nowhere => (
+                    fresh.to_string(),
+                    Start::Fresh {
+                        lost: r.uuid.clone(),
+                    },
+                ),
+            }
+        }
     };
     let launch = Launch {
         name: name.to_string(),
         uuid,
         start,
+        agent,
     };
     Ok((launch, rec))
 }
@@ -167,23 +198,41 @@ pub fn prepare(
     name: &OsStr,
     cwd: &Path,
     args: &[OsString],
+    agent: AgentId,
 ) -> Result<Launch> {
     let name = check_name(name)?;
-    check_claude_args(&name, args)?;
-    Ok(decide_with(state, &name, cwd, &new_uuid()?)?.0)
+    match agent {
+        AgentId::Claude => check_claude_args(&name, args)?,
+        AgentId::Codex => {
+            if let Some(why) = crate::policy::session::codex_args_refusal(args) {
+                bail!("{why}");
+            }
+        }
+    }
+    Ok(decide_with(state, &name, cwd, &new_uuid()?, agent)?.0)
 }
 
 /// What `--dry-run` says about a named launch (on stderr).
 pub fn dry_run_note(state: &ProjectState, l: &Launch, cwd: &Path) -> String {
     let n = &l.name;
-    match &l.start {
-        Start::New => format!(
+    match (&l.start, l.agent) {
+        (Start::New, AgentId::Codex) => format!(
+            "session `{n}`: would start a new Codex thread and record its id in {} after the run",
+            record_path(state, n).shown()
+        ),
+        (Start::Fresh { lost }, AgentId::Codex) => format!(
+            "session `{n}`: its thread {lost} is no longer in this project's ~/.codex; would \
+             start a new thread under that name"
+        ),
+        (Start::New, _) => format!(
             "session `{n}`: would start a new conversation {} and record it in {}",
             l.uuid,
             record_path(state, n).shown()
         ),
-        Start::Resume { from: None } => format!("session `{n}`: would resume {}", l.uuid),
-        Start::Resume { from: Some(d) } => format!(
+        (Start::Resume { from: None }, _) => {
+            format!("session `{n}`: would resume {}", l.uuid)
+        }
+        (Start::Resume { from: Some(d) }, _) => format!(
             "session `{n}`: would resume {} after moving its transcript from {} to {}",
             l.uuid,
             state.conversations().join(d).shown(),
@@ -192,7 +241,7 @@ pub fn dry_run_note(state: &ProjectState, l: &Launch, cwd: &Path) -> String {
                 .join(transcripts::dir_name(cwd))
                 .shown()
         ),
-        Start::Fresh { lost } => gone_note(n, lost, &l.uuid, "would start"),
+        (Start::Fresh { lost }, _) => gone_note(n, lost, &l.uuid, "would start"),
     }
 }
 
@@ -262,8 +311,14 @@ fn claim_locked(
         Start::Resume { .. } => new_uuid()?,
         Start::New | Start::Fresh { .. } => planned.uuid.clone(),
     };
-    let (launch, rec) = decide_with(state, name, cwd, &fresh)?;
+    let (launch, rec) = decide_with(state, name, cwd, &fresh, planned.agent)?;
     match (&launch.start, rec) {
+        // Codex chooses a new thread's id: recorded after the run (`learn_codex_thread`).
+        (Start::New, _) if launch.agent == AgentId::Codex => {}
+        (Start::Fresh { lost }, _) if launch.agent == AgentId::Codex => eprintln!(
+            "claudebox: session `{name}`: its thread {lost} is no longer in this project's \
+             ~/.codex; starting a new thread under that name"
+        ),
         (Start::Resume { from: Some(dir) }, _) => {
             transcripts::move_here(&state.conversations(), &launch.uuid, dir, cwd)?
         }
@@ -275,6 +330,7 @@ fn claim_locked(
                 uuid: launch.uuid.clone(),
                 created: now(),
                 replaced: Vec::new(),
+                agent: None,
             },
         )?,
         (Start::Fresh { lost }, rec) => {
@@ -287,6 +343,7 @@ fn claim_locked(
                     uuid: launch.uuid.clone(),
                     created: now(),
                     replaced,
+                    agent: None,
                 },
             )?;
             eprintln!(
@@ -298,6 +355,74 @@ fn claim_locked(
     let info = RunInfo::now(instance_id, cwd);
     write_run_info(state, name, &info)?;
     Ok(launch)
+}
+
+/// After a Codex run of a named session that began a thread (a new name, or one whose
+/// thread had gone): finds the thread Codex made and records it, under the name's lock
+/// still held by the launcher. The thread is the one whose id (a UUID v7, which holds its
+/// creation time) is newer than the launch, no other name's, and started in this launch's
+/// directory (its rollout's `session_meta`); with none (Codex quit before the first
+/// message) nothing is recorded, and with several (another Codex sandbox of this project
+/// started one meanwhile in the same directory, or `/new` inside) the newest is taken and
+/// the line says so. Returns the line to print.
+pub fn learn_codex_thread(
+    state: &ProjectState,
+    launch: &Launch,
+    started: std::time::SystemTime,
+    cwd: &Path,
+) -> Result<Option<String>> {
+    let lost = match &launch.start {
+        Start::New => None,
+        Start::Fresh { lost } => Some(lost.clone()),
+        Start::Resume { .. } => return Ok(None),
+    };
+    let name = &launch.name;
+    let others: Vec<String> = list::list(state)?
+        .into_iter()
+        .filter(|s| &s.name != name)
+        .filter_map(|s| s.uuid)
+        .collect();
+    let mut new: Vec<(std::time::SystemTime, String)> = crate::state::codex_home::threads(state)
+        .into_iter()
+        .filter(|id| !others.contains(id))
+        .filter_map(|id| Some((crate::state::codex_home::thread_time(&id)?, id)))
+        .filter(|(t, _)| *t >= started)
+        .collect();
+    // Another sandbox's thread started meanwhile in another directory is not this one's.
+    if new.len() > 1 {
+        new.retain(|(_, id)| {
+            crate::state::codex_home::thread_cwd(state, id).is_none_or(|d| d == cwd)
+        });
+    }
+    new.sort();
+    let Some((_, id)) = new.last().cloned() else {
+        return Ok(Some(format!(
+            "session `{name}`: Codex made no thread (it quit before the first message); \
+             nothing recorded"
+        )));
+    };
+    let old = read_record(state, name)?;
+    let mut replaced = old.map(|r| r.replaced).unwrap_or_default();
+    replaced.extend(lost);
+    write_record(
+        state,
+        &Record {
+            name: name.clone(),
+            uuid: id.clone(),
+            created: now(),
+            replaced,
+            agent: Some(AgentId::Codex.name().to_string()),
+        },
+    )?;
+    Ok(Some(if new.len() > 1 {
+        format!(
+            "session `{name}`: Codex made {} threads during this run (another Codex sandbox \
+             of this project, or /new); recorded the newest, {id}",
+            new.len()
+        )
+    } else {
+        format!("session `{name}` is Codex thread {id}")
+    }))
 }
 
 /// Removes the temporary files of writes of this name's record and run note that a kill
@@ -577,6 +702,7 @@ mod tests {
             name: "n".into(),
             uuid: "u".into(),
             start: Start::New,
+            agent: AgentId::Claude,
         };
         assert_eq!(
             l.claude_args(),
@@ -593,7 +719,7 @@ mod tests {
     fn the_plan_puts_the_conversation_first_and_names_the_session() {
         use crate::policy::plan::{build, Command, EnvOp, Inputs};
         let inputs = |session: Option<Launch>| Inputs {
-            project: crate::host::project::Project {
+            project: crate::policy::facts::Project {
                 root: "/p".into(),
                 work_tree: "/p".into(),
                 git_dir: None,
@@ -607,12 +733,13 @@ mod tests {
             instance_id: "i".into(),
             host: Default::default(),
             session,
-            ..crate::policy::plan::test_inputs()
+            ..crate::policy::plan::tests::test_inputs()
         };
         let launch = Launch {
             name: "rev".into(),
             uuid: "u".into(),
             start: Start::Resume { from: None },
+            agent: AgentId::Claude,
         };
         let plan = build(&inputs(Some(launch)));
         let tail: Vec<_> = plan.argv[3..].iter().map(|a| a.to_str().unwrap()).collect();

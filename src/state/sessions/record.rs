@@ -11,7 +11,7 @@ use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use super::{is_uuid, record_path};
-use crate::policy::render::Shown;
+use crate::policy::escape::Shown;
 use crate::state::{self, ProjectState};
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -22,6 +22,17 @@ pub struct Record {
     /// Earlier conversations of this name whose transcripts had gone.
     #[serde(default)]
     pub replaced: Vec<String>,
+    /// The agent whose conversation it is; absent for Claude Code (records written before
+    /// there were two agents have none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent: Option<String>,
+}
+
+impl Record {
+    /// The agent's name, `claude` when the record names none.
+    pub fn agent_name(&self) -> &str {
+        self.agent.as_deref().unwrap_or("claude")
+    }
 }
 
 pub fn now() -> String {

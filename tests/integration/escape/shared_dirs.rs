@@ -237,3 +237,55 @@ pub(super) fn controls() {
         stderr(&o)
     );
 }
+
+/// A project (here with `--yes`) holding a live socket behind a directory the sandbox
+/// cannot search: another user's private directory (as root: owned by nobody, 0700; the
+/// kernel gives root in bwrap's user namespace no override there). The launch runs, and
+/// the keys never reach the shell. An ordinary user cannot make another user's directory:
+/// there the socket's directory stays the user's own (0700), and the socket is covered. Found when the
+/// ordinary user's test run had claude's tmux sockets in `/tmp/tmux-1001/` while root's
+/// launched at `/tmp`: bwrap failed "Can't create file at /tmp/tmux-1001/...: Permission
+/// denied" because the socket was passed to be covered though nothing inside can reach it.
+#[test]
+fn a_socket_behind_a_directory_the_sandbox_cannot_search_does_not_stop_the_launch() {
+    use std::os::unix::fs::PermissionsExt;
+    let w = World::new();
+    let home = home_outside_tmp();
+    let proj = tempfile::Builder::new()
+        .prefix("cbx-proj-")
+        .tempdir_in("/var/tmp")
+        .unwrap();
+    let s = Server::start(proj.path());
+    let private = s.sock.parent().unwrap().to_path_buf();
+    let root = nix::unistd::geteuid().is_root();
+    if root {
+        std::os::unix::fs::chown(&private, Some(65534), Some(65534)).unwrap();
+    }
+    fs::set_permissions(&private, fs::Permissions::from_mode(0o700)).unwrap();
+    let marker = w.root().join("typed");
+    let o = launch(
+        &w,
+        home.path(),
+        proj.path(),
+        &["--yes"],
+        &type_into(&s.sock, &marker),
+    );
+    // Let the tempdir go (root's chown) before any assertion.
+    if root {
+        std::os::unix::fs::chown(&private, Some(0), Some(0)).unwrap();
+    }
+    assert!(
+        o.status.success() && stdout(&o).contains("ATTEMPT-RAN"),
+        "the launch did not run: {}{}",
+        stdout(&o),
+        stderr(&o)
+    );
+    assert!(!typed(&marker), "the keys reached the host shell");
+    // As root the socket is not covered (nothing inside can reach it); as the user, it is.
+    assert_eq!(
+        stderr(&o).contains("covered with /dev/null"),
+        !root,
+        "{}",
+        stderr(&o)
+    );
+}

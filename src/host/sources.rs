@@ -240,12 +240,17 @@ fn open_once(
         && (in_area(src, areas).is_some() || strictly_in_area(&real, areas))
     {
         // An optional source renamed away since it was listed (a host claude's temporary
-        // file, renamed over the file it saves): as if it had been missing at the open,
-        // which skips it. A sandbox that renames one away gains nothing a missing one
-        // would not give.
+        // file, renamed over the file it saves, and perhaps already made again under the
+        // same name): as if it had been missing at the open, which skips it. A sandbox
+        // that renames one away gains nothing a missing one would not give.
         if *kind == MountKind::RoTry
-            && std::fs::symlink_metadata(src)
-                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            && std::fs::symlink_metadata(src).map_or_else(
+                |e| e.kind() == std::io::ErrorKind::NotFound,
+                |now| {
+                    use std::os::unix::fs::MetadataExt;
+                    (now.dev(), now.ino()) != (meta.dev(), meta.ino())
+                },
+            )
         {
             return Ok(None);
         }

@@ -38,6 +38,29 @@ impl Fixture {
     fn creds(&self) -> PathBuf {
         self.w.home().join(".claude/.credentials.json")
     }
+    /// Whether the home comes back to `before` within 3 s: a sync still finishing its
+    /// last copy as the launch ends holds the host's refresh lock (a directory of its own
+    /// name) for a moment; a write that went elsewhere stays.
+    fn settles_to(&self, before: &[(PathBuf, Vec<u8>)]) -> bool {
+        let end = Instant::now() + Duration::from_secs(3);
+        loop {
+            let now = self.snapshot();
+            if now == before {
+                return true;
+            }
+            if Instant::now() > end {
+                eprintln!(
+                    "the home did not come back: {:?}",
+                    now.iter()
+                        .filter(|e| !before.contains(e))
+                        .map(|(p, _)| p)
+                        .collect::<Vec<_>>()
+                );
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
     /// Every path under the host's home (the sandbox's own state aside) with its size
     /// and content hash, to see that nothing else changed.
     fn snapshot(&self) -> Vec<(PathBuf, Vec<u8>)> {
@@ -148,7 +171,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         let host = f.run(write, true);
         let escaped = !sound(&host)
             || host.as_deref() != Some(HOST_PAIR.as_bytes())
-            || f.snapshot() != before;
+            || !f.settles_to(&before);
         v.push((*name, escaped));
     }
     // The bound file swapped for a symlink (to the host's .bashrc, as the agent sees it),
@@ -161,7 +184,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
          printf '{\"path\":\"../../.bashrc\",\"file\":\"/etc/passwd\"}' > \"$C\"",
         true,
     );
-    let escaped = !sound(&host) || f.snapshot() != before;
+    let escaped = !sound(&host) || !f.settles_to(&before);
     v.push((
         "credentials sync: a symlink or a path in the bound file makes the sync write elsewhere",
         escaped,

@@ -243,8 +243,10 @@ fn open_once(
         // file, renamed over the file it saves, and perhaps already made again under the
         // same name): as if it had been missing at the open, which skips it. A sandbox
         // that renames one away gains nothing a missing one would not give.
+        // (Followed, as the open was: a host symlink still leading to the same file is
+        // the case below, refused.)
         if *kind == MountKind::RoTry
-            && std::fs::symlink_metadata(src).map_or_else(
+            && std::fs::metadata(src).map_or_else(
                 |e| e.kind() == std::io::ErrorKind::NotFound,
                 |now| {
                     use std::os::unix::fs::MetadataExt;

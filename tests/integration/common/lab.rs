@@ -33,42 +33,33 @@ pub struct Claude {
 /// and the newest (`CLAUDEBOX_TEST_CLAUDE_LATEST`). Empty (the test returns early) only
 /// with `CLAUDEBOX_SKIP_E2E=1`; otherwise a missing variable fails the test.
 pub fn claude_versions() -> Vec<Claude> {
-    let skip = std::env::var_os("CLAUDEBOX_SKIP_E2E").is_some_and(|v| v == "1");
-    let mut out = Vec::new();
-    for (label, var) in [
-        ("pinned", "CLAUDEBOX_TEST_CLAUDE"),
-        ("latest", "CLAUDEBOX_TEST_CLAUDE_LATEST"),
-    ] {
-        match std::env::var_os(var) {
-            Some(p) if !p.is_empty() => out.push(Claude {
-                label,
-                bin: PathBuf::from(p),
-            }),
-            _ if skip => {
-                eprintln!("skipping: CLAUDEBOX_SKIP_E2E=1");
-                return Vec::new();
-            }
-            _ => panic!(
-                "{var} is not set: run the tests with scripts/test (which installs the pinned \
-                 and the newest Claude Code and exports CLAUDEBOX_TEST_CLAUDE and \
-                 CLAUDEBOX_TEST_CLAUDE_LATEST), or set CLAUDEBOX_SKIP_E2E=1 to skip the \
-                 end-to-end tests"
-            ),
-        }
-    }
-    out
+    versions(
+        [
+            ("pinned", "CLAUDEBOX_TEST_CLAUDE"),
+            ("latest", "CLAUDEBOX_TEST_CLAUDE_LATEST"),
+        ],
+        "Claude Code",
+    )
 }
 
 /// Both Codex CLI versions the tests run with: the pinned one (`CLAUDEBOX_TEST_CODEX`) and
 /// the newest (`CLAUDEBOX_TEST_CODEX_LATEST`); scripts/install-codex.sh installs them. As
 /// [`claude_versions`]: empty only with `CLAUDEBOX_SKIP_E2E=1`, else a missing one fails.
 pub fn codex_versions() -> Vec<Claude> {
+    versions(
+        [
+            ("codex pinned", "CLAUDEBOX_TEST_CODEX"),
+            ("codex latest", "CLAUDEBOX_TEST_CODEX_LATEST"),
+        ],
+        "Codex CLI",
+    )
+}
+
+/// The agent binaries named by `vars` (label, variable), as the two functions above say.
+fn versions(vars: [(&'static str, &str); 2], what: &str) -> Vec<Claude> {
     let skip = std::env::var_os("CLAUDEBOX_SKIP_E2E").is_some_and(|v| v == "1");
     let mut out = Vec::new();
-    for (label, var) in [
-        ("codex pinned", "CLAUDEBOX_TEST_CODEX"),
-        ("codex latest", "CLAUDEBOX_TEST_CODEX_LATEST"),
-    ] {
+    for (label, var) in vars {
         match std::env::var_os(var) {
             Some(p) if !p.is_empty() => out.push(Claude {
                 label,
@@ -80,8 +71,9 @@ pub fn codex_versions() -> Vec<Claude> {
             }
             _ => panic!(
                 "{var} is not set: run the tests with scripts/test (which installs the pinned \
-                 and the newest Codex CLI), or set CLAUDEBOX_SKIP_E2E=1 to skip the \
-                 end-to-end tests"
+                 and the newest {what} and exports {} and {}), or set CLAUDEBOX_SKIP_E2E=1 to \
+                 skip the end-to-end tests",
+                vars[0].1, vars[1].1
             ),
         }
     }

@@ -431,6 +431,10 @@ impl Broker {
                 reason(code),
                 body.len()
             );
+            tls.conn.send_close_notify();
+            let _ = tls.flush();
+            linger(&mut tls.sock.s);
+            return;
         }
         tls.conn.send_close_notify();
         let _ = tls.flush();
@@ -740,6 +744,25 @@ fn reason(code: u16) -> &'static str {
         421 => "Misdirected Request",
         503 => "Service Unavailable",
         _ => "Bad Gateway",
+    }
+}
+
+/// Ends a refused client's connection without losing the answer: a socket closed with
+/// unread bytes (the body of a request refused by its head) is reset, and a reset can
+/// reach the client before the refusal it was sent (TCP drops what it had not yet
+/// handed over). So our side is shut, and what the client still sends is read and thrown
+/// away until it closes, for at most a second and 1 MiB.
+fn linger(s: &mut TcpStream) {
+    let _ = s.shutdown(std::net::Shutdown::Write);
+    let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+    let end = std::time::Instant::now() + Duration::from_secs(1);
+    let mut buf = [0u8; 16 * 1024];
+    let mut left = 1usize << 20;
+    while left > 0 && std::time::Instant::now() < end {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => left = left.saturating_sub(n),
+        }
     }
 }
 

@@ -709,7 +709,16 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
     }
     let (a, r) = probe(&w, &p, &mock, "");
     let (_, r2) = probe(&w, &p, &mock, &a);
-    let refused = |r: &[(String, String)], k: &str, code: &str| result(r, k) == code;
+    // An attempt got what it was after when the broker answered it with anything but its
+    // refusal; no answer at all (a reset or a timeout, as under a heavy load) reached
+    // nothing, and is shown rather than counted.
+    let refused = |r: &[(String, String)], k: &str, code: &str| {
+        let got = result(r, k);
+        if got != code {
+            eprintln!("login broker attempt {k}: {got} (the refusal is {code}); all: {r:?}");
+        }
+        got == code || got.starts_with("error")
+    };
     v.push((
         "login broker: a sandbox's stand-in used through another sandbox's broker",
         !refused(&r2, "other", "401"),

@@ -203,9 +203,9 @@ pub struct Cli {
     #[arg(long)]
     pub log_denied: bool,
 
-    /// Keep the OAuth login (or ANTHROPIC_API_KEY) on the host: the sandbox gets a
-    /// stand-in and the host-side proxy swaps it for the real one on the way to
-    /// api.anthropic.com (every network mode; see docs/security.md). The default when
+    /// Keep the OAuth login (or ANTHROPIC_API_KEY, or your apiKeyHelper's key) on the
+    /// host: the sandbox gets a stand-in and the host-side proxy swaps it for the real
+    /// one on the way to api.anthropic.com (every network mode; see docs/security.md). The default when
     /// there is a login to lend; this fails when there is none.
     #[arg(long, overrides_with = "no_login_broker")]
     pub login_broker: bool,

@@ -452,6 +452,7 @@ mod tests {
                     b"/h/.claude/a b\xff/.credentials.json".to_vec(),
                 ))),
                 api_key: true,
+                api_key_helper: Some(PathBuf::from("/h/.claude/settings.json")),
             }),
         };
         let argv = crate::policy::render::proxy_argv(&spec, 9);
@@ -468,6 +469,7 @@ mod tests {
         let b = spec.broker.as_ref().unwrap();
         assert_eq!(p.login_broker, b.credentials);
         assert!(p.broker_api_key);
+        assert_eq!(p.broker_api_key_helper, b.api_key_helper);
     }
 
     #[test]

@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 use nix::sys::socket::{sendmsg, ControlMessage, MsgFlags};
 
 use crate::policy::error::Fixable;
-use crate::policy::network::{BROKER_CA_FILE, MAX_FORWARDS};
+use crate::policy::network::{BROKER_CA_FILE, BROKER_HELPER_KEY_FILE, MAX_FORWARDS};
 
 /// Opens the proxy port (allowlist mode; `None` in none mode, where only forwarded ports
 /// are served) and the forwards (`(address, optional)`), sends them over `fd` and closes
@@ -96,6 +96,13 @@ fn receive_stand_in(fd: RawFd, dir: &Path) -> Result<()> {
         .context("cannot read the stand-in login from the login broker")?;
     let v: serde_json::Value =
         serde_json::from_slice(&text).context("the login broker sent no stand-in login")?;
+    if let Some(why) = v["error"].as_str() {
+        // Fail closed: nothing starts without the login it was to have.
+        bail!(
+            "the login broker cannot lend the login: {}",
+            crate::policy::escape::shown(why)
+        );
+    }
     let ca = v["ca"]
         .as_str()
         .context("the login broker's answer is incomplete")?;
@@ -105,7 +112,11 @@ fn receive_stand_in(fd: RawFd, dir: &Path) -> Result<()> {
         // this step execs next.
         std::env::set_var(crate::policy::network::API_KEY_ENV, key);
     }
-    for (name, body) in [(BROKER_CA_FILE, Some(ca)), (".credentials.json", login)] {
+    for (name, body) in [
+        (BROKER_CA_FILE, Some(ca)),
+        (".credentials.json", login),
+        (BROKER_HELPER_KEY_FILE, v["api_key_helper"].as_str()),
+    ] {
         let Some(body) = body else { continue };
         let path = dir.join(name);
         std::fs::OpenOptions::new()

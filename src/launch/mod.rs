@@ -170,6 +170,13 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     // Claude pointed at another API (a gateway, the lab's mock): the broker serves
     // api.anthropic.com only, so it stays off by default and is refused when asked for.
     let base_url = custom_base_url(&settings);
+    // The user's own apiKeyHelper (never the project's): the broker runs it on the host.
+    // With --writable-claude-setup the agent could write it, so it is not lent then.
+    let api_key_helper = if writable_claude_setup {
+        None
+    } else {
+        claude_home::api_key_helper(&claude_home, &project.work_tree)?
+    };
     let login_broker = match settings.login_broker {
         Some((false, _)) => false,
         Some((true, ref at)) => {
@@ -183,10 +190,10 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
                     crate::policy::escape::shown(url)
                 );
             }
-            if claude_home.credentials.is_none() && !api_key {
+            if claude_home.credentials.is_none() && !api_key && api_key_helper.is_none() {
                 bail!(
                     "--login-broker ({at}): no login to keep outside (no .credentials.json \
-                     found, no ANTHROPIC_API_KEY set)"
+                     found, no ANTHROPIC_API_KEY set, no apiKeyHelper)"
                 );
             }
             true
@@ -194,12 +201,13 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         None => {
             agent == AgentId::Claude
                 && base_url.is_none()
-                && (claude_home.credentials.is_some() || api_key)
+                && (claude_home.credentials.is_some() || api_key || api_key_helper.is_some())
         }
     };
     let inputs = Inputs {
         login_broker,
         api_key,
+        api_key_helper,
         gpu,
         home_claude_json: home.join(".claude.json").symlink_metadata().is_ok(),
         home_alias,
@@ -355,6 +363,15 @@ fn exec_registered(
         inp.writable_claude_setup,
     );
     claude_home::prepare_mount_points(&inp.home, &inp.claude_home, &inp.state, &overlays)?;
+    if let Some(settings) = p
+        .plan
+        .proxy
+        .as_ref()
+        .and_then(|x| x.broker.as_ref())
+        .and_then(|b| b.api_key_helper.as_ref())
+    {
+        claude_home::write_broker_settings(settings, &inp.state)?;
+    }
     claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
     if inp.agent == AgentId::Codex {
         let overlays = crate::policy::codex_home::overlays(&inp.home, &inp.codex_home, &inp.state);

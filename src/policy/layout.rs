@@ -95,6 +95,11 @@ impl ProjectState {
     pub fn sessions(&self) -> PathBuf {
         self.dir.join(SESSIONS_DIR)
     }
+    /// The user's settings.json with the login broker's stand-in `apiKeyHelper`, mounted
+    /// read-only at `~/.claude/settings.json` (written by each launch that lends a helper).
+    pub fn broker_settings(&self) -> PathBuf {
+        self.dir.join("broker-settings.json")
+    }
     /// Mounted read-only over each hidden file (`hide`).
     pub fn empty_file(&self) -> PathBuf {
         self.dir.join(EMPTY_FILE)

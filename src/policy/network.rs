@@ -169,6 +169,9 @@ pub struct ProxySpec {
 pub struct BrokerSpec {
     pub credentials: Option<PathBuf>,
     pub api_key: bool,
+    /// The user's own `settings.json` (the host's, which the sandbox cannot write) whose
+    /// `apiKeyHelper` the proxy runs on the host; inside, claude's helper prints a stand-in.
+    pub api_key_helper: Option<PathBuf>,
 }
 
 /// The launcher's variable holding an API key the broker lends.
@@ -574,6 +577,19 @@ pub fn portless_loopback(list: &Allowlist) -> Vec<String> {
 /// The login broker's certificate authority in the sandbox's login dir
 /// (`NODE_EXTRA_CA_CERTS` inside).
 pub const BROKER_CA_FILE: &str = "claudebox-broker-ca.pem";
+
+/// The stand-in key of the user's `apiKeyHelper`, in the sandbox's login dir: what the
+/// helper claude runs inside prints.
+pub const BROKER_HELPER_KEY_FILE: &str = "claudebox-api-key-helper";
+
+/// The `apiKeyHelper` claude finds inside when the broker runs the user's on the host:
+/// it prints this sandbox's stand-in key. `None` for a login dir that is no UTF-8 (JSON
+/// cannot hold it).
+pub fn inside_api_key_helper(login_dir: &std::path::Path) -> Option<String> {
+    let path = login_dir.join(BROKER_HELPER_KEY_FILE);
+    let path = path.to_str()?;
+    Some(format!("cat '{}'", path.replace('\'', "'\\''")))
+}
 
 /// Credentials in the launcher's environment that never reach a sandbox with the broker.
 pub const BROKER_UNSET_ENV: &[&str] = &[

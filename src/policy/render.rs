@@ -250,6 +250,10 @@ pub fn proxy_argv(spec: &ProxySpec, fd: i32) -> Vec<OsString> {
         if b.api_key {
             a.push("--broker-api-key".into());
         }
+        if let Some(h) = &b.api_key_helper {
+            a.push("--broker-api-key-helper".into());
+            a.push(h.clone().into_os_string());
+        }
     }
     for e in &spec.allowlist.entries {
         a.push("--allow".into());
@@ -425,6 +429,11 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
             }
             if b.api_key {
                 out.extend_from_slice(b"the stand-in x-api-key (ANTHROPIC_API_KEY inside) is swapped for the launcher's ANTHROPIC_API_KEY, which only the proxy keeps, ");
+            }
+            if let Some(h) = &b.api_key_helper {
+                out.extend_from_slice(b"the apiKeyHelper of ");
+                out.extend_from_slice(&escape_bytes(h.as_os_str().as_bytes()));
+                out.extend_from_slice(b" runs in the proxy on the host (at the start, then when its key is older than CLAUDE_CODE_API_KEY_HELPER_TTL_MS, default 5 minutes) and its key replaces the stand-in one that claude's helper inside prints (x-api-key and bearer), ");
             }
             out.extend_from_slice(b"and the request goes to api.anthropic.com over TLS; the sandbox gets the stand-in login in its tmpfs login dir and nothing of the host's\n");
         }

@@ -119,6 +119,8 @@ pub struct Broker {
     credentials: Option<PathBuf>,
     /// The API key it lends (`ANTHROPIC_API_KEY` of the launcher), and the stand-in for it.
     api_key: Option<(String, String)>,
+    /// The user's `apiKeyHelper`, run here on the host, and the stand-in for its key.
+    helper: Option<(helper::Helper, String)>,
     upstream_proxy: Option<String>,
     /// The certificate authority's certificate, for the sandbox to trust.
     pub ca_pem: String,
@@ -138,7 +140,19 @@ fn random_hex(n: usize) -> Result<String> {
 }
 
 impl Broker {
-    pub fn new(credentials: Option<PathBuf>, api_key: Option<String>) -> Result<Broker> {
+    pub fn new(
+        credentials: Option<PathBuf>,
+        api_key: Option<String>,
+        helper_settings: Option<&std::path::Path>,
+    ) -> Result<Broker> {
+        // First, so that a helper that fails ends the launch before anything is made.
+        let helper = match helper_settings {
+            Some(s) => Some((
+                helper::Helper::from_settings(s)?,
+                format!("sk-ant-api03-claudebox-stand-in-helper-{}", random_hex(32)?),
+            )),
+            None => None,
+        };
         use rcgen::{
             BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, KeyPair,
             KeyUsagePurpose,
@@ -201,6 +215,7 @@ impl Broker {
                 )),
                 None => None,
             },
+            helper,
             upstream_proxy: std::env::var(UPSTREAM_PROXY_ENV)
                 .ok()
                 .filter(|v| !v.is_empty()),
@@ -224,6 +239,11 @@ impl Broker {
     /// one.
     pub fn stand_in_api_key(&self) -> Option<&str> {
         self.api_key.as_ref().map(|(_, s)| s.as_str())
+    }
+
+    /// The stand-in key claude's `apiKeyHelper` prints inside, when it lends one.
+    pub fn stand_in_helper_key(&self) -> Option<&str> {
+        self.helper.as_ref().map(|(_, s)| s.as_str())
     }
 
     /// The host's login as JSON (`claudeAiOauth`), read now.
@@ -487,6 +507,33 @@ impl Broker {
                     }
                     host_seen = true;
                 }
+                "authorization" | "x-api-key" if self.is_helper_stand_in(&name, h.value) => {
+                    if !lent(&path) {
+                        return Err(Refusal(
+                            403,
+                            format!(
+                                "{} is not lent the apiKeyHelper's key (only what claude was \
+                                 measured to call: docs/security.md)",
+                                path.split('?').next().unwrap_or("")
+                            ),
+                        ));
+                    }
+                    let (helper, _) = self
+                        .helper
+                        .as_ref()
+                        .ok_or_else(|| Refusal(502, "no apiKeyHelper".into()))?;
+                    let real = helper.key().map_err(|e| {
+                        Refusal(502, format!("your apiKeyHelper failed on the host: {e:#}"))
+                    })?;
+                    if name == "x-api-key" {
+                        out.extend_from_slice(b"x-api-key: ");
+                    } else {
+                        out.extend_from_slice(b"authorization: Bearer ");
+                    }
+                    out.extend_from_slice(real.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                    continue;
+                }
                 "authorization" if h.value == format!("Bearer {}", self.stand_in).as_bytes() => {
                     if !lent(&path) {
                         return Err(Refusal(
@@ -556,6 +603,18 @@ impl Broker {
         Ok(())
     }
 
+    /// Whether a header is the helper's stand-in key (`x-api-key: K` or
+    /// `authorization: Bearer K`: claude sends the helper's key in both).
+    fn is_helper_stand_in(&self, name: &str, value: &[u8]) -> bool {
+        let Some((_, stand_in)) = &self.helper else {
+            return false;
+        };
+        match name {
+            "x-api-key" => value == stand_in.as_bytes(),
+            _ => value == format!("Bearer {stand_in}").as_bytes(),
+        }
+    }
+
     fn connect_upstream(
         &self,
         host: &str,
@@ -586,6 +645,137 @@ impl Broker {
         let name = ServerName::try_from(HOST)?;
         let conn = rustls::ClientConnection::new(self.client.clone(), name)?;
         Ok(rustls::StreamOwned::new(conn, tcp))
+    }
+}
+
+/// The user's `apiKeyHelper`, run on the host as claude runs it (`sh -c`), its key kept
+/// as long as claude keeps one (`CLAUDE_CODE_API_KEY_HELPER_TTL_MS`, 5 minutes unset).
+mod helper {
+    use std::io::Read;
+    use std::path::Path;
+    use std::process::{Command, Stdio};
+    use std::sync::Mutex;
+    use std::time::{Duration, Instant};
+
+    use anyhow::{bail, Context, Result};
+
+    /// Claude's own default for how long a helper's key is used (measured with both
+    /// pinned versions: a helper runs again for a request once this has passed).
+    const DEFAULT_TTL: Duration = Duration::from_secs(5 * 60);
+    /// A helper that has not answered by then is taken as failed.
+    const LIMIT: Duration = Duration::from_secs(60);
+    const MAX_OUT: u64 = 64 * 1024;
+
+    pub struct Helper {
+        command: String,
+        ttl: Duration,
+        key: Mutex<Option<(String, Instant)>>,
+    }
+
+    impl Helper {
+        /// The `apiKeyHelper` of the user's `settings.json`, run once now: a helper that
+        /// fails fails the launch.
+        pub fn from_settings(settings: &Path) -> Result<Helper> {
+            let text = std::fs::read_to_string(settings)
+                .with_context(|| format!("cannot read {}", settings.display()))?;
+            let v: serde_json::Value = serde_json::from_str(&text)
+                .with_context(|| format!("{} is not JSON", settings.display()))?;
+            let command = v["apiKeyHelper"]
+                .as_str()
+                .filter(|c| !c.trim().is_empty())
+                .with_context(|| format!("{} has no apiKeyHelper", settings.display()))?
+                .to_string();
+            let ttl = std::env::var("CLAUDE_CODE_API_KEY_HELPER_TTL_MS")
+                .ok()
+                .and_then(|t| t.trim().parse::<u64>().ok())
+                .map_or(DEFAULT_TTL, Duration::from_millis);
+            let h = Helper {
+                command,
+                ttl,
+                key: Mutex::new(None),
+            };
+            h.key()?;
+            Ok(h)
+        }
+
+        /// The helper's key: the one it printed last while younger than the TTL, else
+        /// what it prints now.
+        pub fn key(&self) -> Result<String> {
+            let mut k = self.key.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some((key, at)) = k.as_ref() {
+                if at.elapsed() < self.ttl {
+                    return Ok(key.clone());
+                }
+            }
+            let key = run(&self.command)?;
+            *k = Some((key.clone(), Instant::now()));
+            Ok(key)
+        }
+
+        /// Forgets the key (the API refused it): the next request runs the helper again.
+        #[allow(dead_code)]
+        pub fn forget(&self) {
+            *self.key.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        }
+    }
+
+    /// Runs `sh -c command` (stdin empty, stderr kept for the reason) and returns its
+    /// first line of output.
+    fn run(command: &str) -> Result<String> {
+        let mut child = Command::new("/bin/sh")
+            .arg("-c")
+            .arg(command)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .context("apiKeyHelper: cannot start /bin/sh")?;
+        let mut out = child.stdout.take().context("apiKeyHelper: no stdout")?;
+        let mut err = child.stderr.take().context("apiKeyHelper: no stderr")?;
+        let reader = std::thread::spawn(move || {
+            let mut o = Vec::new();
+            let _ = Read::by_ref(&mut out).take(MAX_OUT).read_to_end(&mut o);
+            o
+        });
+        let errs = std::thread::spawn(move || {
+            let mut e = Vec::new();
+            let _ = Read::by_ref(&mut err).take(MAX_OUT).read_to_end(&mut e);
+            e
+        });
+        let end = Instant::now() + LIMIT;
+        let status = loop {
+            if let Some(s) = child.try_wait()? {
+                break s;
+            }
+            if Instant::now() > end {
+                let _ = child.kill();
+                let _ = child.wait();
+                bail!(
+                    "your apiKeyHelper (run on the host) gave no key within {} s",
+                    LIMIT.as_secs()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let out = reader.join().unwrap_or_default();
+        let err = errs.join().unwrap_or_default();
+        if !status.success() {
+            let why = String::from_utf8_lossy(&err);
+            let why = why.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+            let code = status
+                .code()
+                .map_or_else(|| "a signal".to_string(), |c| c.to_string());
+            bail!(
+                "your apiKeyHelper (run on the host) exited with {code}{}{}",
+                if why.is_empty() { "" } else { ": " },
+                crate::policy::escape::shown(why)
+            );
+        }
+        let key = String::from_utf8_lossy(&out).trim().to_string();
+        if key.is_empty() || key.contains(char::is_whitespace) {
+            bail!("your apiKeyHelper (run on the host) printed no key (one line, no spaces)");
+        }
+        Ok(key)
     }
 }
 

@@ -124,6 +124,10 @@ pub struct ProxyArgs {
     /// The login broker also lends `ANTHROPIC_API_KEY` of this process's environment.
     #[arg(long = "broker-api-key")]
     pub broker_api_key: bool,
+    /// The login broker also lends the key of the `apiKeyHelper` in this host
+    /// `settings.json` (the user's own), run here on the host.
+    #[arg(long = "broker-api-key-helper", value_name = "SETTINGS")]
+    pub broker_api_key_helper: Option<PathBuf>,
 }
 
 /// Runs the proxy role: `args` are those after `--internal-proxy`.
@@ -173,12 +177,26 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     } else {
         None
     };
-    let broker = if args.login_broker.is_some() || api_key.is_some() {
-        Some(std::sync::Arc::new(
-            proxy::broker::Broker::new(args.login_broker, api_key).context("the login broker")?,
-        ))
-    } else {
-        None
+    // A broker that cannot start (a helper that fails) is told to the sandbox's step
+    // inside, which ends the launch with that line: nothing starts without its login.
+    let broker =
+        if args.login_broker.is_some() || api_key.is_some() || args.broker_api_key_helper.is_some()
+        {
+            Some(
+                proxy::broker::Broker::new(
+                    args.login_broker,
+                    api_key,
+                    args.broker_api_key_helper.as_deref(),
+                )
+                .map(std::sync::Arc::new),
+            )
+        } else {
+            None
+        };
+    let (broker, broken) = match broker {
+        Some(Ok(b)) => (Some(b), None),
+        Some(Err(e)) => (None, Some(format!("{e:#}"))),
+        None => (None, None),
     };
     let config = || proxy::Config {
         allowlist: allowlist.clone(),
@@ -188,6 +206,10 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
         broker: broker.clone(),
     };
     let served = receive_listeners(&ctl).and_then(|listeners| {
+        if let Some(why) = &broken {
+            send_message(&ctl, &serde_json::json!({ "error": why }))?;
+            bail!("the login broker: {why}");
+        }
         if let Some(b) = &broker {
             send_stand_in(&ctl, b)?;
         }
@@ -242,6 +264,14 @@ fn send_stand_in(ctl: &OwnedFd, b: &proxy::broker::Broker) -> Result<()> {
     if let Some(k) = b.stand_in_api_key() {
         msg["api_key"] = k.into();
     }
+    if let Some(k) = b.stand_in_helper_key() {
+        msg["api_key_helper"] = k.into();
+    }
+    send_message(ctl, &msg)
+}
+
+/// One JSON object to the sandbox's step inside, then the end of the stream.
+fn send_message(ctl: &OwnedFd, msg: &serde_json::Value) -> Result<()> {
     let msg = msg.to_string();
     let mut f = std::fs::File::from(ctl.try_clone()?);
     std::io::Write::write_all(&mut f, msg.as_bytes())

@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
 
+use crate::policy::escape::Shown;
 use crate::state::{self, beneath, ProjectState};
 
 use crate::policy::claude_home::{HostClaude, Overlay, WITHIN};
@@ -202,3 +203,57 @@ use claude_json::{filter_for_project, held_by_a_dead_launch, is_this_project, me
 
 #[cfg(test)]
 mod tests;
+
+/// The user's own `settings.json` when it names an `apiKeyHelper` (the login broker runs
+/// that on the host). Refused when the file lies in the project (a symlink into a
+/// dotfiles project, say): the agent could write the command the host would run.
+pub fn api_key_helper(host: &HostClaude, work_tree: &Path) -> Result<Option<PathBuf>> {
+    if !host.entries.iter().any(|(n, _)| n == "settings.json") {
+        return Ok(None);
+    }
+    let path = host.dir.join("settings.json");
+    let Ok(text) = fs::read_to_string(&path) else {
+        return Ok(None);
+    };
+    let helper = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v["apiKeyHelper"].as_str().map(str::to_string))
+        .filter(|c| !c.trim().is_empty());
+    if helper.is_none() {
+        return Ok(None);
+    }
+    let real = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+    let tree = fs::canonicalize(work_tree).unwrap_or_else(|_| work_tree.to_path_buf());
+    if real.starts_with(&tree) {
+        anyhow::bail!(
+            "your apiKeyHelper is in {}, which lies in the project (the agent can write it) \
+             and the login broker would run it on the host; move it, or use --no-login-broker",
+            real.shown()
+        );
+    }
+    Ok(Some(path))
+}
+
+/// Writes the project's copy of the user's `settings.json` for a launch whose broker
+/// runs the user's `apiKeyHelper` on the host: the same settings, the helper replaced by
+/// one printing the sandbox's stand-in key (see `network::inside_api_key_helper`).
+pub fn write_broker_settings(settings: &Path, st: &ProjectState) -> Result<()> {
+    let text = fs::read_to_string(settings)
+        .with_context(|| format!("cannot read {}", settings.shown()))?;
+    let mut v: serde_json::Value =
+        serde_json::from_str(&text).with_context(|| format!("{} is not JSON", settings.shown()))?;
+    let login = st.login_dir();
+    let helper = crate::policy::network::inside_api_key_helper(&login).with_context(|| {
+        format!(
+            "the login broker's apiKeyHelper: {} is no UTF-8",
+            login.shown()
+        )
+    })?;
+    v["apiKeyHelper"] = helper.into();
+    let path = st.broker_settings();
+    let dir =
+        beneath::Dir::open(&st.dir).with_context(|| format!("cannot open {}", st.dir.shown()))?;
+    let name = Path::new(path.file_name().unwrap_or_default());
+    dir.write_atomic(name, v.to_string().as_bytes(), 0o600, false)
+        .with_context(|| format!("cannot write {}", path.shown()))
+}

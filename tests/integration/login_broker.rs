@@ -761,6 +761,23 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         let out = common::stdout(&o);
         v.push((name, !out.contains("SEARCH-DONE") || out.contains("FOUND")));
     }
+    let wh = World::new();
+    let (ph, mh, _) = setup_helper(&wh, &json!([]));
+    for (name, mode) in [
+        ("login broker: an apiKeyHelper user's key anywhere inside (settings, files, environ, cmdline, fds), none mode", "none"),
+        ("login broker: an apiKeyHelper user's key anywhere inside (settings, files, environ, cmdline, fds), allowlist mode", "allowlist"),
+        ("login broker: an apiKeyHelper user's key anywhere inside (settings, files, environ, cmdline, fds), open mode", "open"),
+    ] {
+        let script = search_script(HELPER_KEY);
+        let o = run(
+            &wh,
+            &ph,
+            &mh,
+            &["--login-broker", "--network", mode, "--exec", "sh", "-c", &script],
+        );
+        let out = common::stdout(&o);
+        v.push((name, !out.contains("SEARCH-DONE") || out.contains("FOUND")));
+    }
     v.push((
         "login broker: a request body over the cap",
         !refused(&r, "huge", "413"),
@@ -1003,5 +1020,286 @@ fn the_broker_is_the_default_and_the_opt_out_shares_the_login() {
     assert!(
         out.contains("kept on the host by the login broker"),
         "{out}"
+    );
+}
+
+/// An apiKeyHelper user's key: what the `apiKeyHelper` of the user's settings.json prints
+/// (the command holds it, as `echo KEY` does: the settings file itself is a place it is).
+const HELPER_KEY: &str = "sk-ant-api03-lab-helper-key-H3L9";
+
+/// A world with no OAuth login and no ANTHROPIC_API_KEY but an `apiKeyHelper` in the
+/// user's settings.json (`echo KEY`, counting its runs in `<work>/helper/runs`, a file
+/// no sandbox sees), a trusted project, and a mock taking only that key.
+fn setup_helper(w: &World, script: &Value) -> (PathBuf, MockApi, PathBuf) {
+    let p = w.dir("proj");
+    let mock = MockApi::start_oauth_live_key(script, REAL_REFRESH, REAL_ACCESS, HELPER_KEY);
+    let _ = fs::remove_file(w.home().join(".claude/.credentials.json"));
+    lab::seed_claude_json(&w.home(), &[&p]);
+    let runs = w.dir("helper").join("runs");
+    let settings = w.home().join(".claude/settings.json");
+    let mut v: Value = fs::read_to_string(&settings)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({}));
+    v["apiKeyHelper"] = format!("echo run >> '{}'; echo {HELPER_KEY}", runs.display()).into();
+    fs::write(&settings, v.to_string()).unwrap();
+    (p, mock, runs)
+}
+
+fn runs_of(runs: &Path) -> usize {
+    fs::read_to_string(runs).unwrap_or_default().lines().count()
+}
+
+/// apiKeyHelper users: the broker runs the user's helper on the host and sends its key;
+/// claude's helper inside prints a stand-in (claude sends a helper's key both as
+/// x-api-key and as a bearer: both are swapped).
+#[test]
+fn api_key_helper_users_talk_with_the_key_kept_outside() {
+    let _g = common::heavy();
+    for c in lab::claude_versions() {
+        for mode in ["none", "allowlist", "open"] {
+            let w = lab::world_with(&c);
+            let script = json!([
+                {"bash": {"command": "echo tool-ran > marker", "description": "mark"}},
+                "helper broker says done"
+            ]);
+            let (p, mock, runs) = setup_helper(&w, &script);
+            let o = run(
+                &w,
+                &p,
+                &mock,
+                &[
+                    "--login-broker",
+                    "--network",
+                    mode,
+                    "-p",
+                    "hello",
+                    "--allowedTools",
+                    "Bash",
+                ],
+            );
+            let out = lab::ok_run(&c, &o, &mock);
+            assert!(
+                out.contains("helper broker says done"),
+                "[{} {mode}] no final answer: {out}\n{}",
+                c.label,
+                common::stderr(&o)
+            );
+            assert_eq!(
+                fs::read_to_string(p.join("marker")).unwrap_or_default(),
+                "tool-ran\n",
+                "[{} {mode}] the Bash tool ran",
+                c.label
+            );
+            let real = format!("{} chars, ends {}", HELPER_KEY.len(), tail4(HELPER_KEY));
+            let bearer = format!(
+                "{} chars, ends {}",
+                HELPER_KEY.len() + "Bearer ".len(),
+                tail4(HELPER_KEY)
+            );
+            let keys = api_keys(&mock);
+            let seen = bearers(&mock);
+            assert!(
+                !keys.is_empty() && !seen.is_empty(),
+                "[{} {mode}] keys {keys:?} bearers {seen:?}",
+                c.label
+            );
+            for k in &keys {
+                assert!(
+                    k.contains(&real),
+                    "[{} {mode}] a request without the helper's key: {k} (all: {keys:?})",
+                    c.label
+                );
+            }
+            for b in &seen {
+                assert!(
+                    b.contains(&bearer),
+                    "[{} {mode}] a bearer that is not the helper's key: {b} (all: {seen:?})",
+                    c.label
+                );
+            }
+            // The helper ran on the host (where its count is), once for this short run.
+            assert_eq!(runs_of(&runs), 1, "[{} {mode}]", c.label);
+        }
+    }
+}
+
+/// The helper's key is nowhere inside with the broker (the settings.json claude reads
+/// there has a helper printing the stand-in); control: without it, the key is inside
+/// (in the user's settings.json, as the helper's command holds it).
+#[test]
+fn the_api_key_helpers_key_is_nowhere_inside() {
+    let w = World::new();
+    let (p, mock, runs) = setup_helper(&w, &json!([]));
+    let script = format!(
+        "{}\necho \"HELPER-SAYS $(cat \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/claudebox-api-key-helper\")\"\n\
+         grep -q claudebox-api-key-helper \"$HOME/.claude/settings.json\" && echo HELPER-SWAPPED",
+        search_script(HELPER_KEY)
+    );
+    for mode in ["none", "allowlist", "open"] {
+        let o = run(
+            &w,
+            &p,
+            &mock,
+            &[
+                "--login-broker",
+                "--network",
+                mode,
+                "--exec",
+                "sh",
+                "-c",
+                &script,
+            ],
+        );
+        let out = common::stdout(&o);
+        assert!(
+            out.contains("SEARCH-DONE"),
+            "[{mode}] the search did not run: {out}\n{}",
+            common::stderr(&o)
+        );
+        assert!(
+            !out.contains("FOUND"),
+            "[{mode}] the key is readable inside:\n{out}"
+        );
+        assert!(
+            out.contains("HELPER-SAYS sk-ant-api03-claudebox-stand-in-helper-")
+                && out.contains("HELPER-SWAPPED"),
+            "[{mode}] no stand-in helper: {out}"
+        );
+    }
+    assert_eq!(
+        runs_of(&runs),
+        3,
+        "the helper ran on the host once a launch"
+    );
+    // Control: without the broker the key is inside.
+    let o = run(
+        &w,
+        &p,
+        &mock,
+        &[
+            "--no-login-broker",
+            "--network",
+            "none",
+            "--exec",
+            "sh",
+            "-c",
+            &script,
+        ],
+    );
+    let out = common::stdout(&o);
+    assert!(
+        out.contains("SEARCH-DONE") && out.contains("FOUND file"),
+        "control: the search finds nothing without the broker:\n{out}\n{}",
+        common::stderr(&o)
+    );
+    assert_eq!(runs_of(&runs), 3, "control: no helper ran on the host");
+}
+
+/// claudebox's lines on stderr but the machine's warnings (limits).
+fn own_lines(err: &str) -> usize {
+    err.lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with("claudebox: limits:"))
+        .count()
+}
+
+/// A helper that fails on the host fails the launch in one line naming it, and nothing
+/// runs inside (fail closed); a settings.json in the project (a symlink into it) is not
+/// run on the host, in one line.
+#[test]
+fn a_failing_or_project_written_api_key_helper_fails_the_launch() {
+    let w = World::new();
+    let (p, mock, _) = setup_helper(&w, &json!([]));
+    let settings = w.home().join(".claude/settings.json");
+    fs::write(
+        &settings,
+        json!({"apiKeyHelper": "echo 'vault is locked' >&2; exit 3"}).to_string(),
+    )
+    .unwrap();
+    let o = run(
+        &w,
+        &p,
+        &mock,
+        &["--network", "none", "--exec", "sh", "-c", "echo RAN-INSIDE"],
+    );
+    let err = common::stderr(&o);
+    assert!(!o.status.success(), "{err}");
+    assert!(!common::stdout(&o).contains("RAN-INSIDE"));
+    assert!(
+        err.contains("apiKeyHelper") && err.contains("vault is locked"),
+        "{err}"
+    );
+    assert_eq!(own_lines(&err), 1, "{err}");
+    // Control: the opt-out runs the helper inside, as before.
+    let o = run(
+        &w,
+        &p,
+        &mock,
+        &[
+            "--no-login-broker",
+            "--network",
+            "none",
+            "--exec",
+            "sh",
+            "-c",
+            "echo RAN-INSIDE",
+        ],
+    );
+    assert!(
+        common::stdout(&o).contains("RAN-INSIDE"),
+        "{}",
+        common::stderr(&o)
+    );
+
+    // The user's settings.json is a symlink into the project: the agent could write the
+    // command the broker would run on the host.
+    let inproj = p.join("dotfiles-settings.json");
+    fs::write(&inproj, json!({"apiKeyHelper": "echo k"}).to_string()).unwrap();
+    fs::remove_file(&settings).unwrap();
+    std::os::unix::fs::symlink(&inproj, &settings).unwrap();
+    let o = run(&w, &p, &mock, &["--network", "none", "--exec", "true"]);
+    let err = common::stderr(&o);
+    assert!(
+        !o.status.success() && err.contains("lies in the project") && own_lines(&err) == 1,
+        "{err}"
+    );
+}
+
+/// The broker keeps the helper's key as long as claude would
+/// (`CLAUDE_CODE_API_KEY_HELPER_TTL_MS`): past it, the next request runs the helper again
+/// on the host. Control: the conversation test above, with the default (5 minutes), runs
+/// it once.
+#[test]
+fn the_broker_runs_the_helper_again_once_its_key_is_older_than_the_ttl() {
+    let _g = common::heavy();
+    let c = lab::claude_versions().pop().unwrap();
+    let w = lab::world_with(&c);
+    let script = json!([
+        {"bash": {"command": "sleep 2", "description": "wait"}},
+        {"bash": {"command": "sleep 2", "description": "wait"}},
+        "ttl done"
+    ]);
+    let (p, mock, runs) = setup_helper(&w, &script);
+    let mut cmd = w.cmd(&p);
+    cmd.envs(upstream_env(&mock))
+        .env("CLAUDE_CODE_API_KEY_HELPER_TTL_MS", "1000")
+        .args([
+            "--login-broker",
+            "--network",
+            "none",
+            "-p",
+            "hello",
+            "--allowedTools",
+            "Bash",
+        ]);
+    let o = lab::output_within(&mut cmd, LIMIT).unwrap();
+    let out = lab::ok_run(&c, &o, &mock);
+    assert!(out.contains("ttl done"), "{out}");
+    let n = runs_of(&runs);
+    let asked = mock.conversation(0).len();
+    assert!(
+        n >= 3 && n <= mock.requests().len() + 1,
+        "[{}] the helper ran {n} times for {asked} turns",
+        c.label
     );
 }

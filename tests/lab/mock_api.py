@@ -28,6 +28,9 @@ Python 3 standard library only. Listens on 127.0.0.1 only (never another address
   --refresh-token T  with --oauth, the login's refresh token (the seeded one); others
                   the mock did not issue are refused
   --access-token T   with --oauth, an access token taken as issued (a live login)
+  --api-key K     the API key the Messages API takes (repeatable): a POST with another
+                  x-api-key, or a bearer `sk-ant-api...` (claude sends an apiKeyHelper's
+                  key as both) not among them, gets 401; without it any key goes
 
 OAuth (with --oauth), modelled on Anthropic's: refresh tokens are single-use. POST
 /v1/oauth/token {"grant_type": "refresh_token", "refresh_token": R} answers a new pair
@@ -380,7 +383,15 @@ class Handler(BaseHTTPRequestHandler):
             self.token(body)
             return
         auth = self.headers.get("Authorization") or ""
-        if self.server.oauth and auth.startswith("Bearer ") \
+        keys = self.server.api_keys
+        key = self.headers.get("x-api-key")
+        if keys and ((key is not None and key not in keys)
+                     or (auth.startswith("Bearer sk-ant-api") and auth[7:] not in keys)):
+            self.record(body, "unauthorized")
+            self.reply(401, {"type": "error", "error": {
+                "type": "authentication_error", "message": "mock: invalid x-api-key"}})
+            return
+        if self.server.oauth and auth.startswith("Bearer ") and auth[7:] not in keys \
                 and not self.server.oauth.issued(auth[7:]):
             self.record(body, "unauthorized")
             self.reply(401, {"type": "error", "error": {
@@ -481,6 +492,7 @@ def main():
     ap.add_argument("--oauth")
     ap.add_argument("--refresh-token")
     ap.add_argument("--access-token")
+    ap.add_argument("--api-key", action="append", default=[])
     a = ap.parse_args()
 
     srv = ThreadingHTTPServer(("127.0.0.1", a.port), Handler)
@@ -490,6 +502,7 @@ def main():
     srv.log_lock = threading.Lock()
     srv.count = 0
     srv.oauth = srv.tls = None
+    srv.api_keys = set(a.api_key)
     if a.oauth:
         srv.oauth = OAuth(a.refresh_token)
         if a.access_token:

@@ -159,6 +159,9 @@ pub struct Inputs {
     pub login_broker: bool,
     /// A non-empty `ANTHROPIC_API_KEY` in the launcher's environment (the broker lends it).
     pub api_key: bool,
+    /// The user's own `settings.json` when it has an `apiKeyHelper` and the sandbox cannot
+    /// write it (the broker runs that helper on the host).
+    pub api_key_helper: Option<PathBuf>,
     /// With the GPU opt-in (`settings.gpu`): what of `gpu::TABLE` this host has.
     pub gpu: GpuHost,
     /// The limits decided from `settings.limits` and the host's support (see `limits`).
@@ -220,6 +223,7 @@ impl Inputs {
             log_denied: false,
             login_broker: false,
             api_key: false,
+            api_key_helper: None,
             gpu: GpuHost::default(),
             limits: Default::default(),
         }
@@ -631,6 +635,21 @@ fn agent_home(
              outside (claude's CLAUDE_SECURESTORAGE_CONFIG_DIR)",
         ));
     }
+    if broker.is_some_and(|b| b.api_key_helper.is_some()) {
+        // The user's settings as they were at the launch, with the apiKeyHelper that
+        // prints the stand-in (the broker runs the real one on the host).
+        let target = inp.home.join(".claude/settings.json");
+        for x in m.iter_mut().filter(|x| x.target == target) {
+            *x = Mount::new(
+                MountKind::Ro,
+                Some(&inp.state.broker_settings()),
+                &target,
+                "your settings.json as at the launch, its apiKeyHelper replaced by one \
+                 printing this sandbox's stand-in key: the login broker runs yours on the \
+                 host",
+            );
+        }
+    }
 }
 
 /// The last mount, after the extras (step 8): bwrap's root made read-only.
@@ -868,12 +887,19 @@ fn broker_login(inp: &Inputs) -> Option<crate::policy::network::BrokerSpec> {
         return None;
     }
     let credentials = inp.claude_home.credentials.clone();
-    if credentials.is_none() && !inp.api_key {
+    // The helper is lent only where the sandbox gets the copy without it (the user's
+    // settings.json, read-only): `--writable-claude-setup` leaves it inside, as before.
+    let api_key_helper = inp
+        .api_key_helper
+        .clone()
+        .filter(|_| !inp.writable_claude_setup);
+    if credentials.is_none() && !inp.api_key && api_key_helper.is_none() {
         return None;
     }
     Some(crate::policy::network::BrokerSpec {
         credentials,
         api_key: inp.api_key,
+        api_key_helper,
     })
 }
 

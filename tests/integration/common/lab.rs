@@ -164,6 +164,29 @@ impl MockApi {
         )
     }
 
+    /// `start_oauth_live` taking only `api_key` as an API key (`--api-key`: any other
+    /// x-api-key, or bearer `sk-ant-api...`, gets 401).
+    pub fn start_oauth_live_key(
+        script: &Value,
+        refresh_token: &str,
+        access: &str,
+        api_key: &str,
+    ) -> MockApi {
+        MockApi::start_with(
+            script,
+            &[
+                "--refresh-token",
+                refresh_token,
+                "--access-token",
+                access,
+                "--api-key",
+                api_key,
+                "--oauth",
+                "@tls",
+            ],
+        )
+    }
+
     /// `start` with more arguments for the mock; `@tls` stands for `<its dir>/tls`.
     fn start_with(script: &Value, extra: &[&str]) -> MockApi {
         MockApi::spawn(MOCK_API, script, extra)

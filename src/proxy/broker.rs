@@ -476,6 +476,10 @@ impl Broker {
         let mut length = 0usize;
         let mut out = format!("{method} {path} HTTP/1.1\r\n").into_bytes();
         let mut host_seen = false;
+        // What was lent, and where in `out` its bytes are (for a retry after a 401).
+        let mut lent_as: Option<Lent> = None;
+        let mut spans: Vec<(usize, usize)> = Vec::new();
+        let mut mixed = false;
         for h in req.headers.iter() {
             let name = h.name.to_ascii_lowercase();
             if HOP_BY_HOP.contains(&name.as_str()) {
@@ -530,8 +534,11 @@ impl Broker {
                     } else {
                         out.extend_from_slice(b"authorization: Bearer ");
                     }
+                    spans.push((out.len(), real.len()));
                     out.extend_from_slice(real.as_bytes());
                     out.extend_from_slice(b"\r\n");
+                    mixed |= matches!(lent_as, Some(Lent::Login(_)));
+                    lent_as = Some(Lent::Helper(real));
                     continue;
                 }
                 "authorization" if h.value == format!("Bearer {}", self.stand_in).as_bytes() => {
@@ -547,8 +554,11 @@ impl Broker {
                     }
                     let real = self.access_token()?;
                     out.extend_from_slice(b"authorization: Bearer ");
+                    spans.push((out.len(), real.len()));
                     out.extend_from_slice(real.as_bytes());
                     out.extend_from_slice(b"\r\n");
+                    mixed |= matches!(lent_as, Some(Lent::Helper(_)));
+                    lent_as = Some(Lent::Login(real));
                     continue;
                 }
                 "x-api-key" => {
@@ -591,16 +601,91 @@ impl Broker {
         tls.read_exact(&mut body[start..])
             .map_err(|_| Refusal(400, "the body ended early".into()))?;
 
+        let (mut up, mut answer) = self.send(&out, &body)?;
+        if mixed {
+            // Both lent in one request (no request claude makes): no retry to splice.
+            lent_as = None;
+        }
+        // A 401 to what the broker lent: once, with the login re-read or refreshed (or the
+        // helper run again), when that gives another credential; never twice.
+        if let (Some(401), Some(lent)) = (answer.as_ref().map(|a| a.1), &lent_as) {
+            if let Some(fresh) = self.after_401(lent) {
+                let mut again = Vec::with_capacity(out.len() + fresh.len());
+                let mut at = 0;
+                for &(start, len) in &spans {
+                    again.extend_from_slice(&out[at..start]);
+                    again.extend_from_slice(fresh.as_bytes());
+                    at = start + len;
+                }
+                again.extend_from_slice(&out[at..]);
+                (up, answer) = self.send(&again, &body)?;
+            }
+        }
+        drop(out);
+        relay_response(&mut up, answer, tls);
+        Ok(())
+    }
+
+    /// Sends one request upstream and reads the head of its answer (`None` when there is
+    /// no whole head): the stream, and the head's length, status and bytes read so far.
+    fn send(&self, head: &[u8], body: &[u8]) -> Result<(Upstream, Option<Answer>), Refusal> {
         let mut up = self
             .connect_upstream(HOST)
             .map_err(|e| Refusal(502, format!("{e:#}")))?;
-        up.write_all(&out)
-            .and_then(|()| up.write_all(&body))
+        up.write_all(head)
+            .and_then(|()| up.write_all(body))
             .and_then(|()| up.flush())
             .map_err(|e| Refusal(502, format!("{HOST}: {e}")))?;
-        drop(out);
-        relay_response(&mut up, tls);
-        Ok(())
+        let answer = read_head(&mut up).ok().map(|(n, buf)| {
+            let mut hs = [httparse::EMPTY_HEADER; 100];
+            let mut resp = httparse::Response::new(&mut hs);
+            let code = match resp.parse(&buf) {
+                Ok(httparse::Status::Complete(_)) => resp.code.unwrap_or(0),
+                _ => 0,
+            };
+            (n, code, buf)
+        });
+        Ok((up, answer))
+    }
+
+    /// After upstream refused `lent` (401): the credential to try once more, if there is
+    /// another. The login: the host's file as it is now (the host's claude may have
+    /// refreshed it), else a refresh under claude's lock, unless its refresh token was
+    /// refused before (a dead token is never spent twice). The helper: run again.
+    fn after_401(&self, lent: &Lent) -> Option<String> {
+        match lent {
+            Lent::Helper(used) => {
+                let (helper, _) = self.helper.as_ref()?;
+                helper.forget();
+                helper.key().ok().filter(|k| k != used)
+            }
+            Lent::Login(used) => {
+                let changed =
+                    |login: &serde_json::Value| token_of(login).ok().filter(|t| t != used);
+                if let Some(t) = self.host_login().ok().as_ref().and_then(changed) {
+                    return Some(t);
+                }
+                let _one = self.refreshing.lock().unwrap_or_else(|e| e.into_inner());
+                let dir = self.credentials.as_deref().and_then(|c| c.parent())?;
+                let _lock = crate::state::credsync::RefreshLock::take(dir)?;
+                let login = self.host_login().ok()?;
+                if let Some(t) = changed(&login) {
+                    return Some(t);
+                }
+                let refresh = login["refreshToken"].as_str().unwrap_or("").to_string();
+                let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
+                if refused.as_deref() == Some(refresh.as_str()) {
+                    return None;
+                }
+                match self.refresh(&login) {
+                    Ok(fresh) => token_of(&fresh).ok().filter(|t| t != used),
+                    Err(_) => {
+                        *refused = Some(refresh);
+                        None
+                    }
+                }
+            }
+        }
     }
 
     /// Whether a header is the helper's stand-in key (`x-api-key: K` or
@@ -615,10 +700,7 @@ impl Broker {
         }
     }
 
-    fn connect_upstream(
-        &self,
-        host: &str,
-    ) -> Result<rustls::StreamOwned<rustls::ClientConnection, TcpStream>> {
+    fn connect_upstream(&self, host: &str) -> Result<Upstream> {
         let tcp = match &self.upstream_proxy {
             Some(proxy) => {
                 let mut s = TcpStream::connect(proxy.as_str())
@@ -713,7 +795,6 @@ mod helper {
         }
 
         /// Forgets the key (the API refused it): the next request runs the helper again.
-        #[allow(dead_code)]
         pub fn forget(&self) {
             *self.key.lock().unwrap_or_else(|e| e.into_inner()) = None;
         }
@@ -777,6 +858,19 @@ mod helper {
         }
         Ok(key)
     }
+}
+
+/// One TLS connection to the upstream.
+type Upstream = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+/// The head of an upstream answer: its length, its status, every byte read so far.
+type Answer = (usize, u16, Vec<u8>);
+
+/// What the broker put in a request in place of the stand-in.
+enum Lent {
+    /// The host login's access token.
+    Login(String),
+    /// The key the user's apiKeyHelper printed.
+    Helper(String),
 }
 
 /// Claude Code's OAuth client id and token endpoint (measured: what both pinned versions
@@ -850,8 +944,8 @@ fn parse_answer(raw: &[u8]) -> Result<(u16, Vec<u8>)> {
 
 /// Passes the upstream's response to the client: its head with `connection: close`
 /// instead of its own hop-by-hop headers, then every byte until the upstream ends.
-fn relay_response<U: Read, C: Write>(up: &mut U, client: &mut C) {
-    let Ok((head, buf)) = read_head(up) else {
+fn relay_response<U: Read, C: Write>(up: &mut U, answer: Option<Answer>, client: &mut C) {
+    let Some((head, _, buf)) = answer else {
         let _ = client.write_all(
             b"HTTP/1.1 502 Bad Gateway\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
         );
@@ -987,6 +1081,30 @@ impl Write for Prefixed {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// After a 401, a login the host's claude refreshed meanwhile is taken as it is (no
+    /// refresh spent); the same token with its refresh token refused before is not
+    /// refreshed again (nothing to retry).
+    #[test]
+    fn after_a_401_the_hosts_new_login_is_taken_and_a_dead_token_is_not_spent_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let creds = dir.path().join(".credentials.json");
+        let login = |access: &str| {
+            serde_json::json!({"claudeAiOauth": {
+                "accessToken": access, "refreshToken": "r-dead",
+                "expiresAt": now_ms() + 3_600_000}})
+            .to_string()
+        };
+        std::fs::write(&creds, login("a-new")).unwrap();
+        let b = Broker::new(Some(creds.clone()), None, None).unwrap();
+        assert_eq!(
+            b.after_401(&Lent::Login("a-old".into())),
+            Some("a-new".into())
+        );
+        *b.refused.lock().unwrap() = Some("r-dead".into());
+        assert_eq!(b.after_401(&Lent::Login("a-new".into())), None);
+        assert!(!dir.path().join(".oauth_refresh.lock").exists());
+    }
 
     #[test]
     fn the_login_is_lent_to_claudes_own_calls_only() {

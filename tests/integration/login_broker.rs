@@ -1303,3 +1303,117 @@ fn the_broker_runs_the_helper_again_once_its_key_is_older_than_the_ttl() {
         c.label
     );
 }
+
+/// Every request the mock refused for its credentials (401).
+fn unauthorized(mock: &MockApi) -> usize {
+    mock.requests()
+        .iter()
+        .filter(|r| r["kind"] == "unauthorized")
+        .count()
+}
+
+/// Upstream answers 401 to a token the host's file still calls valid (revoked early):
+/// the broker refreshes the host's login once (under claude's lock) and sends the request
+/// again once with the new token; the conversation goes on. With a dead refresh token it
+/// tries that once, passes the 401 on, and never spends the dead token again.
+#[test]
+fn an_upstream_401_is_retried_once_with_a_refreshed_login() {
+    let _g = common::heavy();
+    for c in lab::claude_versions() {
+        let w = lab::world_with(&c);
+        let script = json!([
+            {"bash": {"command": "echo tool-ran > marker", "description": "mark"}},
+            "retried and done"
+        ]);
+        let (p, mock) = setup(&w, &script);
+        mock.revoke(REAL_ACCESS);
+        let o = run(
+            &w,
+            &p,
+            &mock,
+            &[
+                "--login-broker",
+                "--network",
+                "none",
+                "-p",
+                "hello",
+                "--allowedTools",
+                "Bash",
+            ],
+        );
+        let out = lab::ok_run(&c, &o, &mock);
+        assert!(
+            out.contains("retried and done"),
+            "[{}] {out}\n{}",
+            c.label,
+            common::stderr(&o)
+        );
+        assert_eq!(
+            mock.refreshes(),
+            [(
+                tail4(REAL_REFRESH).trim_matches('\'').to_string(),
+                Some("0001".to_string())
+            )],
+            "[{}] one refresh",
+            c.label
+        );
+        assert_eq!(unauthorized(&mock), 1, "[{}] one 401, retried", c.label);
+        assert_eq!(
+            host_file(&w)["claudeAiOauth"]["accessToken"],
+            "sk-ant-oat01-mock-a0001",
+            "[{}] the new login is the host's",
+            c.label
+        );
+
+        // The refresh token is dead too (the mock never issued it): one refresh tried,
+        // the 401 reaches claude, and the dead token is not spent again.
+        let w = lab::world_with(&c);
+        let (p, mock) = setup(&w, &json!([]));
+        mock.revoke(REAL_ACCESS);
+        let mut dead = real_login();
+        dead["claudeAiOauth"]["refreshToken"] = "sk-ant-ort01-lab-dead-refresh-D000".into();
+        fs::write(w.home().join(".claude/.credentials.json"), dead.to_string()).unwrap();
+        let o = run(
+            &w,
+            &p,
+            &mock,
+            &["--login-broker", "--network", "none", "-p", "hello"],
+        );
+        assert!(!o.status.success(), "[{}] {}", c.label, common::stdout(&o));
+        let spent = mock.refreshes();
+        assert_eq!(spent.len(), 1, "[{}] {spent:?}", c.label);
+        assert_eq!(spent[0], ("D000".to_string(), None), "[{}]", c.label);
+        assert!(unauthorized(&mock) >= 1, "[{}]", c.label);
+    }
+}
+
+/// A helper's key refused upstream (401): the broker runs the helper again at once and
+/// sends the request again once with the new key (the helper here prints an old key the
+/// first time, the live one after).
+#[test]
+fn an_upstream_401_runs_the_helper_again_and_retries_once() {
+    let _g = common::heavy();
+    let c = lab::claude_versions().pop().unwrap();
+    let w = lab::world_with(&c);
+    let (p, mock, runs) = setup_helper(&w, &json!(["helper retried"]));
+    let settings = w.home().join(".claude/settings.json");
+    let helper = format!(
+        "echo run >> '{r}'; if [ \"$(wc -l < '{r}')\" -le 1 ]; then echo sk-ant-api03-lab-old-key-0LD0; else echo {HELPER_KEY}; fi",
+        r = runs.display()
+    );
+    fs::write(&settings, json!({ "apiKeyHelper": helper }).to_string()).unwrap();
+    let o = run(
+        &w,
+        &p,
+        &mock,
+        &["--login-broker", "--network", "none", "-p", "hello"],
+    );
+    let out = lab::ok_run(&c, &o, &mock);
+    assert!(
+        out.contains("helper retried"),
+        "{out}\n{}",
+        common::stderr(&o)
+    );
+    assert_eq!(unauthorized(&mock), 1, "one 401, retried");
+    assert_eq!(runs_of(&runs), 2, "the helper ran again once");
+}

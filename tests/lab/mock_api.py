@@ -27,7 +27,9 @@ Python 3 standard library only. Listens on 127.0.0.1 only (never another address
                   only takes three approved https origins).
   --refresh-token T  with --oauth, the login's refresh token (the seeded one); others
                   the mock did not issue are refused
-  --access-token T   with --oauth, an access token taken as issued (a live login)
+  --access-token T   with --oauth, an access token taken as issued (a live login);
+                  a plain POST /mock/revoke {"access": T} (not through a tunnel) stops
+                  taking it, as a revoked token
   --api-key K     the API key the Messages API takes (repeatable): a POST with another
                   x-api-key, or a bearer `sk-ant-api...` (claude sends an apiKeyHelper's
                   key as both) not among them, gets 401; without it any key goes
@@ -376,6 +378,16 @@ class Handler(BaseHTTPRequestHandler):
     def do_POST(self):
         body = self.read_body()
         path = self.path.split("?")[0]
+        if self.server.oauth and path == "/mock/revoke" \
+                and getattr(self, "tunnel_host", None) is None and isinstance(body, dict):
+            # The test's own control (plain HTTP, never through a tunnel): the access
+            # token named stops being taken, as when Anthropic revokes it.
+            with self.server.oauth.lock:
+                self.server.oauth.access.discard(body.get("access"))
+            self.write_log({"kind": "revoke", "time": time.time(),
+                            "access": str(body.get("access"))[-4:]})
+            self.reply(200, {})
+            return
         if self.server.oauth and path == "/v1/oauth/token":
             self.record({k: (redact("authorization", v) if "token" in k else v)
                          for k, v in body.items()} if isinstance(body, dict) else body,

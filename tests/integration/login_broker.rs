@@ -1417,3 +1417,135 @@ fn an_upstream_401_runs_the_helper_again_and_retries_once() {
     assert_eq!(unauthorized(&mock), 1, "one 401, retried");
     assert_eq!(runs_of(&runs), 2, "the helper ran again once");
 }
+
+/// The user's own HTTP proxy (`tests/lab/connect_proxy.py`): counts each CONNECT and
+/// sends it on to the mock. Killed on drop.
+struct UserProxy {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl UserProxy {
+    fn start(mock: &MockApi, auth: Option<&str>) -> UserProxy {
+        use std::os::unix::process::CommandExt;
+        let dir = tempfile::tempdir().unwrap();
+        let port_file = dir.path().join("port");
+        let mut cmd = std::process::Command::new("python3");
+        cmd.arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/lab/connect_proxy.py"
+        ))
+        .arg("--port-file")
+        .arg(&port_file)
+        .arg("--log")
+        .arg(dir.path().join("tunnels"))
+        .arg("--next")
+        .arg(format!("127.0.0.1:{}", mock.port()))
+        .args(auth.map(|a| ["--auth", a]).into_iter().flatten())
+        .stdin(std::process::Stdio::null());
+        // SAFETY: only the async-signal-safe prctl between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                    .map_err(std::io::Error::from)
+            });
+        }
+        let child = cmd.spawn().unwrap();
+        let end = std::time::Instant::now() + Duration::from_secs(20);
+        let port = loop {
+            if let Some(p) = fs::read_to_string(&port_file)
+                .ok()
+                .and_then(|t| t.trim().parse().ok())
+            {
+                break p;
+            }
+            assert!(
+                std::time::Instant::now() < end,
+                "the user's proxy did not start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        UserProxy { child, dir, port }
+    }
+
+    /// Each tunnel asked for: (target, the Proxy-Authorization sent or "-").
+    fn tunnels(&self) -> Vec<String> {
+        fs::read_to_string(self.dir.path().join("tunnels"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for UserProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A user behind an HTTP proxy of their own (`HTTPS_PROXY` on the host, with a password):
+/// the broker's upstream goes through it (one CONNECT per request it lends, with the
+/// proxy's credentials), in open mode and in none mode. Control: with `NO_PROXY` naming
+/// api.anthropic.com the broker goes direct, the proxy sees nothing (and, offline, claude
+/// gets no answer).
+#[test]
+fn the_broker_goes_through_the_users_own_proxy() {
+    let _g = common::heavy();
+    let c = lab::claude_versions().pop().unwrap();
+    for mode in ["open", "none"] {
+        let w = lab::world_with(&c);
+        let (p, mock) = setup(&w, &json!(["through your proxy"]));
+        // base64("lab:s@cret")
+        let proxy = UserProxy::start(&mock, Some("bGFiOnNAY3JldA=="));
+        let mut cmd = w.cmd(&p);
+        cmd.envs(upstream_env(&mock))
+            .env_remove("CLAUDEBOX_TEST_BROKER_UPSTREAM_PROXY")
+            .env(
+                "HTTPS_PROXY",
+                format!("http://lab:s%40cret@127.0.0.1:{}", proxy.port),
+            )
+            .args(["--login-broker", "--network", mode, "-p", "hello"]);
+        let o = lab::output_within(&mut cmd, LIMIT).unwrap();
+        let out = lab::ok_run(&c, &o, &mock);
+        assert!(out.contains("through your proxy"), "[{mode}] {out}");
+        let tunnels = proxy.tunnels();
+        let conv = mock.conversation(0).len();
+        assert!(
+            tunnels.len() >= conv
+                && tunnels
+                    .iter()
+                    .all(|t| t == "api.anthropic.com:443 Basic bGFiOnNAY3JldA=="),
+            "[{mode}] {tunnels:?}"
+        );
+        for b in bearers(&mock) {
+            assert!(b.contains(&tail4(REAL_ACCESS)), "[{mode}] {b}");
+        }
+    }
+    // Control: NO_PROXY sends the broker direct (nothing reachable offline).
+    let w = lab::world_with(&c);
+    let (p, mock) = setup(&w, &json!(["through your proxy"]));
+    let proxy = UserProxy::start(&mock, None);
+    let mut cmd = w.cmd(&p);
+    cmd.envs(upstream_env(&mock))
+        .env_remove("CLAUDEBOX_TEST_BROKER_UPSTREAM_PROXY")
+        .env("HTTPS_PROXY", format!("http://127.0.0.1:{}", proxy.port))
+        .env("NO_PROXY", ".anthropic.com")
+        .env("CLAUDE_CODE_MAX_RETRIES", "0")
+        .args(["--login-broker", "--network", "none", "-p", "hello"]);
+    // Claude retries a 502 for a while; no answer in time is no answer either.
+    if let Ok(o) = lab::output_within(&mut cmd, LIMIT) {
+        assert!(
+            !common::stdout(&o).contains("through your proxy"),
+            "control: {}",
+            common::stdout(&o)
+        );
+    }
+    assert!(proxy.tunnels().is_empty(), "control: {:?}", proxy.tunnels());
+    assert!(
+        mock.conversation(0).is_empty(),
+        "control: the mock was reached"
+    );
+}

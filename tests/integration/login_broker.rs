@@ -1498,6 +1498,14 @@ fn the_broker_goes_through_the_users_own_proxy() {
     for mode in ["open", "none"] {
         let w = lab::world_with(&c);
         let (p, mock) = setup(&w, &json!(["through your proxy"]));
+        if mode == "none" {
+            // Expired: the refresh goes through the proxy too, to its own host.
+            fs::write(
+                w.home().join(".claude/.credentials.json"),
+                expired(REAL_ACCESS, REAL_REFRESH).to_string(),
+            )
+            .unwrap();
+        }
         // base64("lab:s@cret")
         let proxy = UserProxy::start(&mock, Some("bGFiOnNAY3JldA=="));
         let mut cmd = w.cmd(&p);
@@ -1513,15 +1521,25 @@ fn the_broker_goes_through_the_users_own_proxy() {
         assert!(out.contains("through your proxy"), "[{mode}] {out}");
         let tunnels = proxy.tunnels();
         let conv = mock.conversation(0).len();
+        let api = "api.anthropic.com:443 Basic bGFiOnNAY3JldA==";
+        let token = "platform.claude.com:443 Basic bGFiOnNAY3JldA==";
+        let (to_api, to_token) = (
+            tunnels.iter().filter(|t| *t == api).count(),
+            tunnels.iter().filter(|t| *t == token).count(),
+        );
+        let refreshed = usize::from(mode == "none");
         assert!(
-            tunnels.len() >= conv
-                && tunnels
-                    .iter()
-                    .all(|t| t == "api.anthropic.com:443 Basic bGFiOnNAY3JldA=="),
+            to_api >= conv && to_token == refreshed && to_api + to_token == tunnels.len(),
             "[{mode}] {tunnels:?}"
         );
+        assert_eq!(mock.refreshes().len(), refreshed, "[{mode}]");
+        let live = if mode == "none" {
+            "'0001'".to_string()
+        } else {
+            tail4(REAL_ACCESS)
+        };
         for b in bearers(&mock) {
-            assert!(b.contains(&tail4(REAL_ACCESS)), "[{mode}] {b}");
+            assert!(b.contains(&live), "[{mode}] {b}");
         }
     }
     // Control: NO_PROXY sends the broker direct (nothing reachable offline).

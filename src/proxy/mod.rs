@@ -35,6 +35,7 @@
 
 pub mod broker;
 pub mod netbridge;
+pub mod upstream;
 
 use std::collections::HashMap;
 use std::io::{self, Read, Write};
@@ -93,6 +94,9 @@ pub struct Config {
     /// `--login-broker`: `CONNECT api.anthropic.com:443` is served by the broker, in any
     /// mode, whatever the allowlist says.
     pub broker: Option<Arc<broker::Broker>>,
+    /// Open mode: the user's own proxy, which every host let through goes through
+    /// (`CONNECT`) unless its `NO_PROXY` names the host.
+    pub upstream: Option<Arc<upstream::UpstreamProxy>>,
 }
 
 /// Serves `listener` until the process is killed (it dies with the sandbox).
@@ -694,6 +698,12 @@ fn decide_and_connect(
 ) -> Result<TcpStream, Reject> {
     let shown = network::show_host(host);
     if cfg.open {
+        if let Some(u) = cfg.upstream.as_ref().filter(|u| !u.bypassed(host)) {
+            // The way out the user's own clients take on the host.
+            return u
+                .connect(host, port)
+                .map_err(|e| Reject(502, "Bad Gateway", format!("{e:#}")));
+        }
         // Open mode: the sandbox could reach this host without the proxy anyway.
         let addrs: Vec<SocketAddr> = (host, port)
             .to_socket_addrs()

@@ -193,10 +193,22 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
         } else {
             None
         };
-    let (broker, broken) = match broker {
+    let (broker, mut broken) = match broker {
         Some(Ok(b)) => (Some(b), None),
         Some(Err(e)) => (None, Some(format!("{e:#}"))),
         None => (None, None),
+    };
+    // Open mode: what the proxy lets through goes the user's own way out.
+    let upstream = if args.open {
+        match proxy::upstream::UpstreamProxy::from_env() {
+            Ok(u) => u.map(std::sync::Arc::new),
+            Err(e) => {
+                broken.get_or_insert(format!("{e:#}"));
+                None
+            }
+        }
+    } else {
+        None
     };
     let config = || proxy::Config {
         allowlist: allowlist.clone(),
@@ -204,6 +216,7 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
         log_stderr,
         open: args.open,
         broker: broker.clone(),
+        upstream: upstream.clone(),
     };
     let served = receive_listeners(&ctl).and_then(|listeners| {
         if let Some(why) = &broken {

@@ -1542,6 +1542,38 @@ fn the_broker_goes_through_the_users_own_proxy() {
             assert!(b.contains(&live), "[{mode}] {b}");
         }
     }
+    // Open mode: another host the broker's proxy lets through goes through the user's
+    // proxy too (the mock then refuses it: nothing leaves the machine).
+    let w = World::new();
+    let (p, mock) = setup(&w, &json!([]));
+    let proxy = UserProxy::start(&mock, None);
+    let mut cmd = w.cmd(&p);
+    cmd.envs(upstream_env(&mock))
+        .env_remove("CLAUDEBOX_TEST_BROKER_UPSTREAM_PROXY")
+        .env("HTTPS_PROXY", format!("http://127.0.0.1:{}", proxy.port))
+        .args([
+            "--login-broker",
+            "--network",
+            "open",
+            "--exec",
+            "sh",
+            "-c",
+            "curl -sS -m 20 -o /dev/null https://elsewhere.example:8443/ 2>&1; echo \"PROXY $HTTPS_PROXY\"",
+        ]);
+    let o = lab::output_within(&mut cmd, LIMIT).unwrap();
+    let out = common::stdout(&o);
+    assert!(
+        out.contains("PROXY http://127.0.0.1:")
+            && !out.contains(&format!("PROXY http://127.0.0.1:{}\n", proxy.port)),
+        "inside, HTTPS_PROXY is the broker's: {out}"
+    );
+    assert_eq!(
+        proxy.tunnels(),
+        ["elsewhere.example:8443 -"],
+        "open mode: {out}\n{}",
+        common::stderr(&o)
+    );
+
     // Control: NO_PROXY sends the broker direct (nothing reachable offline).
     let w = lab::world_with(&c);
     let (p, mock) = setup(&w, &json!(["through your proxy"]));

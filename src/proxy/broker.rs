@@ -132,6 +132,10 @@ pub struct Broker {
     refreshing: std::sync::Mutex<()>,
     /// The last refresh token the token endpoint refused (or that could not be spent).
     refused: std::sync::Mutex<Option<String>>,
+    /// An access token a refresh after a 401 gave, which upstream refused too: a 401 to it
+    /// is not answered by another refresh (a 401 a refresh does not cure would otherwise
+    /// spend one per request).
+    futile: std::sync::Mutex<Option<String>>,
 }
 
 /// `n` random bytes as hex, from the kernel.
@@ -235,6 +239,7 @@ impl Broker {
             ca_pem: ca_cert.pem(),
             refreshing: std::sync::Mutex::new(()),
             refused: std::sync::Mutex::new(None),
+            futile: std::sync::Mutex::new(None),
         })
     }
 
@@ -632,6 +637,9 @@ impl Broker {
                 }
                 again.extend_from_slice(&out[at..]);
                 (up, answer) = self.send(&again, &body)?;
+                if matches!(lent, Lent::Login(_)) && answer.as_ref().is_some_and(|a| a.1 == 401) {
+                    *self.futile.lock().unwrap_or_else(|e| e.into_inner()) = Some(fresh);
+                }
             }
         }
         drop(out);
@@ -687,9 +695,13 @@ impl Broker {
                 }
                 let refresh = login["refreshToken"].as_str().unwrap_or("").to_string();
                 let mut refused = self.refused.lock().unwrap_or_else(|e| e.into_inner());
-                if refused.as_deref() == Some(refresh.as_str()) {
+                let futile = self.futile.lock().unwrap_or_else(|e| e.into_inner());
+                if refused.as_deref() == Some(refresh.as_str())
+                    || futile.as_deref() == Some(used.as_str())
+                {
                     return None;
                 }
+                drop(futile);
                 match self.refresh(&login) {
                     Ok(fresh) => token_of(&fresh).ok().filter(|t| t != used),
                     Err(_) => {
@@ -1082,8 +1094,8 @@ mod tests {
     use super::*;
 
     /// After a 401, a login the host's claude refreshed meanwhile is taken as it is (no
-    /// refresh spent); the same token with its refresh token refused before is not
-    /// refreshed again (nothing to retry).
+    /// refresh spent); the same token with its refresh token refused before, or one a
+    /// refresh gave that upstream refused too, is not refreshed again (nothing to retry).
     #[test]
     fn after_a_401_the_hosts_new_login_is_taken_and_a_dead_token_is_not_spent_again() {
         let dir = tempfile::tempdir().unwrap();
@@ -1101,6 +1113,10 @@ mod tests {
             Some("a-new".into())
         );
         *b.refused.lock().unwrap() = Some("r-dead".into());
+        assert_eq!(b.after_401(&Lent::Login("a-new".into())), None);
+        // A token a refresh gave and upstream refused too: no refresh for it again.
+        *b.refused.lock().unwrap() = None;
+        *b.futile.lock().unwrap() = Some("a-new".into());
         assert_eq!(b.after_401(&Lent::Login("a-new".into())), None);
         assert!(!dir.path().join(".oauth_refresh.lock").exists());
     }

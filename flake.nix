@@ -44,7 +44,7 @@
               rustfmt
               bubblewrap
               git
-              # npm, for scripts/install-claude-code.sh (the end-to-end test's claude)
+              # npm, for scripts/install-agent.sh (the end-to-end test's claude)
               nodejs
             ];
             RUST_SRC_PATH = "${pkgs.rustPlatform.rustLibSrc}";

@@ -41,18 +41,36 @@ fn real_login() -> Value {
 fn setup(w: &World, script: &Value) -> (PathBuf, MockApi) {
     let p = w.dir("proj");
     let mock = MockApi::start_oauth_live(script, REAL_REFRESH, REAL_ACCESS);
+    log_in(w, &p, &real_login());
+    (p, mock)
+}
+
+/// The host logged in with `login` (its `.credentials.json`), and project `p` trusted in
+/// a `.claude.json` that approves no API key.
+fn log_in(w: &World, p: &Path, login: &Value) {
     fs::write(
         w.home().join(".claude/.credentials.json"),
-        real_login().to_string(),
+        login.to_string(),
     )
     .unwrap();
-    let mut seed = lab::claude_json_seed(&[&p]);
+    let mut seed = lab::claude_json_seed(&[p]);
     seed.as_object_mut()
         .unwrap()
         .remove("customApiKeyResponses");
     fs::write(w.home().join(".claude.json"), seed.to_string()).unwrap();
-    (p, mock)
 }
+
+/// The options that choose network `mode` with the broker: `--login-broker`, or for
+/// "default" no flag at all (the broker is the default) in open mode.
+fn broker_args(mode: &str) -> Vec<&str> {
+    match mode {
+        "default" => vec!["--network", "open"],
+        _ => vec!["--login-broker", "--network", mode],
+    }
+}
+
+/// How a test launches claudebox: [`run`], or [`run_with_key`] for an API-key user.
+type Run = fn(&World, &Path, &MockApi, &[&str]) -> Output;
 
 /// What sends the broker's upstream to the mock.
 fn upstream_env(mock: &MockApi) -> Vec<(String, String)> {
@@ -105,22 +123,25 @@ fn claude_talks_and_runs_tools_with_the_login_kept_outside() {
     }
 }
 
-fn conversation(c: &Claude, mode: &str) {
-    let w = lab::world_with(c);
-    let script = json!([
+/// The mock's script of a conversation: one Bash call (it writes `marker`), then the
+/// final answer `done`.
+fn tool_call_then(done: &str) -> Value {
+    json!([
         {"bash": {"command": "echo tool-ran > marker", "description": "mark"}},
-        "broker says done"
-    ]);
-    let (p, mock) = setup(&w, &script);
-    let mut args = vec!["--network", mode, "-p", "hello", "--allowedTools", "Bash"];
-    match mode {
-        "default" => args[1] = "open",
-        _ => args.insert(0, "--login-broker"),
-    }
-    let o = run(&w, &p, &mock, &args);
-    let out = lab::ok_run(c, &o, &mock);
+        done
+    ])
+}
+
+/// Has claude `c` hold the conversation of [`tool_call_then`]`(done)` in network `mode`
+/// with the broker, launched by `run` (or `run_with_key`, an API-key user), and asserts
+/// that it answered `done` and that its Bash call ran.
+fn talk(c: &Claude, w: &World, p: &Path, mock: &MockApi, run: Run, mode: &str, done: &str) {
+    let mut args = broker_args(mode);
+    args.extend(["-p", "hello", "--allowedTools", "Bash"]);
+    let o = run(w, p, mock, &args);
+    let out = lab::ok_run(c, &o, mock);
     assert!(
-        out.contains("broker says done"),
+        out.contains(done),
         "[{} {mode}] no final answer: {out}\n{}",
         c.label,
         common::stderr(&o)
@@ -131,6 +152,12 @@ fn conversation(c: &Claude, mode: &str) {
         "[{} {mode}] the Bash tool ran",
         c.label
     );
+}
+
+fn conversation(c: &Claude, mode: &str) {
+    let w = lab::world_with(c);
+    let (p, mock) = setup(&w, &tool_call_then("broker says done"));
+    talk(c, &w, &p, &mock, run, mode, "broker says done");
     let conv = mock.conversation(0);
     assert!(conv.len() >= 2, "[{} {mode}] {conv:?}", c.label);
     for r in &conv {
@@ -185,6 +212,43 @@ echo SEARCH-DONE"#
     )
 }
 
+/// Runs `script` (a [`search_script`]) inside with the options `flags`, launched by `run`
+/// (or `run_with_key`, an API-key user); its output.
+fn search(w: &World, p: &Path, mock: &MockApi, run: Run, flags: &[&str], script: &str) -> Output {
+    let mut args = flags.to_vec();
+    args.extend(["--exec", "sh", "-c", script]);
+    run(w, p, mock, &args)
+}
+
+/// Whether a search found its needle, or did not run (which counts as found: nothing
+/// shows it was not).
+fn found(o: &Output) -> bool {
+    let out = common::stdout(o);
+    !out.contains("SEARCH-DONE") || out.contains("FOUND")
+}
+
+/// Asserts that a search ran and found nothing; its stdout.
+fn found_nothing(o: &Output, what: &str) -> String {
+    let out = common::stdout(o);
+    assert!(
+        out.contains("SEARCH-DONE"),
+        "[{what}] the search did not run: {out}\n{}",
+        common::stderr(o)
+    );
+    assert!(!out.contains("FOUND"), "[{what}] readable inside:\n{out}");
+    out
+}
+
+/// Asserts that a search (the control, without the broker) ran and found its needle.
+fn found_it(o: &Output) {
+    let out = common::stdout(o);
+    assert!(
+        out.contains("SEARCH-DONE") && out.contains("FOUND"),
+        "control: the search finds nothing without the broker:\n{out}\n{}",
+        common::stderr(o)
+    );
+}
+
 #[test]
 fn the_real_token_is_nowhere_inside() {
     let w = World::new();
@@ -192,47 +256,22 @@ fn the_real_token_is_nowhere_inside() {
     // "default": no flag (the broker is the default), open mode.
     for mode in ["none", "allowlist", "open", "default"] {
         for needle in [REAL_ACCESS, REAL_REFRESH] {
-            let script = search_script(needle);
-            let mut args = vec!["--network", mode, "--exec", "sh", "-c", &script];
-            match mode {
-                "default" => args[1] = "open",
-                _ => args.insert(0, "--login-broker"),
-            }
-            let o = run(&w, &p, &mock, &args);
-            let out = common::stdout(&o);
-            assert!(
-                out.contains("SEARCH-DONE"),
-                "[{mode}] the search did not run: {out}\n{}",
-                common::stderr(&o)
+            let o = search(
+                &w,
+                &p,
+                &mock,
+                run,
+                &broker_args(mode),
+                &search_script(needle),
             );
-            assert!(
-                !out.contains("FOUND"),
-                "[{mode}] the real token is readable inside:\n{out}"
-            );
+            found_nothing(&o, &format!("{mode}: the real token"));
         }
     }
     // Control: without the broker the same search finds the token (the login is bound in).
-    let script = search_script(REAL_ACCESS);
-    let o = run(
-        &w,
-        &p,
-        &mock,
-        &[
-            "--no-login-broker",
-            "--network",
-            "none",
-            "--exec",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
-    let out = common::stdout(&o);
-    assert!(
-        out.contains("SEARCH-DONE") && out.contains("FOUND file"),
-        "control: the search finds nothing without the broker:\n{out}\n{}",
-        common::stderr(&o)
-    );
+    let no_broker = ["--no-login-broker", "--network", "none"];
+    let o = search(&w, &p, &mock, run, &no_broker, &search_script(REAL_ACCESS));
+    found_it(&o);
+    assert!(common::stdout(&o).contains("FOUND file"));
 }
 
 /// Python inside: requests through the proxy `HTTPS_PROXY` names (127.0.0.1:3128, or a
@@ -308,22 +347,9 @@ fn probe_in(
 ) -> (String, Vec<(String, String)>) {
     let port = mock.base_url().rsplit(':').next().unwrap().to_string();
     let target = format!("127.0.0.1:{port}");
-    let o = run(
-        w,
-        p,
-        mock,
-        &[
-            "--login-broker",
-            "--network",
-            mode,
-            "--exec",
-            "python3",
-            "-c",
-            PROBE,
-            other,
-            &target,
-        ],
-    );
+    let mut args = broker_args(mode);
+    args.extend(["--exec", "python3", "-c", PROBE, other, &target]);
+    let o = run(w, p, mock, &args);
     let out = common::stdout(&o);
     assert!(
         o.status.success(),
@@ -348,6 +374,24 @@ fn result<'a>(r: &'a [(String, String)], name: &str) -> &'a str {
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.as_str())
         .unwrap_or_else(|| panic!("no {name} in {r:?}"))
+}
+
+/// Asserts that each of a probe's attempts got its answer: (attempt, status).
+fn expect(r: &[(String, String)], answers: &[(&str, &str)]) {
+    for (name, status) in answers {
+        assert_eq!(result(r, name), *status, "{name}: {r:?}");
+    }
+}
+
+/// Sandbox A's stand-in `a` elsewhere: in another sandbox (network `mode`), whose broker
+/// does not know it, and from the host (or anyone the agent sends it to): refused
+/// upstream. Control: the real token, as an agent would have it without the broker, works.
+fn stand_in_elsewhere(w: &World, p: &Path, mock: &MockApi, a: &str, mode: &str) {
+    let (b, r) = probe_in(w, p, mock, a, mode);
+    assert_ne!(a, b, "each sandbox has its own stand-in");
+    expect(&r, &[("own", "200"), ("other", "401")]);
+    assert_eq!(from_host(mock, a), "401");
+    assert_eq!(from_host(mock, REAL_ACCESS), "200");
 }
 
 /// Status of `POST /v1/messages/count_tokens` sent from the host straight to the mock's
@@ -379,33 +423,29 @@ fn the_stand_in_is_worthless_outside_its_sandbox_and_the_broker_goes_nowhere_els
     // Sandbox A: its own stand-in works through its broker (the control for the rest).
     let (a, r) = probe(&w, &p, &mock, "");
     assert!(a.starts_with("sk-ant-oat01-claudebox-stand-in-"), "{a}");
-    assert_eq!(result(&r, "own"), "200", "{r:?}");
-    // The agent picks the host: refused by the broker (Host), or by the proxy (CONNECT
-    // elsewhere in none mode, the mock's own port included).
-    assert_eq!(result(&r, "host-evil"), "421", "{r:?}");
-    assert_eq!(result(&r, "connect-mock"), "403", "{r:?}");
-    assert_eq!(result(&r, "connect-evil"), "403", "{r:?}");
-    // A call that would mint a credential from the lent login: refused by the broker.
-    assert_eq!(result(&r, "mint"), "403", "{r:?}");
-    // Huge and malformed requests: refused by the broker, which goes on serving.
-    assert_eq!(result(&r, "huge"), "413", "{r:?}");
-    assert_eq!(result(&r, "chunked"), "411", "{r:?}");
-    assert_eq!(result(&r, "absolute"), "400", "{r:?}");
-    assert_eq!(result(&r, "garbage"), "400", "{r:?}");
+    expect(
+        &r,
+        &[
+            ("own", "200"),
+            // The agent picks the host: refused by the broker (Host), or by the proxy
+            // (CONNECT elsewhere in none mode, the mock's own port included).
+            ("host-evil", "421"),
+            ("connect-mock", "403"),
+            ("connect-evil", "403"),
+            // A call that would mint a credential from the lent login: refused by the broker.
+            ("mint", "403"),
+            // Huge and malformed requests: refused by the broker, which goes on serving.
+            ("huge", "413"),
+            ("chunked", "411"),
+            ("absolute", "400"),
+            ("garbage", "400"),
+        ],
+    );
     // A head over 64 KiB: refused, or the connection dropped while it was still sent.
     let flood = result(&r, "head-flood");
     assert!(flood == "400" || flood.starts_with("error"), "{r:?}");
-
-    // Sandbox B, with A's stand-in: its broker does not know it, upstream refuses it.
-    let (b, r) = probe(&w, &p, &mock, &a);
-    assert_ne!(a, b, "each sandbox has its own stand-in");
-    assert_eq!(result(&r, "own"), "200", "{r:?}");
-    assert_eq!(result(&r, "other"), "401", "{r:?}");
-
-    // The host (or anyone the agent sends it to) with A's stand-in: refused upstream.
-    assert_eq!(from_host(&mock, &a), "401");
-    // Control: the real token, as an agent would have it without the broker, works.
-    assert_eq!(from_host(&mock, REAL_ACCESS), "200");
+    // Sandbox B with A's stand-in, and the host with it.
+    stand_in_elsewhere(&w, &p, &mock, &a, "none");
 }
 
 /// Open mode: the proxy (on a free port of the shared loopback) lets every other host
@@ -419,21 +459,21 @@ fn in_open_mode_the_broker_serves_api_anthropic_com_and_the_rest_goes_through() 
     assert!(a.starts_with("sk-ant-oat01-claudebox-stand-in-"), "{a}");
     let port = result(&r, "PORT");
     assert_ne!(port, "3128", "a free port, not the fixed one: {r:?}");
-    assert_eq!(result(&r, "own"), "200", "{r:?}");
-    // Open means unfiltered: the mock's own port is reached through the proxy.
-    assert_eq!(result(&r, "connect-mock"), "200", "{r:?}");
-    assert_eq!(result(&r, "host-evil"), "421", "{r:?}");
-    assert_eq!(result(&r, "mint"), "403", "{r:?}");
-    assert_eq!(result(&r, "huge"), "413", "{r:?}");
-    assert_eq!(result(&r, "chunked"), "411", "{r:?}");
+    expect(
+        &r,
+        &[
+            ("own", "200"),
+            // Open means unfiltered: the mock's own port is reached through the proxy.
+            ("connect-mock", "200"),
+            ("host-evil", "421"),
+            ("mint", "403"),
+            ("huge", "413"),
+            ("chunked", "411"),
+        ],
+    );
     // Another sandbox (open mode too, on the same loopback) with A's stand-in, and the
     // host with it: refused upstream.
-    let (b, r) = probe_in(&w, &p, &mock, &a, "open");
-    assert_ne!(a, b);
-    assert_eq!(result(&r, "own"), "200", "{r:?}");
-    assert_eq!(result(&r, "other"), "401", "{r:?}");
-    assert_eq!(from_host(&mock, &a), "401");
-    assert_eq!(from_host(&mock, REAL_ACCESS), "200");
+    stand_in_elsewhere(&w, &p, &mock, &a, "open");
 }
 
 #[test]
@@ -555,19 +595,11 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
         let mock =
             MockApi::start_oauth(&json!({"turns": [], "token_delay_ms": 1500}), SEED_REFRESH);
         let creds = w.home().join(".claude/.credentials.json");
-        fs::write(&creds, expired(SEED_ACCESS, SEED_REFRESH).to_string()).unwrap();
-        let mut seed = lab::claude_json_seed(&[&p]);
-        seed.as_object_mut()
-            .unwrap()
-            .remove("customApiKeyResponses");
-        fs::write(w.home().join(".claude.json"), seed.to_string()).unwrap();
+        log_in(&w, &p, &expired(SEED_ACCESS, SEED_REFRESH));
         let ask = |mode: &str| {
-            run(
-                &w,
-                &p,
-                &mock,
-                &["--login-broker", "--network", mode, "-p", "hello"],
-            )
+            let mut args = broker_args(mode);
+            args.extend(["-p", "hello"]);
+            run(&w, &p, &mock, &args)
         };
 
         // Several token lifetimes with no claude on the host: each time the host's login
@@ -693,19 +725,10 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
             "open",
         ),
     ] {
-        let mut found = false;
-        for needle in [REAL_ACCESS, REAL_REFRESH] {
-            let script = search_script(needle);
-            let o = run(
-                &w,
-                &p,
-                &mock,
-                &["--login-broker", "--network", mode, "--exec", "sh", "-c", &script],
-            );
-            let out = common::stdout(&o);
-            found |= !out.contains("SEARCH-DONE") || out.contains("FOUND");
-        }
-        v.push((name, found));
+        let got = [REAL_ACCESS, REAL_REFRESH].iter().any(|needle| {
+            found(&search(&w, &p, &mock, run, &broker_args(mode), &search_script(needle)))
+        });
+        v.push((name, got));
     }
     let (a, r) = probe(&w, &p, &mock, "");
     let (_, r2) = probe(&w, &p, &mock, &a);
@@ -751,15 +774,8 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         ("login broker: an API-key user's key anywhere inside (files, environ, cmdline, fds), allowlist mode", "allowlist"),
         ("login broker: an API-key user's key anywhere inside (files, environ, cmdline, fds), open mode", "open"),
     ] {
-        let script = search_script(REAL_KEY);
-        let o = run_with_key(
-            &wk,
-            &pk,
-            &mk,
-            &["--login-broker", "--network", mode, "--exec", "sh", "-c", &script],
-        );
-        let out = common::stdout(&o);
-        v.push((name, !out.contains("SEARCH-DONE") || out.contains("FOUND")));
+        let o = search(&wk, &pk, &mk, run_with_key, &broker_args(mode), &search_script(REAL_KEY));
+        v.push((name, found(&o)));
     }
     let wh = World::new();
     let (ph, mh, _) = setup_helper(&wh, &json!([]));
@@ -836,38 +852,9 @@ fn api_key_users_talk_with_the_key_kept_outside() {
     for c in lab::claude_versions() {
         for mode in ["none", "allowlist", "open"] {
             let w = lab::world_with(&c);
-            let script = json!([
-                {"bash": {"command": "echo tool-ran > marker", "description": "mark"}},
-                "key broker says done"
-            ]);
-            let (p, mock) = setup_api_key(&w, &script);
-            let o = run_with_key(
-                &w,
-                &p,
-                &mock,
-                &[
-                    "--login-broker",
-                    "--network",
-                    mode,
-                    "-p",
-                    "hello",
-                    "--allowedTools",
-                    "Bash",
-                ],
-            );
-            let out = lab::ok_run(&c, &o, &mock);
-            assert!(
-                out.contains("key broker says done"),
-                "[{} {mode}] no final answer: {out}\n{}",
-                c.label,
-                common::stderr(&o)
-            );
-            assert_eq!(
-                fs::read_to_string(p.join("marker")).unwrap_or_default(),
-                "tool-ran\n",
-                "[{} {mode}] the Bash tool ran",
-                c.label
-            );
+            let done = "key broker says done";
+            let (p, mock) = setup_api_key(&w, &tool_call_then(done));
+            talk(&c, &w, &p, &mock, run_with_key, mode, done);
             let keys = api_keys(&mock);
             assert!(!keys.is_empty(), "[{} {mode}] no x-api-key seen", c.label);
             let real = format!("{} chars, ends {}", REAL_KEY.len(), tail4(REAL_KEY));
@@ -900,56 +887,16 @@ fn the_api_key_is_nowhere_inside() {
         search_script(REAL_KEY)
     );
     for mode in ["none", "allowlist", "open"] {
-        let o = run_with_key(
-            &w,
-            &p,
-            &mock,
-            &[
-                "--login-broker",
-                "--network",
-                mode,
-                "--exec",
-                "sh",
-                "-c",
-                &script,
-            ],
-        );
-        let out = common::stdout(&o);
-        assert!(
-            out.contains("SEARCH-DONE"),
-            "[{mode}] the search did not run: {out}\n{}",
-            common::stderr(&o)
-        );
-        assert!(
-            !out.contains("FOUND"),
-            "[{mode}] the key is readable inside:\n{out}"
-        );
+        let o = search(&w, &p, &mock, run_with_key, &broker_args(mode), &script);
+        let out = found_nothing(&o, &format!("{mode}: the key"));
         assert!(
             out.contains("KEY-INSIDE sk-ant-api03-claudebox-stand-in-"),
             "[{mode}] no stand-in key: {out}"
         );
     }
     // Control: without the broker the key is in the environment inside.
-    let o = run_with_key(
-        &w,
-        &p,
-        &mock,
-        &[
-            "--no-login-broker",
-            "--network",
-            "none",
-            "--exec",
-            "sh",
-            "-c",
-            &script,
-        ],
-    );
-    let out = common::stdout(&o);
-    assert!(
-        out.contains("SEARCH-DONE") && out.contains("FOUND"),
-        "control: the search finds nothing without the broker:\n{out}\n{}",
-        common::stderr(&o)
-    );
+    let no_broker = ["--no-login-broker", "--network", "none"];
+    found_it(&search(&w, &p, &mock, run_with_key, &no_broker, &script));
 }
 
 /// The broker is the default when there is a login to lend; `--no-login-broker` and

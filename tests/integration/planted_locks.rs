@@ -90,8 +90,11 @@ fn planted_lock_lasts(sync: bool, credentials: bool, limit: Duration) -> Option<
 
 #[test]
 fn a_future_dated_refresh_lock_in_the_login_dir_is_cleared_within_the_stale_time() {
-    let _heavy = heavy();
+    // Bound by time: one heavy test at a time. The control below only waits for nothing
+    // to happen, which a loaded machine does not hasten: it runs beside the heavy tests.
+    let heavy = heavy();
     let took = planted_lock_lasts(true, true, STALE);
+    drop(heavy);
     eprintln!("planted .oauth_refresh.lock cleared after {took:?}");
     assert!(
         took.is_some(),
@@ -109,8 +112,10 @@ fn a_future_dated_refresh_lock_in_the_login_dir_is_cleared_within_the_stale_time
 /// running sandboxes sweep the login directory instead.
 #[test]
 fn without_host_credentials_a_planted_refresh_lock_is_cleared_within_the_stale_time() {
-    let _heavy = heavy();
+    // As above: the heavy lock for the timed part only.
+    let heavy = heavy();
     let took = planted_lock_lasts(true, false, STALE);
+    drop(heavy);
     eprintln!("planted .oauth_refresh.lock (no host credentials) cleared after {took:?}");
     assert!(
         took.is_some(),

@@ -43,8 +43,9 @@ pub fn claude_versions() -> Vec<Claude> {
 }
 
 /// Both Codex CLI versions the tests run with: the pinned one (`CLAUDEBOX_TEST_CODEX`) and
-/// the newest (`CLAUDEBOX_TEST_CODEX_LATEST`); scripts/install-codex.sh installs them. As
-/// [`claude_versions`]: empty only with `CLAUDEBOX_SKIP_E2E=1`, else a missing one fails.
+/// the newest (`CLAUDEBOX_TEST_CODEX_LATEST`); `scripts/install-agent.sh codex` installs
+/// them. As [`claude_versions`]: empty only with `CLAUDEBOX_SKIP_E2E=1`, else a missing
+/// one fails.
 pub fn codex_versions() -> Vec<Claude> {
     versions(
         [

@@ -149,19 +149,47 @@ pub fn heavy_alone() -> Heavy {
 
 /// Held while a heavy test runs: this process's lock, then the machine's
 /// (`/tmp/claudebox-test-heavy.lock`, shared by heavy tests, exclusive for [`heavy_alone`]).
+/// When `CLAUDEBOX_TEST_HEAVY_LOG` names a file, each hold appends a line to it on drop:
+/// seconds held, seconds waited for it, the test's name (scripts/test prints the longest:
+/// the heavy tests run one at a time, so their holds add up to the run's floor).
 pub struct Heavy {
     _machine: nix::fcntl::Flock<fs::File>,
     _process: MutexGuard<'static, ()>,
+    asked: std::time::Instant,
+    got: std::time::Instant,
 }
 
 fn heavy_with(how: nix::fcntl::FlockArg) -> Heavy {
     static HEAVY: Mutex<()> = Mutex::new(());
+    let asked = std::time::Instant::now();
     let process = HEAVY
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
     Heavy {
         _machine: machine_lock_as("heavy", how),
         _process: process,
+        asked,
+        got: std::time::Instant::now(),
+    }
+}
+
+impl Drop for Heavy {
+    fn drop(&mut self) {
+        let Some(path) = std::env::var_os("CLAUDEBOX_TEST_HEAVY_LOG") else {
+            return;
+        };
+        use std::io::Write;
+        let line = format!(
+            "{:.1}\t{:.1}\t{}\n",
+            self.got.elapsed().as_secs_f64(),
+            (self.got - self.asked).as_secs_f64(),
+            std::thread::current().name().unwrap_or("?")
+        );
+        // One write of the line, appended: holds ending at once do not interleave. A log
+        // that cannot be written loses its line, not the test.
+        if let Ok(mut f) = fs::OpenOptions::new().append(true).create(true).open(&path) {
+            let _ = f.write_all(line.as_bytes());
+        }
     }
 }
 

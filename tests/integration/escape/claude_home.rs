@@ -102,12 +102,48 @@ fn host_or_b_planted(a: &Arena, rel: &str) -> bool {
     places.iter().any(|p| planted_under(p))
 }
 
-/// How a control makes the same attempt where nothing stops it.
-enum Control {
-    /// Inside, with these claudebox options.
+/// How a control makes the same attempt where nothing stops it (this file's and
+/// `codex_home`'s attempts).
+pub(crate) enum Control {
+    /// Inside, with these claudebox options (after the agent's, `agent` of [`control`]).
     Inside(&'static [&'static str]),
     /// On the host, as the user's own shell.
     Host,
+}
+
+/// Makes attempt `at` again where nothing stops it (`how`), inside with `agent` (the
+/// claudebox options that choose the agent, none for claude): it must succeed, inside or
+/// as the host sees it.
+pub(crate) fn control(a: &Arena, at: &Attempt, how: &Control, agent: &[&str]) {
+    let o = match how {
+        Control::Inside(args) => {
+            let args: Vec<String> = args
+                .iter()
+                .map(|s| s.replace('~', &a.w.home().display().to_string()))
+                .collect();
+            a.cmd(&a.proj, &[])
+                .args(agent)
+                .args(&args)
+                .args(["--exec", "sh", "-c", &at.script])
+                .output()
+                .unwrap()
+        }
+        Control::Host => Command::new("sh")
+            .args(["-c", &at.script])
+            .env("HOME", a.w.home())
+            .env("T_HOME", a.w.home())
+            .output()
+            .unwrap(),
+    };
+    let inside = stdout(&o).contains(MARK);
+    let host = at.host_check.as_ref().is_some_and(|f| f(a));
+    assert!(
+        inside || host,
+        "control of {:?} did not succeed:\n{}{}",
+        at.name,
+        stdout(&o),
+        stderr(&o)
+    );
 }
 
 fn cases(a: &Arena) -> Vec<(Attempt, Control)> {
@@ -274,43 +310,8 @@ pub(crate) fn attempts(a: &Arena) -> Vec<Attempt> {
 
 /// Each attempt again where nothing stops it: it must succeed.
 pub(crate) fn controls(a: &Arena) {
-    for (at, control) in cases(a) {
-        let (inside, text) = match control {
-            Control::Inside(args) => {
-                let args: Vec<String> = args
-                    .iter()
-                    .map(|s| s.replace('~', &a.w.home().display().to_string()))
-                    .collect();
-                let o = a
-                    .cmd(&a.proj, &[])
-                    .args(&args)
-                    .args(["--exec", "sh", "-c", &at.script])
-                    .output()
-                    .unwrap();
-                (
-                    stdout(&o).contains(MARK),
-                    format!("{}{}", stdout(&o), stderr(&o)),
-                )
-            }
-            Control::Host => {
-                let o = Command::new("sh")
-                    .args(["-c", &at.script])
-                    .env("HOME", a.w.home())
-                    .env("T_HOME", a.w.home())
-                    .output()
-                    .unwrap();
-                (
-                    stdout(&o).contains(MARK),
-                    format!("{}{}", stdout(&o), stderr(&o)),
-                )
-            }
-        };
-        let host = at.host_check.as_ref().is_some_and(|f| f(a));
-        assert!(
-            inside || host,
-            "control of {:?} did not succeed:\n{text}",
-            at.name
-        );
+    for (at, how) in cases(a) {
+        control(a, &at, &how, &[]);
     }
 }
 

@@ -7,6 +7,7 @@
 //! attempt where nothing stops it: with the host's `~/.codex` bound read-write on purpose
 //! (`--rw ~/.codex`), or on the host itself.
 
+use super::claude_home::{control, Control};
 use super::*;
 
 /// Project B's state (the fake id the arena's secrets already use).
@@ -55,14 +56,6 @@ fn planted_anywhere(a: &Arena, rel: &str) -> bool {
         places.extend(rd.flatten().map(|e| e.path().join("codex-home").join(rel)));
     }
     places.iter().any(|p| super::claude_home::planted_under(p))
-}
-
-/// How a control makes the same attempt where nothing stops it.
-enum Control {
-    /// Inside, with these claudebox options (after `--agent codex`).
-    Inside(&'static [&'static str]),
-    /// On the host, as the user's own shell.
-    Host,
 }
 
 fn codex(at: Attempt) -> Attempt {
@@ -151,44 +144,8 @@ pub(crate) fn attempts(a: &Arena) -> Vec<Attempt> {
 
 /// Each attempt again where nothing stops it: it must succeed.
 pub(crate) fn controls(a: &Arena) {
-    for (at, control) in cases(a) {
-        let (inside, text) = match control {
-            Control::Inside(args) => {
-                let args: Vec<String> = args
-                    .iter()
-                    .map(|s| s.replace('~', &a.w.home().display().to_string()))
-                    .collect();
-                let o = a
-                    .cmd(&a.proj, &[])
-                    .args(CODEX)
-                    .args(&args)
-                    .args(["--exec", "sh", "-c", &at.script])
-                    .output()
-                    .unwrap();
-                (
-                    stdout(&o).contains(MARK),
-                    format!("{}{}", stdout(&o), stderr(&o)),
-                )
-            }
-            Control::Host => {
-                let o = Command::new("sh")
-                    .args(["-c", &at.script])
-                    .env("HOME", a.w.home())
-                    .env("T_HOME", a.w.home())
-                    .output()
-                    .unwrap();
-                (
-                    stdout(&o).contains(MARK),
-                    format!("{}{}", stdout(&o), stderr(&o)),
-                )
-            }
-        };
-        let host = at.host_check.as_ref().is_some_and(|f| f(a));
-        assert!(
-            inside || host,
-            "control of {:?} did not succeed:\n{text}",
-            at.name
-        );
+    for (at, how) in cases(a) {
+        control(a, &at, &how, &CODEX);
         // Undo the control's plant, so the next attempt starts clean.
         seed(a);
         for rel in [

@@ -25,6 +25,7 @@
 //!   --claude PATH    a Claude Code to measure (repeatable; default: $CLAUDEBOX_TEST_CLAUDE
 //!                    and $CLAUDEBOX_TEST_CLAUDE_LATEST, else the CI cache's two versions)
 //!   --no-tui         skip the idle-TUI memory figures
+//!   --only LIST      run only these parts, comma-separated: launch,token,proxy,memory
 //! Needs bwrap, git, python3 (/usr/bin/python3 inside the sandbox), and tmux for the TUI
 //! figures. Fixtures go under $TMPDIR (default /tmp) and are removed at the end.
 
@@ -52,7 +53,7 @@ use common::lab::{self, Claude, MockApi, API_KEY};
 use common::{init_repo, World};
 
 mod support;
-use support::{argv_from_dry_run, die, install, load, number};
+use support::{argv_from_dry_run, die, install, load, load1, median_ci95, number, quantile};
 
 /// The Claude Code versions the CI caches, used when no variable or `--claude` names one.
 const CACHED_CLAUDES: [&str; 2] = [
@@ -70,6 +71,8 @@ struct Opts {
     idle: usize,
     claudes: Vec<PathBuf>,
     tui: bool,
+    /// The parts to run (`--only launch,token,proxy,memory`; default all).
+    only: Vec<String>,
 }
 
 impl Opts {
@@ -82,6 +85,9 @@ impl Opts {
             idle: 5,
             claudes: Vec::new(),
             tui: true,
+            only: ["launch", "token", "proxy", "memory"]
+                .map(String::from)
+                .to_vec(),
         };
         let mut args = std::env::args_os().skip(1);
         while let Some(a) = args.next() {
@@ -97,6 +103,13 @@ impl Opts {
                 Some("--idle") => o.idle = number(&value()),
                 Some("--claude") => o.claudes.push(PathBuf::from(value())),
                 Some("--no-tui") => o.tui = false,
+                Some("--only") => {
+                    o.only = value()
+                        .to_string_lossy()
+                        .split(',')
+                        .map(str::to_string)
+                        .collect()
+                }
                 // cargo bench passes --bench; a filter may follow. Neither applies here.
                 _ => {}
             }
@@ -157,6 +170,13 @@ fn p90(v: &[f64]) -> f64 {
     }
     t[((t.len() * 9).div_ceil(10)).max(1) - 1]
 }
+/// Who runs the bench, for the record (sandboxes differ for root and ordinary users).
+fn user_name() -> String {
+    nix::unistd::User::from_uid(nix::unistd::getuid())
+        .ok()
+        .flatten()
+        .map_or_else(|| "?".into(), |u| u.name)
+}
 fn secs_ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1e3
 }
@@ -216,60 +236,97 @@ fn run_within(cmd: &mut Command, limit: Duration, what: &str) -> Vec<u8> {
 // ---------------------------------------------------------------------------------------
 // 1. The launch's cost over bwrap alone
 
-struct LaunchCost {
-    bwrap: Vec<f64>,
-    claudebox: Vec<f64>,
-}
+/// The launch cases, all `--exec true`: bwrap alone with the argv claudebox prints against
+/// claudebox itself (an empty home, as before; and a home logged in by OAuth with the
+/// broker off, so the credentials sync starts), then what each network mode and the login
+/// broker add (the proxy, its readiness, the broker's certificate authority).
+const LAUNCH_CASES: [&str; 9] = [
+    "bwrap alone, empty home (argv of --dry-run)",
+    "claudebox, empty home, open",
+    "bwrap alone, OAuth home, --no-login-broker (argv)",
+    "claudebox, OAuth home, open --no-login-broker",
+    "claudebox, OAuth home, open, broker",
+    "claudebox, empty home, allowlist",
+    "claudebox, OAuth home, allowlist, broker",
+    "claudebox, empty home, none",
+    "claudebox, OAuth home, none, broker",
+];
 
-fn launch_cost(bin: &Path, runs: usize) -> LaunchCost {
-    say(&format!("launch cost, {runs} rounds..."));
+fn launch_cost(bin: &Path, runs: usize) -> Vec<Vec<f64>> {
+    let n = LAUNCH_CASES.len();
+    say(&format!("launch cost, {n} cases x {runs} rounds..."));
     let w = World::new();
     let repo = w.dir("repo");
     init_repo(&repo);
+    let ow = World::new();
+    let orepo = ow.dir("repo");
+    init_repo(&orepo);
+    oauth_home(&ow, &[&orepo]);
     let quiet = |mut c: Command| {
         c.stdout(Stdio::null()).stderr(Stdio::null());
         c
     };
-    let mut first = claudebox(&w, bin, &repo);
-    first.args(["--exec", "true"]);
-    run_within(&mut first, Duration::from_secs(30), "claudebox --exec true");
-    let mut dry = claudebox(&w, bin, &repo);
-    dry.args(["--dry-run", "--exec", "true"]);
-    let argv = argv_from_dry_run(&run_within(
-        &mut dry,
-        Duration::from_secs(30),
-        "claudebox --dry-run",
-    ));
-    let mk_bwrap = || {
+    let cb = |oauth: bool, args: &[&str]| {
+        let (world, dir) = if oauth { (&ow, &orepo) } else { (&w, &repo) };
+        let mut c = claudebox(world, bin, dir);
+        c.args(args).args(["--exec", "true"]);
+        quiet(c)
+    };
+    let argv = |oauth: bool, args: &[&str]| {
+        run_within(
+            &mut cb(oauth, args),
+            Duration::from_secs(30),
+            "claudebox --exec true",
+        );
+        let (world, dir) = if oauth { (&ow, &orepo) } else { (&w, &repo) };
+        let mut dry = claudebox(world, bin, dir);
+        dry.arg("--dry-run").args(args).args(["--exec", "true"]);
+        argv_from_dry_run(&run_within(
+            &mut dry,
+            Duration::from_secs(30),
+            "claudebox --dry-run",
+        ))
+    };
+    let plain = argv(false, &[]);
+    let shared = argv(true, &["--no-login-broker"]);
+    let bwrap = |oauth: bool, argv: &[std::ffi::OsString]| {
+        let (world, dir) = if oauth { (&ow, &orepo) } else { (&w, &repo) };
         let mut c = Command::new(&argv[0]);
-        base_env(&mut c, &w, &repo);
+        base_env(&mut c, world, dir);
         c.args(&argv[1..]);
         quiet(c)
     };
-    let mk_cb = || {
-        let mut c = claudebox(&w, bin, &repo);
-        c.args(["--exec", "true"]);
-        quiet(c)
+    let make = |i: usize| -> Command {
+        match i {
+            0 => bwrap(false, &plain),
+            1 => cb(false, &[]),
+            2 => bwrap(true, &shared),
+            3 => cb(true, &["--no-login-broker"]),
+            4 => cb(true, &[]),
+            5 => cb(false, &["--network", "allowlist"]),
+            6 => cb(true, &["--network", "allowlist"]),
+            7 => cb(false, &["--network", "none"]),
+            _ => cb(true, &["--network", "none"]),
+        }
     };
-    let mut out = LaunchCost {
-        bwrap: Vec::new(),
-        claudebox: Vec::new(),
-    };
+    for i in 0..n {
+        let st = make(i).status();
+        if !st.as_ref().is_ok_and(|s| s.success()) {
+            die(&format!("launch case {}: {st:?}", LAUNCH_CASES[i]));
+        }
+    }
+    let mut out = vec![Vec::new(); n];
     for round in 0..runs {
-        for j in 0..2 {
-            let which = (round + j) % 2;
-            let mut c = if which == 0 { mk_bwrap() } else { mk_cb() };
+        for j in 0..n {
+            let i = (round + j) % n;
+            let mut c = make(i);
             let t = Instant::now();
             let st = c.status();
             let dt = secs_ms(t.elapsed());
             if !st.as_ref().is_ok_and(|s| s.success()) {
-                die(&format!("launch case {which} failed: {st:?}"));
+                die(&format!("launch case {} failed: {st:?}", LAUNCH_CASES[i]));
             }
-            if which == 0 {
-                out.bwrap.push(dt)
-            } else {
-                out.claudebox.push(dt)
-            }
+            out[i].push(dt);
         }
     }
     out
@@ -378,49 +435,148 @@ fn claude_label(bin: &Path) -> String {
         .to_string()
 }
 
-/// The first-token cases of one claude version: bare, claudebox open, claudebox
-/// allowlist, `rounds` interleaved rounds after one warm-up run each.
-fn first_token(bin: &Path, c: &Claude, mock: &MockApi, rounds: usize) -> Vec<TokenCase> {
+/// The host's OAuth login in the OAuth world (a live login the mock takes as issued).
+const OAUTH_ACCESS: &str = "sk-ant-oat01-bench-access-token-F33L";
+const OAUTH_REFRESH: &str = "sk-ant-ort01-bench-refresh-token-F33L";
+
+fn oauth_login() -> Value {
+    json!({"claudeAiOauth": {
+        "accessToken": OAUTH_ACCESS,
+        "refreshToken": OAUTH_REFRESH,
+        "expiresAt": 4_102_444_800_000u64,
+        "scopes": ["user:inference", "user:profile", "user:sessions:claude_code"],
+        "subscriptionType": "max",
+        "rateLimitTier": "default_claude_max_20x",
+    }})
+}
+
+/// A home logged in by OAuth, as most users' are: `~/.claude/.credentials.json` and a
+/// `~/.claude.json` trusting `projects` (no API key approved).
+fn oauth_home(w: &World, projects: &[&Path]) {
+    fs::write(
+        w.home().join(".claude/.credentials.json"),
+        oauth_login().to_string(),
+    )
+    .unwrap();
+    let mut seed = lab::claude_json_seed(projects);
+    seed.as_object_mut()
+        .unwrap()
+        .remove("customApiKeyResponses");
+    fs::write(w.home().join(".claude.json"), seed.to_string()).unwrap();
+}
+
+/// The first-token cases, each one way a user runs claude.
+///
+/// API key (`ANTHROPIC_BASE_URL` at the mock's plain HTTP port, as for a local gateway;
+/// the login broker stays off for a custom base URL): bare, claudebox open, allowlist (the
+/// mock through the proxy's loopback forward), none (the mock's port forwarded).
+///
+/// OAuth (`.credentials.json`, claude talks HTTPS to api.anthropic.com; the mock plays it
+/// behind TLS, reached as an HTTPS proxy, as the real one is reached across the internet):
+/// bare (HTTPS_PROXY at the mock), claudebox open `--no-login-broker` (the login shared
+/// with the sandbox, as before issue 23; the same variables), and the login broker (the
+/// default) in open, allowlist and none: claude's CONNECT ends at the broker in claudebox's
+/// proxy, which goes on to the mock with the host's token
+/// (`CLAUDEBOX_TEST_BROKER_UPSTREAM_PROXY`/`_CA`, what the login broker's tests use).
+const TOKEN_CASES: [&str; 9] = [
+    "api key: bare",
+    "api key: claudebox open",
+    "api key: claudebox allowlist (proxy forward)",
+    "api key: claudebox none (--forward-port)",
+    "oauth: bare",
+    "oauth: claudebox open --no-login-broker",
+    "oauth: claudebox open, broker",
+    "oauth: claudebox allowlist, broker",
+    "oauth: claudebox none, broker",
+];
+
+/// The first-token cases of one claude version (`TOKEN_CASES`), `rounds` interleaved
+/// rounds (every case once a round, the order rotating) after one warm-up run each.
+fn first_token(
+    bin: &Path,
+    c: &Claude,
+    mock: &MockApi,
+    oauth: &MockApi,
+    rounds: usize,
+) -> (Vec<TokenCase>, Vec<f64>) {
+    let n = TOKEN_CASES.len();
     say(&format!(
-        "first token, claude {}: 3 cases x {rounds} rounds (+1 warm-up)...",
+        "first token, claude {}: {n} cases x {rounds} rounds (+1 warm-up)...",
         c.label
     ));
     let w = lab::world_with(c);
     let proj = w.dir("proj");
     init_repo(&proj);
+    let ow = lab::world_with(c);
+    let oproj = ow.dir("proj");
+    init_repo(&oproj);
+    oauth_home(&ow, &[&oproj]);
+    // The mock's certificate where a sandbox of the project can read it.
+    let ca = oproj.join("mock-ca.pem");
+    fs::copy(oauth.ca_cert(), &ca).unwrap();
     let err_file = w.root().join("stderr");
     let allow = format!("127.0.0.1:{}", mock.port());
-    let point = |cmd: &mut Command| {
+    let port = mock.port().to_string();
+    let api_key = |cmd: &mut Command| {
         cmd.env("ANTHROPIC_BASE_URL", mock.base_url())
             .env("ANTHROPIC_API_KEY", API_KEY);
     };
+    let via_mock = |cmd: &mut Command| {
+        cmd.env("HTTPS_PROXY", oauth.base_url())
+            .env("NO_PROXY", "127.0.0.1,localhost")
+            .env("NODE_EXTRA_CA_CERTS", &ca);
+    };
+    let broker = |cmd: &mut Command| {
+        cmd.env(
+            "CLAUDEBOX_TEST_BROKER_UPSTREAM_PROXY",
+            oauth.base_url().trim_start_matches("http://"),
+        )
+        .env("CLAUDEBOX_TEST_BROKER_UPSTREAM_CA", oauth.ca_cert());
+    };
     let make = |i: usize| -> Command {
-        let mut cmd = match i {
-            0 => {
-                let mut cmd = Command::new(&c.bin);
-                base_env(&mut cmd, &w, &proj);
-                cmd
+        let (world, dir) = if i < 4 { (&w, &proj) } else { (&ow, &oproj) };
+        let mut cmd = if i == 0 || i == 4 {
+            let mut cmd = Command::new(&c.bin);
+            base_env(&mut cmd, world, dir);
+            cmd
+        } else {
+            claudebox(world, bin, dir)
+        };
+        match i {
+            0 | 1 => api_key(&mut cmd),
+            2 => {
+                api_key(&mut cmd);
+                cmd.args(["--allow-host", &allow]);
             }
-            1 => {
-                let mut cmd = claudebox(&w, bin, &proj);
-                cmd.arg("--");
-                cmd
+            3 => {
+                api_key(&mut cmd);
+                cmd.args(["--network", "none", "--forward-port", &port]);
+            }
+            4 => via_mock(&mut cmd),
+            5 => {
+                via_mock(&mut cmd);
+                cmd.args(["--no-login-broker"]);
+            }
+            6 => broker(&mut cmd),
+            7 => {
+                broker(&mut cmd);
+                cmd.args(["--network", "allowlist"]);
             }
             _ => {
-                let mut cmd = claudebox(&w, bin, &proj);
-                cmd.args(["--allow-host", &allow, "--"]);
-                cmd
+                broker(&mut cmd);
+                cmd.args(["--network", "none"]);
             }
-        };
-        point(&mut cmd);
+        }
+        if i != 0 && i != 4 {
+            cmd.arg("--");
+        }
         cmd.args(CLAUDE_ARGS);
         cmd
     };
-    let names = [
-        format!("claude {} bare", c.label),
-        format!("claude {} in claudebox, open", c.label),
-        format!("claude {} in claudebox, allowlist (via proxy)", c.label),
-    ];
+    let names: Vec<String> = TOKEN_CASES
+        .iter()
+        .map(|k| format!("{} {k}", c.label))
+        .collect();
     let mut cases: Vec<TokenCase> = names
         .iter()
         .map(|n| TokenCase {
@@ -431,14 +587,23 @@ fn first_token(bin: &Path, c: &Claude, mock: &MockApi, rounds: usize) -> Vec<Tok
     for (i, name) in names.iter().enumerate() {
         token_run(make(i), &format!("{name} (warm-up)"), &err_file);
     }
+    let mut loads = Vec::new();
     for round in 0..rounds {
-        for j in 0..3 {
-            let i = (round + j) % 3;
+        for j in 0..n {
+            let i = (round + j) % n;
             let r = token_run(make(i), &names[i], &err_file);
             cases[i].runs.push(r);
         }
+        loads.push(load1());
+        if (round + 1) % 10 == 0 {
+            say(&format!(
+                "  round {} of {rounds}, load {}",
+                round + 1,
+                load()
+            ));
+        }
     }
-    cases
+    (cases, loads)
 }
 
 // ---------------------------------------------------------------------------------------
@@ -867,7 +1032,12 @@ fn main() {
     println!("binary: {} (measured as a copy)", common::BIN);
     println!("load average at start: {}", load());
 
-    let launch = launch_cost(&bin, o.launch_runs);
+    let part = |name: &str| o.only.iter().any(|p| p == name);
+    let launch = if part("launch") {
+        launch_cost(&bin, o.launch_runs)
+    } else {
+        Vec::new()
+    };
 
     let claudes: Vec<Claude> = o
         .claudes
@@ -878,102 +1048,156 @@ fn main() {
         })
         .collect();
     let mock = MockApi::start(&json!({"turns": [], "final_text": ANSWER}));
+    let oauth = MockApi::start_oauth_live(
+        &json!({"turns": [], "final_text": ANSWER}),
+        OAUTH_REFRESH,
+        OAUTH_ACCESS,
+    );
     let mut tokens = Vec::new();
-    for c in &claudes {
-        tokens.push(first_token(&bin, c, &mock, o.rounds));
-    }
-    if claudes.is_empty() {
-        say("no Claude Code found: the first-token and TUI rows are left out");
-    }
-
-    let net = proxy(&bin, o.requests, o.bulk_mb);
-
-    say(&format!("memory, {} idle sandboxes per mode...", o.idle));
-    let mut mem = vec![
-        idle_sandboxes(&bin, o.idle, false),
-        idle_sandboxes(&bin, o.idle, true),
-    ];
-    let have_tmux = Command::new("tmux")
-        .arg("-V")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if o.tui && have_tmux {
+    if part("token") {
         for c in &claudes {
-            mem.extend(idle_tui(&bin, c, &mock));
+            tokens.push(first_token(&bin, c, &mock, &oauth, o.rounds));
         }
-    } else if o.tui {
-        say("no tmux: the idle-TUI rows are left out");
+        if claudes.is_empty() {
+            say("no Claude Code found: the first-token and TUI rows are left out");
+        }
+    }
+
+    let net = if part("proxy") {
+        proxy(&bin, o.requests, o.bulk_mb)
+    } else {
+        Vec::new()
+    };
+
+    let mut mem = Vec::new();
+    if part("memory") {
+        say(&format!("memory, {} idle sandboxes per mode...", o.idle));
+        mem.push(idle_sandboxes(&bin, o.idle, false));
+        mem.push(idle_sandboxes(&bin, o.idle, true));
+        let have_tmux = Command::new("tmux")
+            .arg("-V")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if o.tui && have_tmux {
+            for c in &claudes {
+                mem.extend(idle_tui(&bin, c, &mock));
+            }
+        } else if o.tui {
+            say("no tmux: the idle-TUI rows are left out");
+        }
     }
 
     // ---- the table
     println!("load average at end: {}", load());
     println!("whole run: {:.0} s", started.elapsed().as_secs_f64());
-    println!();
-    println!(
-        "1. Launch: wall time from spawn to exit, ms ({} interleaved rounds)",
-        o.launch_runs
-    );
-    println!("{:<58} {:>8} {:>8} {:>8}", "case", "min", "median", "p90");
-    for (name, v) in [
-        (
-            "bwrap alone (argv from claudebox --dry-run --exec true)",
-            &launch.bwrap,
-        ),
-        ("claudebox --exec true", &launch.claudebox),
-    ] {
-        println!(
-            "{name:<58} {:>8.2} {:>8.2} {:>8.2}",
-            min(v),
-            median(v),
-            p90(v)
-        );
-    }
-    println!(
-        "claudebox over bwrap alone: {:+.2} ms, {:.3}x (medians)",
-        median(&launch.claudebox) - median(&launch.bwrap),
-        median(&launch.claudebox) / median(&launch.bwrap)
-    );
-
-    for cases in &tokens {
+    println!("user: {} (uid {})", user_name(), nix::unistd::getuid());
+    if !launch.is_empty() {
         println!();
         println!(
-            "2. `claude -p hello` against the mock API (stream-json): ms from spawn, {} interleaved rounds",
-            o.rounds
+            "1. Launch, `--exec true`: wall time from spawn to exit, ms ({} interleaved rounds)",
+            o.launch_runs
         );
         println!(
-            "{:<52} {:>10} {:>10} {:>10} {:>10} {:>10}",
-            "case", "1st line", "token min", "token med", "token p90", "exit med"
+            "{:<52} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7}",
+            "case", "runs", "min", "p25", "median", "p75", "p90"
+        );
+        for (name, v) in LAUNCH_CASES.iter().zip(&launch) {
+            println!(
+                "{name:<52} {:>5} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
+                v.len(),
+                min(v),
+                quantile(v, 0.25),
+                median(v),
+                quantile(v, 0.75),
+                p90(v)
+            );
+        }
+        for (case, base) in [(1, 0), (3, 2), (4, 3), (5, 1), (6, 4), (7, 1), (8, 4)] {
+            let d: Vec<f64> = launch[case]
+                .iter()
+                .zip(&launch[base])
+                .map(|(a, b)| a - b)
+                .collect();
+            let (lo, hi) = median_ci95(&d);
+            println!(
+                "  {} - {}: {:+.2} ms (medians, {:.3}x); per round {:+.2} ms, 95% CI {:+.2} .. {:+.2}",
+                LAUNCH_CASES[case],
+                LAUNCH_CASES[base],
+                median(&launch[case]) - median(&launch[base]),
+                median(&launch[case]) / median(&launch[base]),
+                median(&d),
+                lo,
+                hi
+            );
+        }
+    }
+
+    for (cases, loads) in &tokens {
+        println!();
+        println!(
+            "2. `claude -p hello` to the first streamed token, against the mock API: ms from spawn, {} interleaved rounds, load (1 min) {:.2} - {:.2} over the rounds",
+            o.rounds,
+            min(loads),
+            sorted(loads).last().copied().unwrap_or(f64::NAN)
+        );
+        println!(
+            "{:<56} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
+            "case", "runs", "1st ln", "min", "p25", "median", "p75", "max", "exit"
         );
         for c in cases {
             let tok = c.col(|r| r.first_token);
             println!(
-                "{:<52} {:>10.0} {:>10.0} {:>10.0} {:>10.0} {:>10.0}",
+                "{:<56} {:>5} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0}",
                 c.name,
+                tok.len(),
                 median(&c.col(|r| r.first_line)),
                 min(&tok),
+                quantile(&tok, 0.25),
                 median(&tok),
-                p90(&tok),
+                quantile(&tok, 0.75),
+                sorted(&tok).last().copied().unwrap_or(f64::NAN),
                 median(&c.col(|r| r.exit)),
             );
         }
-        let bare_runs = cases[0].col(|r| r.first_token);
-        let bare = median(&bare_runs);
-        for c in &cases[1..] {
-            let runs = c.col(|r| r.first_token);
-            let m = median(&runs);
-            // the same rounds paired: each round runs every case within seconds, so a load
-            // that drifts over the run falls on both
-            let paired: Vec<f64> = runs.iter().zip(&bare_runs).map(|(a, b)| a - b).collect();
+        // Each against its control: API-key cases against bare (api key) or open, the
+        // OAuth ones against bare (oauth), open without the broker, open with it.
+        for (case, base) in [
+            (1, 0),
+            (2, 0),
+            (3, 0),
+            (2, 1),
+            (3, 1),
+            (5, 4),
+            (6, 4),
+            (6, 5),
+            (7, 6),
+            (8, 6),
+            (7, 5),
+        ] {
+            let a = cases[case].col(|r| r.first_token);
+            let b = cases[base].col(|r| r.first_token);
+            // the same rounds paired: each round runs every case within seconds, so a
+            // load that drifts over the run falls on both
+            let d: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x - y).collect();
+            let (lo, hi) = median_ci95(&d);
             println!(
-                "  first token, {} - bare: {:+.0} ms, {:.3}x (medians); median of the per-round differences {:+.0} ms",
-                c.name,
-                m - bare,
-                m / bare,
-                median(&paired)
+                "  {} - {}: medians {:+.0} ms ({:.3}x); per round {:+.0} ms, 95% CI {:+.0} .. {:+.0}{}",
+                TOKEN_CASES[case],
+                TOKEN_CASES[base],
+                median(&a) - median(&b),
+                median(&a) / median(&b),
+                median(&d),
+                lo,
+                hi,
+                if hi - lo > 20.0 { " (wider than 20 ms: 10 ms not resolved)" } else { "" }
             );
         }
     }
 
+    if net.is_empty() && mem.is_empty() {
+        drop((mock, oauth));
+        return;
+    }
     println!();
     println!(
         "3. HTTP from a local server on the host's loopback: {} requests x 5 runs, a new connection each; {} MiB bulk x 3 x 5",
@@ -1037,5 +1261,5 @@ fn main() {
             parts.join(", ")
         );
     }
-    drop(mock);
+    drop((mock, oauth));
 }

@@ -66,6 +66,55 @@ pub fn load() -> String {
         .unwrap_or_else(|_| "?".into())
 }
 
+/// The 1-minute load average, as a number (NaN when unreadable).
+#[allow(dead_code)] // not every bench prints spreads
+pub fn load1() -> f64 {
+    fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|s| s.split_whitespace().next().and_then(|x| x.parse().ok()))
+        .unwrap_or(f64::NAN)
+}
+
+/// The `q` quantile of `v` (0..=1), linear between the two nearest ranks.
+#[allow(dead_code)] // not every bench prints spreads
+pub fn quantile(v: &[f64], q: f64) -> f64 {
+    let mut t = v.to_vec();
+    t.sort_by(f64::total_cmp);
+    if t.is_empty() {
+        return f64::NAN;
+    }
+    let x = q.clamp(0.0, 1.0) * (t.len() - 1) as f64;
+    let (lo, hi) = (x.floor() as usize, x.ceil() as usize);
+    t[lo] + (t[hi] - t[lo]) * (x - lo as f64)
+}
+
+/// A 95% interval of the median of `v` by the bootstrap (2,000 resamples, a fixed seed so
+/// that a run's output can be reproduced from its samples): whether a difference of
+/// medians is resolved at all, given the spread.
+#[allow(dead_code)] // not every bench prints spreads
+pub fn median_ci95(v: &[f64]) -> (f64, f64) {
+    if v.is_empty() {
+        return (f64::NAN, f64::NAN);
+    }
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let mut medians: Vec<f64> = (0..2000)
+        .map(|_| {
+            let sample: Vec<f64> = (0..v.len())
+                .map(|_| v[(next() % v.len() as u64) as usize])
+                .collect();
+            quantile(&sample, 0.5)
+        })
+        .collect();
+    medians.sort_by(f64::total_cmp);
+    (quantile(&medians, 0.025), quantile(&medians, 0.975))
+}
+
 /// The machine, for the record: cpus, CPU model, memory, kernel, bwrap version.
 pub fn machine(bwrap: &Path) -> String {
     let cpuinfo = fs::read_to_string("/proc/cpuinfo").unwrap_or_default();

@@ -26,6 +26,8 @@
 //!                    and $CLAUDEBOX_TEST_CLAUDE_LATEST, else the CI cache's two versions)
 //!   --no-tui         skip the idle-TUI memory figures
 //!   --only LIST      run only these parts, comma-separated: launch,token,proxy,memory
+//!   --compare PATH   another claudebox build: one more first-token case, its login
+//!                    broker in open mode, in the same rounds
 //! Needs bwrap, git, python3 (/usr/bin/python3 inside the sandbox), and tmux for the TUI
 //! figures. Fixtures go under $TMPDIR (default /tmp) and are removed at the end.
 
@@ -73,6 +75,8 @@ struct Opts {
     tui: bool,
     /// The parts to run (`--only launch,token,proxy,memory`; default all).
     only: Vec<String>,
+    /// Another claudebox build: its login broker gets a first-token case of its own.
+    compare: Option<PathBuf>,
 }
 
 impl Opts {
@@ -88,6 +92,7 @@ impl Opts {
             only: ["launch", "token", "proxy", "memory"]
                 .map(String::from)
                 .to_vec(),
+            compare: None,
         };
         let mut args = std::env::args_os().skip(1);
         while let Some(a) = args.next() {
@@ -103,6 +108,7 @@ impl Opts {
                 Some("--idle") => o.idle = number(&value()),
                 Some("--claude") => o.claudes.push(PathBuf::from(value())),
                 Some("--no-tui") => o.tui = false,
+                Some("--compare") => o.compare = Some(PathBuf::from(value())),
                 Some("--only") => {
                     o.only = value()
                         .to_string_lossy()
@@ -494,12 +500,13 @@ const TOKEN_CASES: [&str; 9] = [
 /// rounds (every case once a round, the order rotating) after one warm-up run each.
 fn first_token(
     bin: &Path,
+    compare: Option<&Path>,
     c: &Claude,
     mock: &MockApi,
     oauth: &MockApi,
     rounds: usize,
 ) -> (Vec<TokenCase>, Vec<f64>) {
-    let n = TOKEN_CASES.len();
+    let n = TOKEN_CASES.len() + usize::from(compare.is_some());
     say(&format!(
         "first token, claude {}: {n} cases x {rounds} rounds (+1 warm-up)...",
         c.label
@@ -539,6 +546,9 @@ fn first_token(
             let mut cmd = Command::new(&c.bin);
             base_env(&mut cmd, world, dir);
             cmd
+        } else if i == 9 {
+            // the other build, as case 6
+            claudebox(world, compare.expect("case 9 is --compare's"), dir)
         } else {
             claudebox(world, bin, dir)
         };
@@ -558,6 +568,7 @@ fn first_token(
                 cmd.args(["--no-login-broker"]);
             }
             6 => broker(&mut cmd),
+            9 => broker(&mut cmd),
             7 => {
                 broker(&mut cmd);
                 cmd.args(["--network", "allowlist"]);
@@ -573,10 +584,17 @@ fn first_token(
         cmd.args(CLAUDE_ARGS);
         cmd
     };
-    let names: Vec<String> = TOKEN_CASES
+    let mut names: Vec<String> = TOKEN_CASES
         .iter()
         .map(|k| format!("{} {k}", c.label))
         .collect();
+    if let Some(p) = compare {
+        names.push(format!(
+            "{} oauth: claudebox open, broker, --compare {}",
+            c.label,
+            p.display()
+        ));
+    }
     let mut cases: Vec<TokenCase> = names
         .iter()
         .map(|n| TokenCase {
@@ -1019,6 +1037,121 @@ fn idle_tui(bin: &Path, c: &Claude, mock: &MockApi) -> Vec<MemRow> {
 
 // ---------------------------------------------------------------------------------------
 
+/// Prints the launch table (part 1) as soon as it is measured.
+fn print_launch(launch: &[Vec<f64>], runs: usize) {
+    let o_launch_runs = runs;
+    println!();
+    println!(
+        "1. Launch, `--exec true`: wall time from spawn to exit, ms ({} interleaved rounds)",
+        o_launch_runs
+    );
+    println!(
+        "{:<52} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7}",
+        "case", "runs", "min", "p25", "median", "p75", "p90"
+    );
+    for (name, v) in LAUNCH_CASES.iter().zip(launch) {
+        println!(
+            "{name:<52} {:>5} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
+            v.len(),
+            min(v),
+            quantile(v, 0.25),
+            median(v),
+            quantile(v, 0.75),
+            p90(v)
+        );
+    }
+    for (case, base) in [(1, 0), (3, 2), (4, 3), (5, 1), (6, 4), (7, 1), (8, 4)] {
+        let d: Vec<f64> = launch[case]
+            .iter()
+            .zip(&launch[base])
+            .map(|(a, b)| a - b)
+            .collect();
+        let (lo, hi) = median_ci95(&d);
+        println!(
+            "  {} - {}: {:+.2} ms (medians, {:.3}x); per round {:+.2} ms, 95% CI {:+.2} .. {:+.2}",
+            LAUNCH_CASES[case],
+            LAUNCH_CASES[base],
+            median(&launch[case]) - median(&launch[base]),
+            median(&launch[case]) / median(&launch[base]),
+            median(&d),
+            lo,
+            hi
+        );
+    }
+}
+
+/// Prints one claude version's first-token table (part 2) as soon as it is measured.
+fn print_tokens(cases: &[TokenCase], loads: &[f64], rounds: usize) {
+    println!();
+    println!(
+        "2. `claude -p hello` to the first streamed token, against the mock API: ms from spawn, {} interleaved rounds, load (1 min) {:.2} - {:.2} over the rounds",
+        rounds,
+        min(loads),
+        sorted(loads).last().copied().unwrap_or(f64::NAN)
+    );
+    println!(
+        "{:<56} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
+        "case", "runs", "1st ln", "min", "p25", "median", "p75", "max", "exit"
+    );
+    for c in cases {
+        let tok = c.col(|r| r.first_token);
+        println!(
+            "{:<56} {:>5} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0}",
+            c.name,
+            tok.len(),
+            median(&c.col(|r| r.first_line)),
+            min(&tok),
+            quantile(&tok, 0.25),
+            median(&tok),
+            quantile(&tok, 0.75),
+            sorted(&tok).last().copied().unwrap_or(f64::NAN),
+            median(&c.col(|r| r.exit)),
+        );
+    }
+    // Each against its control: API-key cases against bare (api key) or open, the
+    // OAuth ones against bare (oauth), open without the broker, open with it.
+    let label = |i: usize| cases[i].name.split_once(' ').map_or("", |x| x.1);
+    let compared = [(9, 6)];
+    for &(case, base) in [
+        (1, 0),
+        (2, 0),
+        (3, 0),
+        (2, 1),
+        (3, 1),
+        (5, 4),
+        (6, 4),
+        (6, 5),
+        (7, 6),
+        (8, 6),
+        (7, 5),
+    ]
+    .iter()
+    .chain(compared.iter().filter(|_| cases.len() > 9))
+    {
+        let a = cases[case].col(|r| r.first_token);
+        let b = cases[base].col(|r| r.first_token);
+        // the same rounds paired: each round runs every case within seconds, so a
+        // load that drifts over the run falls on both
+        let d: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x - y).collect();
+        let (lo, hi) = median_ci95(&d);
+        println!(
+            "  {} - {}: medians {:+.0} ms ({:.3}x); per round {:+.0} ms, 95% CI {:+.0} .. {:+.0}{}",
+            label(case),
+            label(base),
+            median(&a) - median(&b),
+            median(&a) / median(&b),
+            median(&d),
+            lo,
+            hi,
+            if hi - lo > 20.0 {
+                " (wider than 20 ms: 10 ms not resolved)"
+            } else {
+                ""
+            }
+        );
+    }
+}
+
 fn main() {
     let o = Opts::parse();
     let started = Instant::now();
@@ -1033,11 +1166,10 @@ fn main() {
     println!("load average at start: {}", load());
 
     let part = |name: &str| o.only.iter().any(|p| p == name);
-    let launch = if part("launch") {
-        launch_cost(&bin, o.launch_runs)
-    } else {
-        Vec::new()
-    };
+    println!("user: {} (uid {})", user_name(), nix::unistd::getuid());
+    if part("launch") {
+        print_launch(&launch_cost(&bin, o.launch_runs), o.launch_runs);
+    }
 
     let claudes: Vec<Claude> = o
         .claudes
@@ -1056,7 +1188,10 @@ fn main() {
     let mut tokens = Vec::new();
     if part("token") {
         for c in &claudes {
-            tokens.push(first_token(&bin, c, &mock, &oauth, o.rounds));
+            let (cases, loads) =
+                first_token(&bin, o.compare.as_deref(), c, &mock, &oauth, o.rounds);
+            print_tokens(&cases, &loads, o.rounds);
+            tokens.push(cases);
         }
         if claudes.is_empty() {
             say("no Claude Code found: the first-token and TUI rows are left out");
@@ -1091,109 +1226,6 @@ fn main() {
     println!("load average at end: {}", load());
     println!("whole run: {:.0} s", started.elapsed().as_secs_f64());
     println!("user: {} (uid {})", user_name(), nix::unistd::getuid());
-    if !launch.is_empty() {
-        println!();
-        println!(
-            "1. Launch, `--exec true`: wall time from spawn to exit, ms ({} interleaved rounds)",
-            o.launch_runs
-        );
-        println!(
-            "{:<52} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7}",
-            "case", "runs", "min", "p25", "median", "p75", "p90"
-        );
-        for (name, v) in LAUNCH_CASES.iter().zip(&launch) {
-            println!(
-                "{name:<52} {:>5} {:>7.2} {:>7.2} {:>7.2} {:>7.2} {:>7.2}",
-                v.len(),
-                min(v),
-                quantile(v, 0.25),
-                median(v),
-                quantile(v, 0.75),
-                p90(v)
-            );
-        }
-        for (case, base) in [(1, 0), (3, 2), (4, 3), (5, 1), (6, 4), (7, 1), (8, 4)] {
-            let d: Vec<f64> = launch[case]
-                .iter()
-                .zip(&launch[base])
-                .map(|(a, b)| a - b)
-                .collect();
-            let (lo, hi) = median_ci95(&d);
-            println!(
-                "  {} - {}: {:+.2} ms (medians, {:.3}x); per round {:+.2} ms, 95% CI {:+.2} .. {:+.2}",
-                LAUNCH_CASES[case],
-                LAUNCH_CASES[base],
-                median(&launch[case]) - median(&launch[base]),
-                median(&launch[case]) / median(&launch[base]),
-                median(&d),
-                lo,
-                hi
-            );
-        }
-    }
-
-    for (cases, loads) in &tokens {
-        println!();
-        println!(
-            "2. `claude -p hello` to the first streamed token, against the mock API: ms from spawn, {} interleaved rounds, load (1 min) {:.2} - {:.2} over the rounds",
-            o.rounds,
-            min(loads),
-            sorted(loads).last().copied().unwrap_or(f64::NAN)
-        );
-        println!(
-            "{:<56} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
-            "case", "runs", "1st ln", "min", "p25", "median", "p75", "max", "exit"
-        );
-        for c in cases {
-            let tok = c.col(|r| r.first_token);
-            println!(
-                "{:<56} {:>5} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0}",
-                c.name,
-                tok.len(),
-                median(&c.col(|r| r.first_line)),
-                min(&tok),
-                quantile(&tok, 0.25),
-                median(&tok),
-                quantile(&tok, 0.75),
-                sorted(&tok).last().copied().unwrap_or(f64::NAN),
-                median(&c.col(|r| r.exit)),
-            );
-        }
-        // Each against its control: API-key cases against bare (api key) or open, the
-        // OAuth ones against bare (oauth), open without the broker, open with it.
-        for (case, base) in [
-            (1, 0),
-            (2, 0),
-            (3, 0),
-            (2, 1),
-            (3, 1),
-            (5, 4),
-            (6, 4),
-            (6, 5),
-            (7, 6),
-            (8, 6),
-            (7, 5),
-        ] {
-            let a = cases[case].col(|r| r.first_token);
-            let b = cases[base].col(|r| r.first_token);
-            // the same rounds paired: each round runs every case within seconds, so a
-            // load that drifts over the run falls on both
-            let d: Vec<f64> = a.iter().zip(&b).map(|(x, y)| x - y).collect();
-            let (lo, hi) = median_ci95(&d);
-            println!(
-                "  {} - {}: medians {:+.0} ms ({:.3}x); per round {:+.0} ms, 95% CI {:+.0} .. {:+.0}{}",
-                TOKEN_CASES[case],
-                TOKEN_CASES[base],
-                median(&a) - median(&b),
-                median(&a) / median(&b),
-                median(&d),
-                lo,
-                hi,
-                if hi - lo > 20.0 { " (wider than 20 ms: 10 ms not resolved)" } else { "" }
-            );
-        }
-    }
-
     if net.is_empty() && mem.is_empty() {
         drop((mock, oauth));
         return;

@@ -40,6 +40,9 @@ pub const UPSTREAM_PROXY_ENV: &str = "CLAUDEBOX_TEST_BROKER_UPSTREAM_PROXY";
 /// Tests: a PEM file of the certificate authority to trust upstream instead of the
 /// public roots.
 pub const UPSTREAM_CA_ENV: &str = "CLAUDEBOX_TEST_BROKER_UPSTREAM_CA";
+/// Tests' control: non-empty keeps Nagle's algorithm on the broker's sockets (as before
+/// they were set `TCP_NODELAY`), so that a test can show the delay it measures.
+pub const NAGLE_ENV: &str = "CLAUDEBOX_TEST_BROKER_NAGLE";
 /// The largest request body passed on (conversations with images are a few MiB).
 pub const MAX_BODY: usize = 64 << 20;
 const MAX_HEAD: usize = 64 * 1024;
@@ -126,6 +129,8 @@ pub struct Broker {
     /// Where the upstream connections go through: the tests' proxy, else the user's own
     /// (`https_proxy` / `HTTPS_PROXY` of the launcher, minus `NO_PROXY`).
     upstream_proxy: Option<UpstreamProxy>,
+    /// `TCP_NODELAY` on both sides of a request (false only as a test's control).
+    nodelay: bool,
     /// The certificate authority's certificate, for the sandbox to trust.
     pub ca_pem: String,
     /// One refresh at a time in this process (the lock on disk is for the others).
@@ -236,6 +241,7 @@ impl Broker {
                 }),
                 None => UpstreamProxy::from_env()?,
             },
+            nodelay: std::env::var_os(NAGLE_ENV).is_none_or(|v| v.is_empty()),
             ca_pem: ca_cert.pem(),
             refreshing: std::sync::Mutex::new(()),
             refused: std::sync::Mutex::new(None),
@@ -449,6 +455,11 @@ impl Broker {
     pub fn serve(&self, client: TcpStream, rest: &[u8]) {
         let _ = client.set_read_timeout(Some(TIMEOUT));
         let _ = client.set_write_timeout(Some(TIMEOUT));
+        // TLS sends small records one after the other (the handshake's flights, a
+        // response's head then its body): with Nagle's algorithm on, each one after the
+        // first waits for the peer's delayed ACK, ~40 ms per request (measured:
+        // BENCHMARKS.md, "the login broker per request").
+        let _ = client.set_nodelay(self.nodelay);
         let Ok(conn) = rustls::ServerConnection::new(self.server.clone()) else {
             return;
         };
@@ -653,10 +664,15 @@ impl Broker {
         let mut up = self
             .connect_upstream(HOST)
             .map_err(|e| Refusal(502, format!("{e:#}")))?;
-        up.write_all(head)
-            .and_then(|()| up.write_all(body))
+        // Head and body in one write: sent at once, not as two small writes (the second
+        // would wait for the peer's ACK of the first without TCP_NODELAY).
+        let mut request = Vec::with_capacity(head.len() + body.len());
+        request.extend_from_slice(head);
+        request.extend_from_slice(body);
+        up.write_all(&request)
             .and_then(|()| up.flush())
             .map_err(|e| Refusal(502, format!("{HOST}: {e}")))?;
+        drop(request);
         let answer = read_head(&mut up).ok().map(|(n, buf)| {
             let mut hs = [httparse::EMPTY_HEADER; 100];
             let mut resp = httparse::Response::new(&mut hs);
@@ -735,6 +751,8 @@ impl Broker {
             }
         };
         tcp.set_write_timeout(Some(TIMEOUT))?;
+        // As for the client's side (`serve`): no Nagle wait between TLS records.
+        tcp.set_nodelay(self.nodelay)?;
         let name = ServerName::try_from(host.to_string())?;
         let conn = rustls::ClientConnection::new(self.client.clone(), name)?;
         Ok(rustls::StreamOwned::new(conn, tcp))

@@ -1546,3 +1546,80 @@ fn the_broker_goes_through_the_users_own_proxy() {
         "control: the mock was reached"
     );
 }
+
+/// Python inside: `n` requests through the broker, each on a new tunnel as claude's are (a
+/// POST with a body, then a GET), each timed from `connect` to the end of the answer;
+/// prints `MIN <ms>` and `ALL <ms>...`.
+const LATENCY: &str = r#"
+import json, os, socket, ssl, sys, time
+login = json.load(open(os.path.join(os.environ["CLAUDE_SECURESTORAGE_CONFIG_DIR"], ".credentials.json")))
+token = login["claudeAiOauth"]["accessToken"].encode()
+port = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1])
+ctx = ssl.create_default_context(cafile=os.environ["NODE_EXTRA_CA_CERTS"])
+def one(req):
+    t = time.perf_counter()
+    s = socket.create_connection(("127.0.0.1", port), timeout=20)
+    s.sendall(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\nhost: api.anthropic.com:443\r\n\r\n")
+    head = b""
+    while not head.endswith(b"\r\n\r\n"):
+        head += s.recv(1)
+    tls = ctx.wrap_socket(s, server_hostname="api.anthropic.com")
+    tls.sendall(req)
+    data = b""
+    while True:
+        try:
+            b = tls.recv(65536)
+        except (ssl.SSLError, OSError):
+            break
+        if not b:
+            break
+        data += b
+    assert data.split(b"\r\n")[0].endswith(b"200 OK"), data[:200]
+    return (time.perf_counter() - t) * 1000
+body = b'{"model": "claude-mock-1", "messages": [{"role": "user", "content": "hi"}]}'
+post = (b"POST /v1/messages/count_tokens HTTP/1.1\r\nhost: api.anthropic.com\r\nauthorization: Bearer " + token
+        + b"\r\ncontent-type: application/json\r\ncontent-length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
+get = b"GET /api/oauth/profile HTTP/1.1\r\nhost: api.anthropic.com\r\nauthorization: Bearer " + token + b"\r\n\r\n"
+times = [one(post if i % 2 == 0 else get) for i in range(int(sys.argv[1]))]
+print("MIN %.2f" % min(times))
+print("ALL " + " ".join("%.1f" % t for t in times))
+"#;
+
+/// The fastest of 12 requests through the broker (open mode), ms.
+fn broker_request_ms(w: &World, p: &Path, mock: &MockApi, nagle: bool) -> f64 {
+    let mut cmd = w.cmd(p);
+    cmd.envs(upstream_env(mock))
+        .args(["--exec", "python3", "-c", LATENCY, "12"]);
+    if nagle {
+        cmd.env("CLAUDEBOX_TEST_BROKER_NAGLE", "1");
+    }
+    let o = lab::output_within(&mut cmd, LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let out = common::stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", common::stderr(&o));
+    out.lines()
+        .find_map(|l| l.strip_prefix("MIN "))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no MIN line: {out}"))
+}
+
+/// A request through the broker waits for no delayed ACK: its sockets are `TCP_NODELAY`
+/// (without it each request took 40 ms more, the kernel's delayed-ACK time: the second
+/// small TLS write of a request waited for the peer's ACK of the first). The fastest of
+/// 12 is taken, so a loaded machine does not fail it. Control: with Nagle kept
+/// (`CLAUDEBOX_TEST_BROKER_NAGLE`) the fastest takes 40 ms or more.
+#[test]
+fn a_request_through_the_broker_waits_for_no_delayed_ack() {
+    let w = World::new();
+    let (p, mock) = setup(&w, &json!([]));
+    let fast = broker_request_ms(&w, &p, &mock, false);
+    let slow = broker_request_ms(&w, &p, &mock, true);
+    eprintln!("broker request, fastest of 12: {fast:.2} ms with TCP_NODELAY, {slow:.2} ms without");
+    assert!(
+        slow >= 38.0,
+        "control: without TCP_NODELAY a request waits for a delayed ACK, yet the fastest took {slow:.2} ms"
+    );
+    assert!(
+        fast < 30.0,
+        "a request through the broker took {fast:.2} ms at the fastest (a delayed-ACK wait?)"
+    );
+}

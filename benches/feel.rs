@@ -315,10 +315,10 @@ fn launch_cost(bin: &Path, runs: usize) -> Vec<Vec<f64>> {
             _ => cb(true, &["--network", "none"]),
         }
     };
-    for i in 0..n {
+    for (i, name) in LAUNCH_CASES.iter().enumerate() {
         let st = make(i).status();
         if !st.as_ref().is_ok_and(|s| s.success()) {
-            die(&format!("launch case {}: {st:?}", LAUNCH_CASES[i]));
+            die(&format!("launch case {name}: {st:?}"));
         }
     }
     let mut out = vec![Vec::new(); n];
@@ -1039,11 +1039,9 @@ fn idle_tui(bin: &Path, c: &Claude, mock: &MockApi) -> Vec<MemRow> {
 
 /// Prints the launch table (part 1) as soon as it is measured.
 fn print_launch(launch: &[Vec<f64>], runs: usize) {
-    let o_launch_runs = runs;
     println!();
     println!(
-        "1. Launch, `--exec true`: wall time from spawn to exit, ms ({} interleaved rounds)",
-        o_launch_runs
+        "1. Launch, `--exec true`: wall time from spawn to exit, ms ({runs} interleaved rounds)"
     );
     println!(
         "{:<52} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7}",

@@ -20,6 +20,8 @@ use serde_json::{json, Value};
 use crate::common::lab::{self, Claude, MockApi};
 use crate::common::{self, World};
 
+mod dumps;
+
 /// The host's live login: the mock takes the access token as issued.
 const REAL_ACCESS: &str = "sk-ant-oat01-lab-real-access-token-X7Q9";
 const REAL_REFRESH: &str = "sk-ant-ort01-lab-real-refresh-token-K3M5";
@@ -781,6 +783,15 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         "login broker: bytes that are no HTTP",
         !refused(&r, "garbage", "400"),
     ));
+    let d = dumps::attempt(false);
+    v.push((
+        "login broker: the key in a core of the crashed broker (project, /tmp, home)",
+        d.found_inside || d.core_in_project,
+    ));
+    v.push((
+        "login broker: see or signal the broker from inside",
+        d.broker_reached_inside,
+    ));
     v
 }
 
@@ -797,11 +808,15 @@ fn setup_api_key(w: &World, script: &Value) -> (PathBuf, MockApi) {
 }
 
 fn run_with_key(w: &World, p: &Path, mock: &MockApi, args: &[&str]) -> Output {
+    lab::output_within(&mut run_with_key_cmd(w, p, mock, args), LIMIT).unwrap()
+}
+
+fn run_with_key_cmd(w: &World, p: &Path, mock: &MockApi, args: &[&str]) -> std::process::Command {
     let mut cmd = w.cmd(p);
     cmd.envs(upstream_env(mock))
         .env("ANTHROPIC_API_KEY", REAL_KEY)
         .args(args);
-    lab::output_within(&mut cmd, LIMIT).unwrap()
+    cmd
 }
 
 /// Every `x-api-key` the mock saw, redacted (length and last 4 characters).

@@ -28,50 +28,7 @@ fn one_sandbox_talks_over_many_token_lifetimes_and_each_refresh_token_is_spent_o
         .and_then(|v| v.parse().ok())
         .unwrap_or(32);
     for c in lab::claude_versions() {
-        let w = lab::world_with(&c);
-        let p = w.dir("proj");
-        let mut turns: Vec<Value> = (0..lifetimes)
-            .map(|i| {
-                json!({"bash": {
-                    "command": format!("sleep {LIFE_S}.3; echo turn {i}"),
-                    "description": "outlast a token"
-                }})
-            })
-            .collect();
-        turns.push(json!("talked through every lifetime"));
-        let mock = MockApi::start_oauth(
-            &json!({
-                "turns": turns,
-                "token_expires_in": 300 + LIFE_S,
-                "token_dies_after": LIFE_S + 2,
-            }),
-            SEED_REFRESH,
-        );
-        fs::write(
-            w.home().join(".claude/.credentials.json"),
-            expired(SEED_ACCESS, SEED_REFRESH).to_string(),
-        )
-        .unwrap();
-        let mut seed = lab::claude_json_seed(&[&p]);
-        seed.as_object_mut()
-            .unwrap()
-            .remove("customApiKeyResponses");
-        fs::write(w.home().join(".claude.json"), seed.to_string()).unwrap();
-
-        let started = Instant::now();
-        let mut cmd = w.cmd(&p);
-        cmd.envs(upstream_env(&mock)).args([
-            "--login-broker",
-            "--network",
-            "none",
-            "-p",
-            "hello",
-            "--allowedTools",
-            "Bash",
-        ]);
-        let limit = Duration::from_secs(60 + 8 * lifetimes as u64);
-        let o = lab::output_within(&mut cmd, limit).unwrap();
-        let took = started.elapsed();
+        let (w, mock, o, took) = talk(&c, lifetimes, LIFE_S as f64 + 0.3, LIFE_S + 2);
         let out = lab::ok_run(&c, &o, &mock);
         assert!(
             out.contains("talked through every lifetime"),
@@ -154,4 +111,70 @@ fn one_sandbox_talks_over_many_token_lifetimes_and_each_refresh_token_is_spent_o
             took.as_secs_f64()
         );
     }
+    // Control: the mock refuses a token 1 s after issuing it, before the broker's 2 s
+    // are over, and each turn sleeps 1.5 s: the requests with a dead token are seen.
+    let c = &lab::claude_versions()[0];
+    let (_, mock, _, _) = talk(c, 3, 1.5, 1);
+    assert!(
+        mock.log().iter().any(|r| r["kind"] == "unauthorized"),
+        "[{}] control: no request with a dead token seen",
+        c.label
+    );
+}
+
+/// One sandbox of `c`'s claude holding a conversation of `turns` Bash calls that each
+/// sleep `sleep_s`, the mock's access tokens expiring for the broker [`LIFE_S`] after
+/// they are issued and refused by the mock `dies_after` seconds after.
+fn talk(
+    c: &lab::Claude,
+    turns: usize,
+    sleep_s: f64,
+    dies_after: u64,
+) -> (common::World, MockApi, std::process::Output, Duration) {
+    let w = lab::world_with(c);
+    let p = w.dir("proj");
+    let n = turns;
+    let mut turns: Vec<Value> = (0..n)
+        .map(|i| {
+            json!({"bash": {
+                "command": format!("sleep {sleep_s}; echo turn {i}"),
+                "description": "outlast a token"
+            }})
+        })
+        .collect();
+    turns.push(json!("talked through every lifetime"));
+    let mock = MockApi::start_oauth(
+        &json!({
+            "turns": turns,
+            "token_expires_in": 300 + LIFE_S,
+            "token_dies_after": dies_after,
+        }),
+        SEED_REFRESH,
+    );
+    fs::write(
+        w.home().join(".claude/.credentials.json"),
+        expired(SEED_ACCESS, SEED_REFRESH).to_string(),
+    )
+    .unwrap();
+    let mut seed = lab::claude_json_seed(&[&p]);
+    seed.as_object_mut()
+        .unwrap()
+        .remove("customApiKeyResponses");
+    fs::write(w.home().join(".claude.json"), seed.to_string()).unwrap();
+
+    let started = Instant::now();
+    let mut cmd = w.cmd(&p);
+    cmd.envs(upstream_env(&mock)).args([
+        "--login-broker",
+        "--network",
+        "none",
+        "-p",
+        "hello",
+        "--allowedTools",
+        "Bash",
+    ]);
+    let limit = Duration::from_secs(60 + 8 * n as u64);
+    let o = lab::output_within(&mut cmd, limit).unwrap();
+    let took = started.elapsed();
+    (w, mock, o, took)
 }

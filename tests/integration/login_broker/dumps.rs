@@ -232,6 +232,7 @@ pub(crate) fn attempt(dumpable: bool) -> Dumped {
 fn a_crashed_broker_leaves_no_core_and_its_memory_is_closed_to_the_user() {
     let _g = common::heavy();
     let d = attempt(false);
+    eprintln!("protected:\n{}", d.log);
     assert!(
         !d.found_inside && !d.core_in_project,
         "the key is readable after a crash:\n{}",
@@ -255,6 +256,7 @@ fn a_crashed_broker_leaves_no_core_and_its_memory_is_closed_to_the_user() {
         return;
     }
     let c = attempt(true);
+    eprintln!("control:\n{}", c.log);
     assert!(
         c.core_in_project && c.found_inside,
         "control: no core holding the key:\n{}",

@@ -184,11 +184,15 @@ pub(crate) fn attempt(dumpable: bool) -> Dumped {
     for pid in std::iter::once(broker).chain(launchers) {
         for what in ["environ", "mem"] {
             if let Some(got) = read_as_peer(pid, what) {
-                let key = what == "mem"
-                    || got
-                        .windows(REAL_KEY.len())
-                        .any(|w| w == REAL_KEY.as_bytes());
-                d.log += &format!("/proc/{pid}/{what} readable (key in it: {key})\n");
+                let key = got
+                    .windows(REAL_KEY.len())
+                    .any(|w| w == REAL_KEY.as_bytes());
+                let how = if what == "mem" {
+                    "a page of its stack read".to_string()
+                } else {
+                    format!("the key in it: {key}")
+                };
+                d.log += &format!("/proc/{pid}/{what} readable ({how})\n");
                 d.proc_readable.push(format!("/proc/{pid}/{what}"));
             }
         }

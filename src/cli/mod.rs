@@ -199,7 +199,7 @@ pub struct Cli {
     pub forward_port: Vec<String>,
 
     /// Allowlist mode: also report each denied host on stderr (they always go to the
-    /// project's network-denied.log).
+    /// project's network-denied.log), and in any mode each request the login broker refused.
     #[arg(long)]
     pub log_denied: bool,
 

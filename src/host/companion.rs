@@ -98,3 +98,39 @@ pub fn end_with_parent_outside(hold: &'static std::sync::Mutex<()>) {
             }
         });
 }
+
+/// Keeps what this process holds (the login it lends, the API key in its environment) out
+/// of core dumps and away from other processes of the user: no core file (`RLIMIT_CORE`'s
+/// soft limit 0) and not dumpable (`PR_SET_DUMPABLE` 0: no core through a `core_pattern`
+/// pipe either while `fs.suid_dumpable` is 0, no `ptrace` attach, and its
+/// `/proc/<pid>/mem`, `environ`, `fd` owned by root). Call first thing in every host-side
+/// process that holds a real credential; an error is for the caller to stop on. Returns
+/// the soft limit it replaced, which a child that holds no credential gets back
+/// ([`CoreLimit::restore`]; the hard limit is left as it was so that it can).
+///
+/// The escape suite's control, in debug builds only: `CLAUDEBOX_TEST_DUMPABLE=1` leaves
+/// the process as it was (`tests/integration/login_broker.rs`). A release build never
+/// reads it.
+pub fn keep_out_of_dumps() -> std::io::Result<CoreLimit> {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    let (soft, hard) = getrlimit(Resource::RLIMIT_CORE)?;
+    if cfg!(debug_assertions) && std::env::var_os("CLAUDEBOX_TEST_DUMPABLE").is_some() {
+        return Ok(CoreLimit(soft, hard));
+    }
+    setrlimit(Resource::RLIMIT_CORE, 0, hard)?;
+    nix::sys::prctl::set_dumpable(false)?;
+    Ok(CoreLimit(soft, hard))
+}
+
+/// `RLIMIT_CORE` as it was before [`keep_out_of_dumps`].
+#[derive(Clone, Copy, Debug)]
+pub struct CoreLimit(u64, u64);
+
+impl CoreLimit {
+    /// For a child between fork and exec (one system call): the core limit back as it
+    /// was (the exec makes the child dumpable again).
+    pub fn restore(self) -> std::io::Result<()> {
+        nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, self.0, self.1)?;
+        Ok(())
+    }
+}

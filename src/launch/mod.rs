@@ -317,6 +317,16 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     if let Some(w) = host::apparmor::launch_warning(&inp.bwrap) {
         eprintln!("claudebox: {w}");
     }
+    // This process (and the keeper forked from it) keeps the environment it was started
+    // with, ANTHROPIC_API_KEY included, for the sandbox's life; bwrap, exec'd later with
+    // the core limit given back, is dumpable again and never had it.
+    let core_limit = match &p.plan.proxy {
+        Some(s) if s.broker.is_some() => Some(
+            host::companion::keep_out_of_dumps()
+                .context("cannot keep claudebox out of core dumps (the login broker)")?,
+        ),
+        _ => None,
+    };
     let proxy_fd = match &p.plan.proxy {
         // Before any lock is taken: the proxy must not inherit one, and its descriptor
         // for the sandbox goes on a fixed number.
@@ -334,7 +344,7 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     // Creates the project's state and registers this sandbox as running on it.
     let in_use = inuse::mark(&p.state_home, &inp.state, &inp.project.root)?;
     let created = in_use.created;
-    let err = exec_registered(p, in_use, proxy_fd).unwrap_err();
+    let err = exec_registered(p, in_use, proxy_fd, core_limit).unwrap_err();
     // A first launch that failed leaves no project directory behind.
     if created {
         state::remove_unused(&inp.state);
@@ -347,6 +357,7 @@ fn exec_registered(
     p: &Prepared,
     in_use: inuse::InUse,
     proxy_fd: Option<i32>,
+    core_limit: Option<host::companion::CoreLimit>,
 ) -> Result<std::convert::Infallible> {
     let inp = &p.inputs;
     // A sandbox of this project whose claudebox was killed left its review undone (done
@@ -485,7 +496,13 @@ fn exec_registered(
             None
         } else {
             // claudebox stays bwrap's parent (`host::supervise`), for the review at the end.
-            match crate::host::supervise::run(&argv, &|| limits.enter(), stderr_copy.is_some()) {
+            let pre_exec = || {
+                if let Some(c) = core_limit {
+                    c.restore()?;
+                }
+                limits.enter()
+            };
+            match crate::host::supervise::run(&argv, &pre_exec, stderr_copy.is_some()) {
                 Ok(ended) => Some(ended),
                 Err(err) => {
                     limits.finish(&plan.limits);

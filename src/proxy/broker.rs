@@ -451,8 +451,9 @@ impl Broker {
     }
 
     /// Serves one request of a `CONNECT api.anthropic.com:443` tunnel whose `200` the
-    /// client has had; `rest` are bytes it sent after the `CONNECT` head.
-    pub fn serve(&self, client: TcpStream, rest: &[u8]) {
+    /// client has had; `rest` are bytes it sent after the `CONNECT` head. Returns the
+    /// refusal when it refused the request (for the denied log).
+    pub fn serve(&self, client: TcpStream, rest: &[u8]) -> Option<Refused> {
         let _ = client.set_read_timeout(Some(TIMEOUT));
         let _ = client.set_write_timeout(Some(TIMEOUT));
         // TLS sends small records one after the other (the handshake's flights, a
@@ -461,7 +462,7 @@ impl Broker {
         // BENCHMARKS.md, "the login broker per request").
         let _ = client.set_nodelay(self.nodelay);
         let Ok(conn) = rustls::ServerConnection::new(self.server.clone()) else {
-            return;
+            return None;
         };
         let mut tls = rustls::StreamOwned::new(
             conn,
@@ -471,7 +472,8 @@ impl Broker {
                 s: client,
             },
         );
-        if let Err(Refusal(code, why)) = self.one_request(&mut tls) {
+        let mut seen = (String::new(), String::new());
+        if let Err(Refusal(code, why)) = self.one_request(&mut tls, &mut seen) {
             let body = format!("claudebox login broker: {why}\n");
             let _ = write!(
                 tls,
@@ -483,13 +485,25 @@ impl Broker {
             tls.conn.send_close_notify();
             let _ = tls.flush();
             linger(&mut tls.sock.s);
-            return;
+            let (method, path) = seen;
+            return Some(Refused {
+                code,
+                method,
+                path,
+                why,
+            });
         }
         tls.conn.send_close_notify();
         let _ = tls.flush();
+        None
     }
 
-    fn one_request<S: Read + Write>(&self, tls: &mut S) -> Result<(), Refusal> {
+    /// One request; `seen` gets its method and path (without the query) once parsed.
+    fn one_request<S: Read + Write>(
+        &self,
+        tls: &mut S,
+        seen: &mut (String, String),
+    ) -> Result<(), Refusal> {
         let (head, buf) = read_head(tls).map_err(|e| Refusal(400, e.to_string()))?;
         let mut hs = [httparse::EMPTY_HEADER; 100];
         let mut req = httparse::Request::new(&mut hs);
@@ -499,6 +513,10 @@ impl Broker {
         debug_assert_eq!(len, head);
         let method = req.method.unwrap_or_default().to_string();
         let path = req.path.unwrap_or_default().to_string();
+        *seen = (
+            method.clone(),
+            path.split('?').next().unwrap_or("").to_string(),
+        );
         if !path.starts_with('/') {
             return Err(Refusal(400, "the request target must be a path".into()));
         }
@@ -900,6 +918,17 @@ enum Lent {
     Login(String),
     /// The key the user's apiKeyHelper printed.
     Helper(String),
+}
+
+/// A request the broker refused: what the agent sent (unescaped) and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refused {
+    pub code: u16,
+    /// Empty when the request was not parsed.
+    pub method: String,
+    /// Without its query; empty when the request was not parsed.
+    pub path: String,
+    pub why: String,
 }
 
 /// Claude Code's OAuth client id and token endpoint (measured: what both pinned versions

@@ -540,7 +540,9 @@ fn tunnel(
             .is_ok()
         {
             if let Ok(c) = client.try_clone() {
-                b.serve(c, rest);
+                if let Some(r) = b.serve(c, rest) {
+                    cfg.record_refused(&r);
+                }
             }
         }
         return Ok(None);
@@ -833,6 +835,20 @@ impl Config {
             crate::policy::escape::shown(host),
         );
         let key = format!("{method} {host}:{port}");
+        let Some(more) = self.log_once(&key, |more| format!("denied {key}{more}")) else {
+            return;
+        };
+        if self.log_stderr {
+            eprintln!(
+                "claudebox: network: denied {method} {host}:{port}{more} (allow it with --allow-host {host})"
+            );
+        }
+    }
+
+    /// Appends `line(more)` (with the time before it) to the denied log, unless `key`
+    /// was written within [`REPEAT_WINDOW`]: then it is only counted, and `None` returned.
+    /// `more` names the repeats counted since its last line.
+    fn log_once(&self, key: &str, line: impl FnOnce(&str) -> String) -> Option<String> {
         let now = Instant::now();
         let mut guard = DENIED.lock().unwrap_or_else(|e| e.into_inner());
         let log = guard.get_or_insert_with(|| DeniedLog {
@@ -840,10 +856,10 @@ impl Config {
             size: 0,
             recent: HashMap::new(),
         });
-        let repeated = match log.recent.get_mut(&key) {
+        let repeated = match log.recent.get_mut(key) {
             Some((last, n)) if now.duration_since(*last) < REPEAT_WINDOW => {
                 *n += 1;
-                return;
+                return None;
             }
             Some((_, n)) => *n,
             None => 0,
@@ -855,7 +871,7 @@ impl Config {
                 log.recent.clear();
             }
         }
-        log.recent.insert(key.clone(), (now, 0));
+        log.recent.insert(key.to_string(), (now, 0));
         let more = if repeated > 0 {
             format!(
                 " (and {repeated} more time{} since its last line)",
@@ -864,13 +880,28 @@ impl Config {
         } else {
             String::new()
         };
-        let line = format!("{} denied {key}{more}\n", utc_now());
+        let line = format!("{} {}\n", utc_now(), line(&more));
         log.write(&self.denied_log, line.as_bytes());
-        drop(guard);
+        Some(more)
+    }
+}
+
+impl Config {
+    /// A request the login broker refused, in the denied log as a denied host is (the
+    /// same cap, the same count of repeats; stderr with `--log-denied`). The method, the
+    /// path and the reason are the agent's words: escaped.
+    fn record_refused(&self, r: &broker::Refused) {
+        let shown = |s: &str| match s {
+            "" => "-".to_string(),
+            s => crate::policy::escape::shown(s),
+        };
+        let (method, path, why) = (shown(&r.method), shown(&r.path), shown(&r.why));
+        let key = format!("login broker {} {method} {path}", r.code);
+        let Some(more) = self.log_once(&key, |more| format!("refused {key}: {why}{more}")) else {
+            return;
+        };
         if self.log_stderr {
-            eprintln!(
-                "claudebox: network: denied {method} {host}:{port}{more} (allow it with --allow-host {host})"
-            );
+            eprintln!("claudebox: network: refused {key}: {why}{more}");
         }
     }
 }
@@ -927,6 +958,46 @@ fn utc_now() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The only unit test that writes the process's denied log (`DENIED` keeps the
+    /// first file it opens).
+    #[test]
+    fn a_broker_refusal_is_logged_once_escaped_and_repeats_are_counted() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = Config {
+            allowlist: Allowlist::default(),
+            denied_log: dir.path().join("network-denied.log"),
+            log_stderr: false,
+            open: false,
+            broker: None,
+            upstream: None,
+        };
+        let r = broker::Refused {
+            code: 403,
+            method: "PO\u{1b}ST".into(),
+            path: "/a\u{202e}b\nc".into(),
+            why: "no\tlent".into(),
+        };
+        cfg.record_refused(&r);
+        cfg.record_refused(&r);
+        cfg.record_refused(&broker::Refused {
+            code: 400,
+            method: String::new(),
+            path: String::new(),
+            why: "malformed request".into(),
+        });
+        let log = std::fs::read_to_string(&cfg.denied_log).unwrap();
+        let lines: Vec<&str> = log.lines().collect();
+        assert_eq!(lines.len(), 2, "{log}");
+        assert!(
+            lines[0].ends_with(" refused login broker 403 PO\\x1bST /a\\u{202e}b\\nc: no\\tlent"),
+            "{log}"
+        );
+        assert!(
+            lines[1].ends_with(" refused login broker 400 - -: malformed request"),
+            "{log}"
+        );
+    }
 
     #[test]
     fn the_denied_log_time_is_rfc3339_in_seconds() {

@@ -145,6 +145,12 @@ pub fn main(args: &[OsString]) -> ExitCode {
 }
 
 fn run_proxy(args: ProxyArgs) -> Result<()> {
+    // Before anything is read: a core file of this process would hold the login it lends.
+    // (A proxy that lends nothing stays dumpable: the tests count its descriptors.)
+    if args.login_broker.is_some() || args.broker_api_key {
+        crate::host::companion::keep_out_of_dumps()
+            .context("cannot keep the login broker out of core dumps")?;
+    }
     let mut allowlist = Allowlist::default();
     for p in &args.allow {
         allowlist.push(HostPattern::parse(p)?, "launcher");

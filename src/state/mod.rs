@@ -17,7 +17,8 @@
 //!         ├── lock              mutex between a launch registering and --gc; its mtime
 //!         │                     is the project's last use
 //!         ├── running/0, 1, ...      slots: one flock per running sandbox, held by its pid 1
-//!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode),
+//!         ├── network-denied.log  hosts the allowlist proxy refused (allowlist mode) and
+//!         │                       requests the login broker refused (any mode),
 //!         │                       at most 256 KiB, plus one rotated `.1`
 //!         ├── root-mount    the mount point of the root's file system at the last launch
 //!         ├── root-missing-since  when `--gc` first found the root missing (see gc.rs)

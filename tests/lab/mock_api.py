@@ -47,8 +47,10 @@ It also prints `mock-api listening on http://127.0.0.1:PORT` on stdout. Point cl
 at it with ANTHROPIC_BASE_URL=http://127.0.0.1:PORT ANTHROPIC_API_KEY=anything.
 
 Script format: a JSON list of turns, or an object {"turns": [...], "final_text": "...",
-"chunk_delay_ms": N, "token_delay_ms": N}
-(the last: how long the --oauth token endpoint waits before answering). Each request of the conversation itself (a POST /v1/messages that
+"chunk_delay_ms": N, "token_delay_ms": N, "token_expires_in": S, "token_dies_after": S}
+(the last three, with --oauth: how long the token endpoint waits before answering, the
+expires_in it answers (28800 unless set), and how many seconds after the answer the
+access token it issued is refused as expired (never unless set)). Each request of the conversation itself (a POST /v1/messages that
 offers tools) takes the next turn; when none is left it gets the final text. A turn is
 
   "some text"                                      an answer in text
@@ -100,9 +102,11 @@ class OAuth:
         self.spent = set()
         self.access = set()
         self.n = 0
+        # With "token_dies_after" in the script: when each issued access token dies.
+        self.dies = {}
         self.lock = threading.Lock()
 
-    def refresh(self, old):
+    def refresh(self, old, dies_after=None):
         """(access, refresh) for a live `old` (which is spent), or None."""
         with self.lock:
             if old not in self.live:
@@ -114,11 +118,13 @@ class OAuth:
             new = "sk-ant-ort01-mock-r%04d" % self.n
             self.live.add(new)
             self.access.add(access)
+            if dies_after is not None:
+                self.dies[access] = time.time() + dies_after
             return access, new
 
     def issued(self, access):
         with self.lock:
-            return access in self.access
+            return access in self.access and time.time() < self.dies.get(access, float("inf"))
 
 
 def make_cert(d):
@@ -163,7 +169,7 @@ class Script:
 
     @staticmethod
     def load(path, final_text):
-        turns, delay, token_delay = [], 0, 0
+        turns, delay, token_delay, expires_in, dies_after = [], 0, 0, 28800, None
         if path:
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
@@ -172,10 +178,14 @@ class Script:
                 final_text = data.get("final_text", final_text)
                 delay = int(data.get("chunk_delay_ms", 0))
                 token_delay = int(data.get("token_delay_ms", 0))
+                expires_in = int(data.get("token_expires_in", expires_in))
+                dies_after = data.get("token_dies_after")
             else:
                 turns = data
         script = Script(turns, final_text, delay)
         script.token_delay_ms = token_delay
+        script.token_expires_in = expires_in
+        script.token_dies_after = dies_after
         return script
 
     def take(self):
@@ -341,8 +351,8 @@ class Handler(BaseHTTPRequestHandler):
         body = body if isinstance(body, dict) else {}
         old = body.get("refresh_token") or ""
         time.sleep(self.server.script.token_delay_ms / 1000.0)
-        got = self.server.oauth.refresh(old) if body.get("grant_type") == "refresh_token" \
-            else None
+        got = self.server.oauth.refresh(old, self.server.script.token_dies_after) \
+            if body.get("grant_type") == "refresh_token" else None
         self.write_log({"kind": "oauth_refresh", "time": time.time(), "old": old[-4:],
                         "new": got[1][-4:] if got else None})
         if not got:
@@ -350,7 +360,7 @@ class Handler(BaseHTTPRequestHandler):
                              "error_description": "mock: refresh token not found or spent"})
             return
         self.reply(200, {"token_type": "Bearer", "access_token": got[0], "refresh_token": got[1],
-                         "expires_in": 28800, "scope": body.get("scope")
+                         "expires_in": self.server.script.token_expires_in, "scope": body.get("scope")
                          or "user:inference user:profile",
                          "account": {"uuid": "00000000-0000-4000-8000-00000000a001",
                                      "email_address": "lab@example.invalid"},

@@ -697,24 +697,37 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
         let x = w.dir("elsewhere");
         fs::copy(w.home().join(".claude.json"), x.join(".claude.json")).unwrap();
         std::os::unix::fs::symlink(&creds, x.join(".credentials.json")).unwrap();
-        let before = mock.refreshes().len();
-        let mut host = host_claude(&w, &p, &mock);
-        host.env("CLAUDE_CONFIG_DIR", &x);
-        let host = std::thread::spawn(move || lab::output_within(&mut host, LIMIT));
-        // The loser is logged out (the broker answers 401 and spends the dead token no
-        // more); how claude reports that is not the point here.
-        let mut sandbox = w.cmd(&p);
-        sandbox.envs(upstream_env(&mock)).args([
-            "--login-broker",
-            "--network",
-            "none",
-            "-p",
-            "hello",
-        ]);
-        let _ = lab::output_within(&mut sandbox, LIMIT);
-        let _ = host.join().unwrap();
-        let spent = mock.refreshes()[before..].to_vec();
-        eprintln!("[{}] control, locks apart: {spent:?}", c.label);
+        // A race needs both sides at the token endpoint within its 1.5 s: under a heavy
+        // load the sandbox can start after the host's claude has its new pair (then one
+        // spend, which shows nothing). The control shows the race *can* be lost, so it
+        // tries up to five times.
+        let mut spent = Vec::new();
+        for attempt in 0..5 {
+            let mut v = host_file(&w);
+            v["claudeAiOauth"]["expiresAt"] = 1000.into();
+            fs::write(&creds, v.to_string()).unwrap();
+            let before = mock.refreshes().len();
+            let mut host = host_claude(&w, &p, &mock);
+            host.env("CLAUDE_CONFIG_DIR", &x);
+            let host = std::thread::spawn(move || lab::output_within(&mut host, LIMIT));
+            // The loser is logged out (the broker answers 401 and spends the dead token
+            // no more); how claude reports that is not the point here.
+            let mut sandbox = w.cmd(&p);
+            sandbox.envs(upstream_env(&mock)).args([
+                "--login-broker",
+                "--network",
+                "none",
+                "-p",
+                "hello",
+            ]);
+            let _ = lab::output_within(&mut sandbox, LIMIT);
+            let _ = host.join().unwrap();
+            spent = mock.refreshes()[before..].to_vec();
+            eprintln!("[{}] control {attempt}, locks apart: {spent:?}", c.label);
+            if spent.len() >= 2 && spent.iter().any(|r| r.1.is_none()) {
+                break;
+            }
+        }
         assert!(spent.len() >= 2, "[{}] control: {spent:?}", c.label);
         assert!(
             spent.iter().any(|r| r.1.is_none()),

@@ -13,6 +13,7 @@
 //!   --compare PATH  another claudebox build, measured in the same rounds
 //!   --runs N        runs of each case (default 10)
 //!   --projects N    project directories (default 10000)
+//!   --keep          keep the state made (its path is printed), e.g. for a profiler
 
 // A bench: a panic on an unexpected None or Err is its failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -37,6 +38,7 @@ struct Opts {
     compare: Option<PathBuf>,
     runs: usize,
     projects: usize,
+    keep: bool,
 }
 
 fn opts() -> Opts {
@@ -45,6 +47,7 @@ fn opts() -> Opts {
         compare: None,
         runs: 10,
         projects: 10_000,
+        keep: false,
     };
     let mut args = std::env::args_os().skip(1);
     while let Some(a) = args.next() {
@@ -54,6 +57,7 @@ fn opts() -> Opts {
             Some("--compare") => o.compare = Some(value().into()),
             Some("--runs") => o.runs = number(&value()).max(1),
             Some("--projects") => o.projects = number(&value()),
+            Some("--keep") => o.keep = true,
             Some("--bench") => {}
             _ => die(&format!("unknown option {}", a.to_string_lossy())),
         }
@@ -282,4 +286,12 @@ fn main() {
         );
     }
     println!("load average at end: {}", load());
+    if o.keep {
+        let kept = tmp.keep();
+        println!(
+            "state kept: CLAUDEBOX_HOME={} HOME={}",
+            kept.join("state").display(),
+            kept.join("real/home").display()
+        );
+    }
 }

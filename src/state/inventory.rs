@@ -155,7 +155,9 @@ pub fn scan(home: &StateHome, detail: Detail) -> Result<Inventory> {
         }
         found.push((id, path));
     }
-    inv.entries = read_entries(found, detail);
+    // The projects are opened relative to this directory's descriptor (one lookup each).
+    let parent = crate::state::du::open_dir(None, &dir);
+    inv.entries = read_entries(found, detail, parent.as_ref().map(AsRawFd::as_raw_fd));
     inv.entries.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(inv)
 }
@@ -168,12 +170,16 @@ fn project_name(name: &OsStr) -> Option<String> {
 }
 
 /// Reads the entries on a few threads: the work is independent syscalls per directory.
-fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<ProjectEntry> {
+fn read_entries(
+    found: Vec<(String, PathBuf)>,
+    detail: Detail,
+    parent: Option<RawFd>,
+) -> Vec<ProjectEntry> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     if threads < 2 || found.len() < 64 {
         return found
             .into_iter()
-            .map(|(id, p)| read_entry(id, p, detail))
+            .map(|(id, p)| read_entry(id, p, detail, parent))
             .collect();
     }
     let chunk = found.len().div_ceil(threads);
@@ -184,7 +190,7 @@ fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<ProjectEnt
             .map(|part| {
                 s.spawn(move || {
                     part.iter()
-                        .map(|(id, p)| read_entry(id.clone(), p.clone(), detail))
+                        .map(|(id, p)| read_entry(id.clone(), p.clone(), detail, parent))
                         .collect::<Vec<_>>()
                 })
             })
@@ -199,7 +205,9 @@ fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<ProjectEnt
     out
 }
 
-pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> ProjectEntry {
+/// One project's record. `parent`: a descriptor of the projects directory `dir` is in
+/// (then `dir` is opened relative to it, by its id).
+fn read_entry(id: String, dir: PathBuf, detail: Detail, parent: Option<RawFd>) -> ProjectEntry {
     let mut e = ProjectEntry {
         id,
         root: Root::Problem("the state directory cannot be opened".into()),
@@ -217,7 +225,11 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> ProjectEntry {
     };
     // Everything below is read relative to one descriptor of the state directory (opened
     // without following a symlink): one path walk per project, not one per file.
-    let Some(pd) = crate::state::du::open_dir(None, &e.dir) else {
+    let opened = match parent {
+        Some(p) => crate::state::du::open_dir(Some(p), e.id.as_str()),
+        None => crate::state::du::open_dir(None, &e.dir),
+    };
+    let Some(pd) = opened else {
         e.root = read_root(&e.id, &e.dir);
         return e;
     };
@@ -246,7 +258,12 @@ pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> ProjectEntry {
     if is_dir_at(pd, crate::policy::layout::CODEX_HOME_DIR) {
         e.agents.push(crate::policy::agent::AgentId::Codex.name());
     }
-    e.sessions = sessions(&e.dir);
+    let sessions_dir = crate::policy::layout::SESSIONS_DIR;
+    if fstatat(Some(pd), sessions_dir, AtFlags::AT_SYMLINK_NOFOLLOW)
+        != Err(nix::errno::Errno::ENOENT)
+    {
+        e.sessions = sessions(&e.dir);
+    }
     e
 }
 
@@ -486,7 +503,7 @@ fn shallow(pd: RawFd, dir: &Path, running: bool, newest: bool) -> Usage {
                     continue;
                 }
                 let path = slots.join(OsStr::from_bytes(name.as_bytes()));
-                match inuse::holder(&path) {
+                match inuse::holder_at(fd.as_raw_fd(), &name, &path) {
                     crate::host::holders::Holder::Running => u.running += 1,
                     crate::host::holders::Holder::Stuck(pids) => u.stuck.push((path, pids)),
                     _ => {}

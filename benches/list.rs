@@ -165,6 +165,9 @@ struct Case {
     bin: PathBuf,
     args: Vec<&'static str>,
     times: Vec<Duration>,
+    /// CPU time (user + system) of each run: less moved by other work on the machine
+    /// than the wall time, which waits for the cores.
+    cpu: Vec<Duration>,
 }
 
 fn main() {
@@ -236,6 +239,7 @@ fn main() {
                 bin: b.clone(),
                 args,
                 times: Vec::new(),
+                cpu: Vec::new(),
             });
         }
     }
@@ -251,20 +255,34 @@ fn main() {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
+            let before = children_cpu();
             let t = Instant::now();
             let st = cmd.status();
             let dt = t.elapsed();
+            let cpu = children_cpu().saturating_sub(before);
             match st {
-                Ok(s) if s.success() => c.times.push(dt),
+                Ok(s) if s.success() => {
+                    c.times.push(dt);
+                    c.cpu.push(cpu);
+                }
                 // An older build without --sizes: not measured.
-                _ => c.times.clear(),
+                _ => {
+                    c.times.clear();
+                    c.cpu.clear();
+                }
             }
         }
     }
     println!();
     println!(
-        "{:<52} {:>5} {:>9} {:>9} {:>9} {:>9}",
-        "case (wall time per run, ms)", "runs", "min", "median", "p90", "spread"
+        "{:<52} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "case (wall time per run, ms; cpu: user + system)",
+        "runs",
+        "min",
+        "median",
+        "p90",
+        "spread",
+        "cpu med"
     );
     let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
     for c in &mut cases {
@@ -273,16 +291,18 @@ fn main() {
             continue;
         }
         c.times.sort();
+        c.cpu.sort();
         let n = c.times.len();
         let (min, med, p90) = (c.times[0], c.times[n / 2], c.times[(n * 9 / 10).min(n - 1)]);
         println!(
-            "{:<52} {:>5} {:>9} {:>9} {:>9} {:>9}",
+            "{:<52} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9}",
             c.name,
             n,
             ms(min),
             ms(med),
             ms(p90),
-            ms(p90.checked_sub(min).unwrap())
+            ms(p90.checked_sub(min).unwrap()),
+            ms(c.cpu[n / 2])
         );
     }
     println!("load average at end: {}", load());
@@ -294,4 +314,12 @@ fn main() {
             kept.join("real/home").display()
         );
     }
+}
+
+/// User + system time of this process's waited-for children so far.
+fn children_cpu() -> Duration {
+    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
+    let tv =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, (t.tv_usec() * 1000) as u32);
+    tv(u.user_time()) + tv(u.system_time())
 }

@@ -13,6 +13,7 @@
 //!   --compare PATH  another claudebox build, measured in the same rounds
 //!   --runs N        runs of each case (default 10)
 //!   --projects N    project directories (default 10000)
+//!   --keep          keep the state made (its path is printed), e.g. for a profiler
 
 // A bench: a panic on an unexpected None or Err is its failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -37,6 +38,7 @@ struct Opts {
     compare: Option<PathBuf>,
     runs: usize,
     projects: usize,
+    keep: bool,
 }
 
 fn opts() -> Opts {
@@ -45,6 +47,7 @@ fn opts() -> Opts {
         compare: None,
         runs: 10,
         projects: 10_000,
+        keep: false,
     };
     let mut args = std::env::args_os().skip(1);
     while let Some(a) = args.next() {
@@ -54,6 +57,7 @@ fn opts() -> Opts {
             Some("--compare") => o.compare = Some(value().into()),
             Some("--runs") => o.runs = number(&value()).max(1),
             Some("--projects") => o.projects = number(&value()),
+            Some("--keep") => o.keep = true,
             Some("--bench") => {}
             _ => die(&format!("unknown option {}", a.to_string_lossy())),
         }
@@ -161,6 +165,9 @@ struct Case {
     bin: PathBuf,
     args: Vec<&'static str>,
     times: Vec<Duration>,
+    /// CPU time (user + system) of each run: less moved by other work on the machine
+    /// than the wall time, which waits for the cores.
+    cpu: Vec<Duration>,
 }
 
 fn main() {
@@ -232,6 +239,7 @@ fn main() {
                 bin: b.clone(),
                 args,
                 times: Vec::new(),
+                cpu: Vec::new(),
             });
         }
     }
@@ -247,20 +255,34 @@ fn main() {
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
                 .stderr(Stdio::null());
+            let before = children_cpu();
             let t = Instant::now();
             let st = cmd.status();
             let dt = t.elapsed();
+            let cpu = children_cpu().saturating_sub(before);
             match st {
-                Ok(s) if s.success() => c.times.push(dt),
+                Ok(s) if s.success() => {
+                    c.times.push(dt);
+                    c.cpu.push(cpu);
+                }
                 // An older build without --sizes: not measured.
-                _ => c.times.clear(),
+                _ => {
+                    c.times.clear();
+                    c.cpu.clear();
+                }
             }
         }
     }
     println!();
     println!(
-        "{:<52} {:>5} {:>9} {:>9} {:>9} {:>9}",
-        "case (wall time per run, ms)", "runs", "min", "median", "p90", "spread"
+        "{:<52} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9}",
+        "case (wall time per run, ms; cpu: user + system)",
+        "runs",
+        "min",
+        "median",
+        "p90",
+        "spread",
+        "cpu med"
     );
     let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
     for c in &mut cases {
@@ -269,17 +291,35 @@ fn main() {
             continue;
         }
         c.times.sort();
+        c.cpu.sort();
         let n = c.times.len();
         let (min, med, p90) = (c.times[0], c.times[n / 2], c.times[(n * 9 / 10).min(n - 1)]);
         println!(
-            "{:<52} {:>5} {:>9} {:>9} {:>9} {:>9}",
+            "{:<52} {:>5} {:>9} {:>9} {:>9} {:>9} {:>9}",
             c.name,
             n,
             ms(min),
             ms(med),
             ms(p90),
-            ms(p90.checked_sub(min).unwrap())
+            ms(p90.checked_sub(min).unwrap()),
+            ms(c.cpu[n / 2])
         );
     }
     println!("load average at end: {}", load());
+    if o.keep {
+        let kept = tmp.keep();
+        println!(
+            "state kept: CLAUDEBOX_HOME={} HOME={}",
+            kept.join("state").display(),
+            kept.join("real/home").display()
+        );
+    }
+}
+
+/// User + system time of this process's waited-for children so far.
+fn children_cpu() -> Duration {
+    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
+    let tv =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, (t.tv_usec() * 1000) as u32);
+    tv(u.user_time()) + tv(u.system_time())
 }

@@ -14,7 +14,11 @@
 //! bwrap's child waits for ever if bwrap dies before letting it go on (bubblewrap issue
 //! #633). The keeper is a child subreaper: it kills bwrap when claudebox dies, and every
 //! bwrap orphan left once bwrap has ended, then passes bwrap's status on and exits. No
-//! bwrap outlives the launch, and nothing holds the caller's stderr after it.
+//! bwrap outlives the launch, and nothing holds the caller's stderr after it. A SIGKILL of
+//! the whole process group (keeper included) is covered by the group itself: bwrap and its
+//! waiting child are in it (never `--new-session` or `setsid` before the sandbox is up), and
+//! a SIGKILL from an ancestor pid namespace reaches a namespace's init (test
+//! `launch_kills::group_killed_while_bwrap_s_child_waits_leaves_nothing`).
 //!
 //! With `watch_setup`, bwrap's stderr is a pipe read here until the step inside writes
 //! `UP_MARKER` on it (bwrap's setup is done; it then puts the caller's stderr back for the

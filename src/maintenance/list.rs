@@ -84,9 +84,12 @@ pub fn run(json: bool, margin_flag: Option<&str>, sizes: bool) -> Result<ExitCod
         eprintln!("claudebox: list: skipped {}: {}", show(&s.path), s.why);
     }
     for e in &inv.entries {
-        // A sandbox whose claudebox was killed left its exit review undone: done now.
-        let st = crate::policy::layout::ProjectState { dir: e.dir.clone() };
-        crate::state::review::missed(&st, &mut std::io::stderr());
+        // A sandbox whose claudebox was killed left its exit review undone: done now
+        // (looked at only where the inventory saw a record waiting).
+        if e.review_pending {
+            let st = crate::policy::layout::ProjectState { dir: e.dir.clone() };
+            crate::state::review::missed(&st, &mut std::io::stderr());
+        }
         for (slot, pids) in &e.stuck {
             let what = show(slot);
             eprintln!(

@@ -205,6 +205,33 @@ pub fn holder(path: &Path) -> Holder {
     Holder::Running
 }
 
+/// [`holder`] of the file `name` in the directory open at `dir` (`path` names the same
+/// file, for the look at who holds it): one lookup, not a walk of the whole path.
+pub fn holder_at(dir: std::os::fd::RawFd, name: &std::ffi::CStr, path: &Path) -> Holder {
+    let flags = nix::fcntl::OFlag::O_RDONLY
+        | nix::fcntl::OFlag::O_NOFOLLOW
+        | nix::fcntl::OFlag::O_NONBLOCK
+        | nix::fcntl::OFlag::O_CLOEXEC;
+    let mut f = match nix::fcntl::openat(Some(dir), name, flags, nix::sys::stat::Mode::empty()) {
+        // SAFETY: `openat` just returned this descriptor; nothing else owns it.
+        Ok(raw) => unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) },
+        Err(Errno::ENOENT) => return Holder::Free,
+        Err(_) => return Holder::Running,
+    };
+    for _ in 0..2 {
+        f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(_) => return Holder::Free,
+            Err((f, Errno::EWOULDBLOCK)) => match holders::of_held(path) {
+                Some(h) => return h,
+                // Released meanwhile (or not shown): look again.
+                None => f,
+            },
+            Err(_) => return Holder::Running,
+        };
+    }
+    Holder::Running
+}
+
 /// Slots of the project in `dir` held by bwraps stuck at start, with their pids.
 pub fn stuck(dir: &Path) -> Vec<(PathBuf, Vec<i32>)> {
     let Ok(rd) = fs::read_dir(dir.join(RUNNING_DIR)) else {

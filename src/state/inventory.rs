@@ -3,14 +3,13 @@
 
 use std::ffi::CStr;
 use std::ffi::{OsStr, OsString};
-use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Read};
+use std::fs;
+use std::io::ErrorKind;
 use std::os::fd::{AsRawFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 
 use nix::fcntl::AtFlags;
 use nix::sys::stat::{fstatat, FileStat, SFlag};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -74,6 +73,9 @@ pub struct ProjectEntry {
     /// The agents whose state the project holds (`policy::agent` names): claude when its
     /// conversations directory holds any, codex when it has its own `~/.codex`.
     pub agents: Vec<&'static str>,
+    /// `review-pending/` holds a record: an exit review may have been missed (a killed
+    /// claudebox) and `state::review::missed` has something to look at.
+    pub review_pending: bool,
 }
 
 /// Something in `projects/` that is not a project directory: left alone.
@@ -153,7 +155,9 @@ pub fn scan(home: &StateHome, detail: Detail) -> Result<Inventory> {
         }
         found.push((id, path));
     }
-    inv.entries = read_entries(found, detail);
+    // The projects are opened relative to this directory's descriptor (one lookup each).
+    let parent = crate::state::du::open_dir(None, &dir);
+    inv.entries = read_entries(found, detail, parent.as_ref().map(AsRawFd::as_raw_fd));
     inv.entries.sort_by(|a, b| a.id.cmp(&b.id));
     Ok(inv)
 }
@@ -166,12 +170,16 @@ fn project_name(name: &OsStr) -> Option<String> {
 }
 
 /// Reads the entries on a few threads: the work is independent syscalls per directory.
-fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<ProjectEntry> {
+fn read_entries(
+    found: Vec<(String, PathBuf)>,
+    detail: Detail,
+    parent: Option<RawFd>,
+) -> Vec<ProjectEntry> {
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get().min(8));
     if threads < 2 || found.len() < 64 {
         return found
             .into_iter()
-            .map(|(id, p)| read_entry(id, p, detail))
+            .map(|(id, p)| read_entry(id, p, detail, parent))
             .collect();
     }
     let chunk = found.len().div_ceil(threads);
@@ -182,7 +190,7 @@ fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<ProjectEnt
             .map(|part| {
                 s.spawn(move || {
                     part.iter()
-                        .map(|(id, p)| read_entry(id.clone(), p.clone(), detail))
+                        .map(|(id, p)| read_entry(id.clone(), p.clone(), detail, parent))
                         .collect::<Vec<_>>()
                 })
             })
@@ -197,73 +205,122 @@ fn read_entries(found: Vec<(String, PathBuf)>, detail: Detail) -> Vec<ProjectEnt
     out
 }
 
-pub fn read_entry(id: String, dir: PathBuf, detail: Detail) -> ProjectEntry {
-    let root = read_root(&id, &dir);
+/// One project's record. `parent`: a descriptor of the projects directory `dir` is in
+/// (then `dir` is opened relative to it, by its id).
+fn read_entry(id: String, dir: PathBuf, detail: Detail, parent: Option<RawFd>) -> ProjectEntry {
     let mut e = ProjectEntry {
         id,
-        root,
+        root: Root::Problem("the state directory cannot be opened".into()),
         size: None,
         last_used: None,
         running: None,
         stuck: Vec::new(),
         sessions: Vec::new(),
-        missing_since: read_missing_since(&dir),
+        missing_since: None,
         last_conversation: None,
         quarantined: 0,
         agents: Vec::new(),
+        review_pending: false,
         dir,
     };
-    e.quarantined = quarantined(&e.dir);
-    e.agents = agents(&e.dir);
+    // Everything below is read relative to one descriptor of the state directory (opened
+    // without following a symlink): one path walk per project, not one per file.
+    let opened = match parent {
+        Some(p) => crate::state::du::open_dir(Some(p), e.id.as_str()),
+        None => crate::state::du::open_dir(None, &e.dir),
+    };
+    let Some(pd) = opened else {
+        e.root = read_root(&e.id, &e.dir);
+        return e;
+    };
+    let pd = pd.as_raw_fd();
+    e.root = read_root_at(&e.id, pd);
+    e.missing_since = read_missing_since(pd);
+    e.quarantined = quarantined_at(pd);
+    e.review_pending = has_visible_entries(pd, crate::policy::layout::REVIEW_PENDING_DIR);
+    let lock_mtime = || mtime_at(pd, state::LOCK_FILE).or_else(|| mtime_at(pd, c"."));
     if !(detail.size || detail.running) {
-        e.last_used = fs::symlink_metadata(e.dir.join(state::LOCK_FILE))
-            .or_else(|_| fs::symlink_metadata(&e.dir))
-            .and_then(|m| m.modified())
-            .ok();
+        e.last_used = lock_mtime();
     }
     if detail.size {
         e.size = Some(crate::state::du::usage(&e.dir).bytes);
     }
+    let u = shallow(pd, &e.dir, detail.running, detail.size || detail.running);
     if detail.size || detail.running {
-        let u = shallow(&e.dir, detail.running);
-        e.last_used = u
-            .lock_mtime
-            .or_else(|| fs::symlink_metadata(&e.dir).and_then(|m| m.modified()).ok());
+        e.last_used = lock_mtime();
         e.running = detail.running.then_some(u.running);
         e.stuck = u.stuck;
         e.last_conversation = u.last_conversation;
     }
-    e.sessions = sessions(&e.dir);
+    if u.conversations {
+        e.agents.push(crate::policy::agent::AgentId::Claude.name());
+    }
+    if is_dir_at(pd, crate::policy::layout::CODEX_HOME_DIR) {
+        e.agents.push(crate::policy::agent::AgentId::Codex.name());
+    }
+    let sessions_dir = crate::policy::layout::SESSIONS_DIR;
+    if fstatat(Some(pd), sessions_dir, AtFlags::AT_SYMLINK_NOFOLLOW)
+        != Err(nix::errno::Errno::ENOENT)
+    {
+        e.sessions = sessions(&e.dir);
+    }
     e
 }
 
-/// The agents whose state the project holds (read beneath the state directory).
-pub fn agents(dir: &Path) -> Vec<&'static str> {
-    let Ok(d) = crate::state::beneath::Dir::open(dir) else {
-        return Vec::new();
-    };
-    let mut v = Vec::new();
-    let conversations = Path::new(crate::policy::layout::CONVERSATIONS_DIR);
-    if d.entries(conversations).is_ok_and(|e| !e.is_empty()) {
-        v.push(crate::policy::agent::AgentId::Claude.name());
-    }
-    if d.is_dir(Path::new(crate::policy::layout::CODEX_HOME_DIR)) {
-        v.push(crate::policy::agent::AgentId::Codex.name());
-    }
-    v
+/// The modification time of `name` in the directory open at `pd` (not followed).
+fn mtime_at<P: ?Sized + nix::NixPath>(pd: RawFd, name: &P) -> Option<SystemTime> {
+    let st = fstatat(Some(pd), name, AtFlags::AT_SYMLINK_NOFOLLOW).ok()?;
+    Some(
+        SystemTime::UNIX_EPOCH
+            + std::time::Duration::new(
+                u64::try_from(st.st_mtime).ok()?,
+                u32::try_from(st.st_mtime_nsec).unwrap_or(0),
+            ),
+    )
 }
 
-/// How many entries the exit review moved aside in the project's state (its
-/// `quarantine/<ID>/` directories; read beneath the state directory, never followed).
-pub fn quarantined(dir: &Path) -> usize {
-    let q = Path::new(crate::policy::layout::QUARANTINE_DIR);
-    crate::state::beneath::Dir::open(dir)
-        .and_then(|d| d.entries(q))
-        .map_or(0, |l| {
-            l.iter()
-                .filter(|(n, t)| t.is_dir() && !n.as_bytes().starts_with(b"."))
-                .count()
-        })
+/// Whether `name` in the directory open at `pd` is a directory (not followed).
+fn is_dir_at<P: ?Sized + nix::NixPath>(pd: RawFd, name: &P) -> bool {
+    fstatat(Some(pd), name, AtFlags::AT_SYMLINK_NOFOLLOW)
+        .is_ok_and(|st| SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT == SFlag::S_IFDIR)
+}
+
+/// Whether the directory `name` in the directory open at `pd` holds an entry whose name
+/// does not start with a dot.
+fn has_visible_entries(pd: RawFd, name: &str) -> bool {
+    crate::state::du::open_dir(Some(pd), name)
+        .and_then(|d| crate::state::du::entries(&d).ok())
+        .is_some_and(|l| l.iter().any(|(n, _)| !n.as_bytes().starts_with(b".")))
+}
+
+/// How many entries the exit review moved aside (the `quarantine/<ID>/` directories of
+/// the state directory open at `pd`; nothing followed).
+fn quarantined_at(pd: RawFd) -> usize {
+    use crate::state::du::{self, DT_DIR, DT_UNKNOWN};
+    let q = crate::policy::layout::QUARANTINE_DIR;
+    match fstatat(Some(pd), q, AtFlags::AT_SYMLINK_NOFOLLOW) {
+        Err(_) => return 0,
+        Ok(st) if SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT != SFlag::S_IFDIR => {
+            return 0
+        }
+        // A directory's link count is 2 plus its subdirectories where the file system
+        // counts them (ext4, xfs, tmpfs): 2 is none, and nothing to read. Where it does
+        // not (btrfs says 1), the directory is read.
+        Ok(st) if st.st_nlink == 2 => return 0,
+        Ok(_) => {}
+    }
+    let Some(q) = du::open_dir(Some(pd), crate::policy::layout::QUARANTINE_DIR) else {
+        return 0;
+    };
+    du::entries(&q).map_or(0, |l| {
+        l.iter()
+            .filter(|(n, t)| {
+                !n.as_bytes().starts_with(b".")
+                    && (*t == DT_DIR
+                        || (*t == DT_UNKNOWN && is_dir_at(q.as_raw_fd(), n.as_c_str())))
+            })
+            .count()
+    })
 }
 
 /// The project's named sessions, for `--list`: name, conversation uuid, whether it runs
@@ -293,8 +350,18 @@ pub fn sessions(dir: &Path) -> Vec<serde_json::Value> {
 /// Reads and checks `project-root`: a regular file (never through a symlink) holding an
 /// absolute path that hashes to the directory's name.
 pub fn read_root(id: &str, dir: &Path) -> Root {
-    let path = dir.join(state::ROOT_FILE);
-    let bytes = match read_small(&path) {
+    match crate::state::du::open_dir(None, dir) {
+        Some(pd) => read_root_at(id, pd.as_raw_fd()),
+        None => Root::Problem(format!(
+            "{} is unreadable: its state directory cannot be opened",
+            state::ROOT_FILE
+        )),
+    }
+}
+
+/// [`read_root`] in the state directory open at `pd`.
+fn read_root_at(id: &str, pd: RawFd) -> Root {
+    let bytes = match read_small(pd, state::ROOT_FILE) {
         Ok(b) => b,
         Err(e) if e.kind() == ErrorKind::NotFound => {
             return Root::Problem(format!("{} is missing", state::ROOT_FILE))
@@ -319,7 +386,7 @@ pub fn read_root(id: &str, dir: &Path) -> Root {
         ));
     }
     let exists = exists_recorded(&root, || {
-        read_small(&dir.join(state::ROOT_MOUNT_FILE))
+        read_small(pd, state::ROOT_MOUNT_FILE)
             .ok()
             .filter(|b| b.first() == Some(&b'/') && !b.contains(&0) && b.len() <= MAX_ROOT_LEN)
             .map(|b| PathBuf::from(OsString::from_vec(b)))
@@ -328,8 +395,8 @@ pub fn read_root(id: &str, dir: &Path) -> Root {
 }
 
 /// `root-missing-since`: seconds since the epoch, written by `--gc`.
-fn read_missing_since(dir: &Path) -> Option<SystemTime> {
-    let bytes = read_small(&dir.join(state::MISSING_FILE)).ok()?;
+fn read_missing_since(pd: RawFd) -> Option<SystemTime> {
+    let bytes = read_small(pd, state::MISSING_FILE).ok()?;
     let secs: u64 = std::str::from_utf8(&bytes).ok()?.trim().parse().ok()?;
     Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(secs))
 }
@@ -362,21 +429,24 @@ pub fn exists_recorded(path: &Path, mount: impl FnOnce() -> Option<PathBuf>) -> 
     }
 }
 
-/// Reads at most MAX_ROOT_LEN + 1 bytes of a regular file, never through a symlink and
-/// never blocking on a FIFO.
-fn read_small(path: &Path) -> std::io::Result<Vec<u8>> {
-    let f: File = OpenOptions::new()
-        .read(true)
-        .custom_flags(nix::libc::O_NOFOLLOW | nix::libc::O_NONBLOCK)
-        .open(path)?;
+/// Reads at most MAX_ROOT_LEN + 1 bytes of the file `name` in the directory open at `pd`,
+/// never through a symlink and never blocking on a FIFO.
+fn read_small(pd: RawFd, name: &str) -> std::io::Result<Vec<u8>> {
+    let flags = nix::fcntl::OFlag::O_RDONLY
+        | nix::fcntl::OFlag::O_NOFOLLOW
+        | nix::fcntl::OFlag::O_NONBLOCK
+        | nix::fcntl::OFlag::O_CLOEXEC;
+    let raw = nix::fcntl::openat(Some(pd), name, flags, nix::sys::stat::Mode::empty())?;
+    // SAFETY: `openat` just returned this descriptor; nothing else owns it.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) };
     // One read() normally returns the whole file; read on only if it filled the buffer.
     let mut buf = vec![0u8; 1024];
     let mut len = 0;
     loop {
-        let n = match (&f).read(&mut buf[len..]) {
+        let n = match nix::unistd::read(fd.as_raw_fd(), &mut buf[len..]) {
             Ok(n) => n,
-            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => return Err(e.into()),
         };
         len += n;
         if n == 0 || len < buf.len() || len > MAX_ROOT_LEN {
@@ -389,25 +459,26 @@ fn read_small(path: &Path) -> std::io::Result<Vec<u8>> {
 }
 
 struct Usage {
-    lock_mtime: Option<SystemTime>,
     running: usize,
     stuck: Vec<(PathBuf, Vec<i32>)>,
     last_conversation: Option<(SystemTime, String)>,
+    /// The conversations directory holds an entry (the project has claude's state).
+    conversations: bool,
 }
 
 /// Reads what `--list` shows of a project besides its size, from the few places that
-/// hold it (not a walk of the whole state): the mtime of its `lock`, (with `running`)
-/// how many of its `running/` registrations are held, and its newest transcript (a
-/// `<uuid>.jsonl` in a directory of `claude-projects/`). A project made by a real launch
-/// has ~40 entries in its state; this looks at about 10 of them.
-fn shallow(dir: &Path, running: bool) -> Usage {
+/// hold it (not a walk of the whole state), relative to the state directory open at `pd`
+/// (`dir` is its path, for the slots' names): (with `running`) how many of its
+/// `running/` registrations are held, whether its conversations directory holds
+/// anything and (with `newest`) its newest transcript (a `<uuid>.jsonl` in a directory of
+/// `claude-projects/`). A project made by a real launch has ~40 entries in its state;
+/// this looks at about 10 of them.
+fn shallow(pd: RawFd, dir: &Path, running: bool, newest: bool) -> Usage {
     let mut u = Usage {
-        lock_mtime: fs::symlink_metadata(dir.join(state::LOCK_FILE))
-            .and_then(|m| m.modified())
-            .ok(),
         running: 0,
         stuck: Vec::new(),
         last_conversation: None,
+        conversations: false,
     };
     use crate::state::du::{self, DT_DIR, DT_REG, DT_UNKNOWN};
     // The kind of an entry: `d_type`, or an lstat where the file system does not say.
@@ -426,13 +497,13 @@ fn shallow(dir: &Path, running: bool) -> Usage {
     };
     if running {
         let slots = dir.join(inuse::RUNNING_DIR);
-        if let Some(fd) = du::open_dir(None, &slots) {
+        if let Some(fd) = du::open_dir(Some(pd), inuse::RUNNING_DIR) {
             for (name, t) in du::entries(&fd).unwrap_or_default() {
                 if !is(fd.as_raw_fd(), &name, t, SFlag::S_IFREG) {
                     continue;
                 }
                 let path = slots.join(OsStr::from_bytes(name.as_bytes()));
-                match inuse::holder(&path) {
+                match inuse::holder_at(fd.as_raw_fd(), &name, &path) {
                     crate::host::holders::Holder::Running => u.running += 1,
                     crate::host::holders::Holder::Stuck(pids) => u.stuck.push((path, pids)),
                     _ => {}
@@ -440,10 +511,15 @@ fn shallow(dir: &Path, running: bool) -> Usage {
             }
         }
     }
-    let Some(conv) = du::open_dir(None, &dir.join(state::CONVERSATIONS_DIR)) else {
+    let Some(conv) = du::open_dir(Some(pd), state::CONVERSATIONS_DIR) else {
         return u;
     };
-    for (d, t) in du::entries(&conv).unwrap_or_default() {
+    let listed = du::entries(&conv).unwrap_or_default();
+    u.conversations = !listed.is_empty();
+    if !newest {
+        return u;
+    }
+    for (d, t) in listed {
         if !is(conv.as_raw_fd(), &d, t, SFlag::S_IFDIR) {
             continue;
         }

@@ -306,6 +306,33 @@ fn kills_at_random_points_leave_no_bwrap_and_no_open_pipe_at_scale() {
 #[test]
 fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
     let _heavy = crate::common::heavy();
+    assert_eq!(kill_while_child_waits(false, false, 3), 0, "3 rounds");
+}
+
+/// The same window, then the whole process group SIGKILLed at once (claudebox and its
+/// keeper together: a shell's job killed, `timeout -s KILL` on a group): nothing of the
+/// launch may outlive it, and the caller's stderr pipe closes within a second. This holds
+/// because bwrap and its waiting child stay in the caller's process group (no
+/// `--new-session`, no `setsid` before the sandbox is up) and a SIGKILL from an ancestor
+/// pid namespace reaches a namespace's init: the guard is that nothing of the launch
+/// leaves the group early. Measured control (not a test): claudebox and its keeper
+/// SIGKILLed by pid, bwrap spared, leaves the child stuck 3 of 3, holding the pipe.
+#[test]
+fn group_killed_while_bwrap_s_child_waits_leaves_nothing() {
+    let _heavy = crate::common::heavy();
+    assert_eq!(kill_while_child_waits(true, false, 3), 0, "3 rounds");
+    // Control: bwrap started in a session of its own (as `--new-session` or a `setsid`
+    // before it would do) is outside the group; its child is left stuck, holding the pipe.
+    assert!(
+        kill_while_child_waits(true, true, 1) > 0,
+        "control left nothing"
+    );
+}
+
+/// Rounds of a launch held in bubblewrap #633's window, then SIGKILLed (`group`: its whole
+/// process group; `own_session`: bwrap started through `setsid`, the control): how many
+/// bwraps were left and pipes not closed within a second.
+fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usize {
     let w = World::new();
     let dir = w.dir("p");
     let fifo = w.root().join("block.fifo");
@@ -318,7 +345,8 @@ fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
     fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\nexec {real} --info-fd 8 --userns-block-fd 9 \"$@\" 9<>'{}' 8>/dev/null\n",
+            "#!/bin/sh\nexec {}{real} --info-fd 8 --userns-block-fd 9 \"$@\" 9<>'{}' 8>/dev/null\n",
+            if own_session { "setsid " } else { "" },
             fifo.display()
         ),
     )
@@ -329,7 +357,6 @@ fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
     )
     .unwrap();
     let mut stuck_total = 0;
-    let rounds = 3;
     for _ in 0..rounds {
         let mut c = launcher(&w, &dir);
         c.env("CLAUDEBOX_BWRAP", &wrapper)
@@ -337,6 +364,9 @@ fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
+        if group {
+            c.process_group(0);
+        }
         let mut child = c.spawn().unwrap();
         let mut err = child.stderr.take().unwrap();
         let (tx, closed) = mpsc::channel();
@@ -353,7 +383,12 @@ fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
         }
         thread::sleep(Duration::from_millis(50));
         let t = Instant::now();
-        kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+        let target = child.id() as i32;
+        kill(
+            Pid::from_raw(if group { -target } else { target }),
+            Signal::SIGKILL,
+        )
+        .unwrap();
         child.wait().unwrap();
         let pipe_closed = closed.recv_timeout(Duration::from_secs(1)).is_ok();
         while t.elapsed() < Duration::from_secs(1) && !bwraps_of(&w.root()).is_empty() {
@@ -361,8 +396,9 @@ fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
         }
         let left = bwraps_of(&w.root());
         println!(
-            "claudebox killed while bwrap's child waits: pipe closed: {pipe_closed} ({} ms), \
+            "{} killed while bwrap's child waits: pipe closed: {pipe_closed} ({} ms), \
              bwraps left: {left:?}",
+            if group { "process group" } else { "claudebox" },
             t.elapsed().as_millis()
         );
         stuck_total += left.len() + usize::from(!pipe_closed);
@@ -371,5 +407,5 @@ fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
         }
         let _ = closed.recv_timeout(Duration::from_secs(5));
     }
-    assert_eq!(stuck_total, 0, "{rounds} rounds");
+    stuck_total
 }

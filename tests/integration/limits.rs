@@ -333,3 +333,105 @@ fn on_a_kernel_with_cgroup_v2_delegated() {
     assert_eq!(one("nodeleg", "again-lines"), "0");
     assert_eq!(one("done", "all"), "yes");
 }
+
+/// The systemd mechanism for real (tests/vm/limits-systemd.sh): the same kernel in qemu
+/// with this machine's systemd, root laying out user@1000.service's delegated cgroup as the
+/// system manager would and starting `systemd --user` for uid 1000 (no system manager, no
+/// D-Bus: systemd-run reaches the user manager on its private socket). The limits row names
+/// the manager; `--dry-run` shows the `systemd-run --user --scope` prefix; a fork tree is held
+/// near `--pids 64` (control: `--pids max` reaches far more) and an allocation past
+/// `--memory 64M` ends the sandbox with nothing printed by it (control: `max` succeeds).
+/// Known gap, printed and not asserted: here the sandbox ends with status 143 ("Terminated":
+/// systemd stops the scope on the OOM kill) and claudebox prints no line naming the limit
+/// (the scope is collected before claudebox could read its events), where the cgroup
+/// mechanism exits 137 with the line. Needs root, qemu and systemd; skipped without them
+/// (outside CI).
+#[test]
+fn through_a_systemd_user_manager() {
+    if !nix::unistd::geteuid().is_root() {
+        eprintln!(
+            "SKIP as non-root: the VM image is made by root (the checks inside run as uid 1000)"
+        );
+        return;
+    }
+    if !cfg!(target_arch = "x86_64") {
+        eprintln!("SKIP: the VM test boots an amd64 kernel");
+        return;
+    }
+    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
+    for (tool, package) in [
+        ("qemu-system-x86_64", "qemu-system-x86"),
+        ("systemd-run", "systemd"),
+    ] {
+        if which::which(tool).is_err() {
+            assert!(!ci, "{tool} is missing in CI (apt install {package})");
+            eprintln!("SKIP: no {tool} (apt install {package})");
+            return;
+        }
+    }
+    let _heavy = crate::common::heavy();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/limits-systemd.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg(crate::common::BIN)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    if out.status.code() == Some(75) {
+        eprintln!(
+            "SKIP: tests/vm/limits-systemd.sh could not fetch what the VM needs:\n{}",
+            stderr(&out)
+        );
+        return;
+    }
+    let console = stdout(&out);
+    let r = results(&console);
+    let one = |step: &str, what: &str| -> String {
+        r.iter()
+            .find(|(s, w, _)| s == step && w == what)
+            .map(|(_, _, v)| v.clone())
+            .unwrap_or_else(|| {
+                panic!(
+                    "no RESULT {step} {what} in the console:\n{console}\n{}",
+                    stderr(&out)
+                )
+            })
+    };
+    let num = |step: &str, what: &str| -> u64 {
+        one(step, what)
+            .parse()
+            .unwrap_or_else(|_| panic!("RESULT {step} {what} is not a number:\n{console}"))
+    };
+    eprintln!(
+        "{}",
+        console
+            .lines()
+            .filter(|l| l.contains("RESULT "))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    assert_eq!(one("manager", "socket"), "yes");
+    assert_eq!(one("manager", "plain-scope-rc"), "0");
+    let c = one("check", "row");
+    assert!(
+        c.starts_with("ok") && c.contains("the user's systemd manager"),
+        "{c}"
+    );
+    assert!(
+        r.iter().any(|(s, _, v)| s == "dry"
+            && v.contains("systemd-run --user --scope")
+            && v.contains("-p TasksMax=64")
+            && v.contains("-p MemoryMax=268435456")),
+        "{console}"
+    );
+    let limited = num("tree", "limited");
+    let unlimited = num("tree", "unlimited");
+    assert!(limited <= 100, "{limited}");
+    assert!(unlimited >= 500, "{unlimited}");
+    assert_ne!(one("mem", "limited-rc"), "0");
+    assert_eq!(one("mem", "limited-out"), "");
+    assert_eq!(one("mem", "unlimited-rc"), "0");
+    assert_eq!(one("mem", "unlimited-out"), "314572800");
+    assert_eq!(one("scopes", "left"), "0");
+    assert_eq!(one("done", "all"), "yes");
+}

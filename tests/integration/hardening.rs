@@ -231,6 +231,12 @@ fn ssh_agent_is_forwarded_only_on_request() {
         "{}",
         stderr(&o)
     );
+    // The listener makes its marker after its accept, a moment after the connect inside
+    // returned (under a heavy load, later than the sandbox's exit).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !markers.join("0").exists() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     assert!(markers.join("0").exists());
 
     // Asked for without an agent: one line, nothing runs.

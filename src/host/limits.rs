@@ -151,6 +151,8 @@ pub struct Applied {
     /// The sandbox's own cgroup (the cgroup mechanism).
     pub cgroup: Option<PathBuf>,
     procs: Option<CString>,
+    /// The scope's unit (the systemd mechanism), whose result is read at the end.
+    unit: Option<String>,
 }
 
 /// Makes the limits of `d` ready: for the cgroup mechanism, the sandbox's cgroup with its
@@ -166,6 +168,7 @@ pub fn apply(d: &Decided, instance_id: &str) -> Result<Applied> {
                 .into_iter()
                 .map(OsString::from)
                 .collect(),
+            unit: Some(format!("claudebox-{instance_id}.scope")),
             ..Applied::default()
         }),
         Support::Cgroup { parent, .. } => match make_cgroup(parent, d, instance_id) {
@@ -213,6 +216,7 @@ fn make_cgroup(parent: &Path, d: &Decided, instance_id: &str) -> Result<Applied>
         prefix: Vec::new(),
         cgroup: Some(dir),
         procs: Some(procs),
+        unit: None,
     })
 }
 
@@ -327,12 +331,28 @@ impl Applied {
 impl CgroupEntry {
     /// After the sandbox ended (bwrap and its orphans reaped): waits for its cgroup to
     /// empty (its pid namespace goes with bwrap's end; at most 5 s), prints the line
-    /// naming the limit it hit, if any, and removes the cgroup. Nothing where the limits
-    /// took no cgroup of claudebox's (systemd's scope, or none).
-    pub fn finish(&self, d: &Decided) {
-        let Some(dir) = &self.applied.cgroup else {
-            return;
-        };
+    /// naming the limit it hit, if any, and removes the cgroup; with systemd's scope, reads
+    /// the scope's result (systemd stops a scope on an OOM kill: the sandbox ends
+    /// "Terminated") and resets it. Returns the exit status the sandbox must have when
+    /// systemd ended it for a limit (137, what the kernel's OOM kill gives the agent on the
+    /// cgroup mechanism, where the agent's own status stays: an OOM-killed child of a
+    /// surviving agent ends nothing).
+    pub fn finish(&self, d: &Decided) -> Option<i32> {
+        if let Some(unit) = &self.applied.unit {
+            let result = scope_result(unit);
+            let hits = Hits {
+                oom_kills: u64::from(result.as_deref() == Some("oom-kill")),
+                pids_max: 0,
+            };
+            // A scope that ended well is gone already; a failed one stays until reset.
+            if result.as_deref() != Some("success") {
+                let _ = systemctl(&["reset-failed", unit]);
+            }
+            let (line, status) = limits::ended_line(d, hits)?;
+            eprintln!("{line}");
+            return status;
+        }
+        let dir = self.applied.cgroup.as_ref()?;
         let deadline = Instant::now() + Duration::from_secs(5);
         while populated(dir) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(20));
@@ -342,7 +362,42 @@ impl CgroupEntry {
         if let Some((line, _)) = limits::ended_line(d, hits) {
             eprintln!("{line}");
         }
+        None
     }
+}
+
+/// The `Result` systemd recorded for the scope `unit` (`success`, `oom-kill`, ...).
+fn scope_result(unit: &str) -> Option<String> {
+    let out = systemctl(&["show", "--property=Result", "--value", unit])?;
+    Some(out.trim().to_string())
+}
+
+/// `systemctl --user ARGS`, its output when it succeeded within 5 s.
+fn systemctl(args: &[&str]) -> Option<String> {
+    use std::io::Read;
+    let mut child = std::process::Command::new("systemctl")
+        .arg("--user")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .ok()?;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Ok(Some(s)) = child.try_wait() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let mut out = String::new();
+    child.stdout.take()?.read_to_string(&mut out).ok()?;
+    status.success().then_some(out)
 }
 
 fn hits_of(dir: &Path) -> Hits {

@@ -505,7 +505,7 @@ fn exec_registered(
             match crate::host::supervise::run(&argv, &pre_exec, stderr_copy.is_some()) {
                 Ok(ended) => Some(ended),
                 Err(err) => {
-                    limits.finish(&plan.limits);
+                    let _ = limits.finish(&plan.limits);
                     if let Some(p) = pending {
                         p.cancel();
                     }
@@ -523,7 +523,7 @@ fn exec_registered(
                     break status;
                 }
                 Some(file) if tries >= HOST_RACE_TRIES => {
-                    limits.finish(&plan.limits);
+                    let _ = limits.finish(&plan.limits);
                     if let Some(p) = pending {
                         p.cancel();
                     }
@@ -558,9 +558,11 @@ fn exec_registered(
     // The sandbox's descriptors go: nothing of it is open in here during the review.
     drop(opened);
     // The limit it hit, if any, named; its cgroup removed.
-    if let Some((_, entry)) = &limits {
-        entry.finish(&plan.limits);
-    }
+    let status = match limits.as_ref().and_then(|(_, e)| e.finish(&plan.limits)) {
+        // systemd stopped the scope a limit hit ("Terminated"): the status names the limit.
+        Some(code) => nix::sys::wait::WaitStatus::Exited(nix::unistd::Pid::from_raw(0), code),
+        None => status,
+    };
     if let Some(p) = pending {
         p.finish(&inp.state, &mut std::io::stderr());
     }

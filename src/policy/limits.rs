@@ -379,7 +379,9 @@ pub fn systemd_prefix(d: &Decided, instance_id: &str) -> Vec<String> {
     if !matches!(d.support, Support::Systemd { .. }) || d.limits.is_empty() {
         return Vec::new();
     }
-    let mut v: Vec<String> = ["systemd-run", "--user", "--scope", "--quiet", "--collect"]
+    // No `--collect`: a scope the OOM kill failed stays loaded until claudebox has read its
+    // result (`oom-kill`) and reset it (`host::limits`).
+    let mut v: Vec<String> = ["systemd-run", "--user", "--scope", "--quiet"]
         .map(String::from)
         .into();
     v.push(format!("--unit=claudebox-{instance_id}"));
@@ -667,7 +669,7 @@ mod tests {
         let d = decide(&r, &s).unwrap();
         assert_eq!(
             systemd_prefix(&d, "abc").join(" "),
-            "systemd-run --user --scope --quiet --collect --unit=claudebox-abc \
+            "systemd-run --user --scope --quiet --unit=claudebox-abc \
              -p MemoryMax=2147483648 -p MemorySwapMax=0 -p TasksMax=4096 -p CPUQuota=150% --"
         );
         let lines: Vec<String> = dry_run_rows(&d, "abc")

@@ -340,11 +340,10 @@ fn on_a_kernel_with_cgroup_v2_delegated() {
 /// D-Bus: systemd-run reaches the user manager on its private socket). The limits row names
 /// the manager; `--dry-run` shows the `systemd-run --user --scope` prefix; a fork tree is held
 /// near `--pids 64` (control: `--pids max` reaches far more) and an allocation past
-/// `--memory 64M` ends the sandbox with nothing printed by it (control: `max` succeeds).
-/// Known gap, printed and not asserted: here the sandbox ends with status 143 ("Terminated":
-/// systemd stops the scope on the OOM kill) and claudebox prints no line naming the limit
-/// (the scope is collected before claudebox could read its events), where the cgroup
-/// mechanism exits 137 with the line. Needs root, qemu and systemd; skipped without them
+/// `--memory 64M` ends the sandbox with status 137 and the line naming the limit, as the
+/// cgroup mechanism does (systemd stops the scope on the OOM kill, "Terminated" 143, and
+/// claudebox reads the scope's result `oom-kill` before resetting it; control: `max`
+/// succeeds); no scope or unit is left. Needs root, qemu and systemd; skipped without them
 /// (outside CI).
 #[test]
 fn through_a_systemd_user_manager() {
@@ -428,10 +427,19 @@ fn through_a_systemd_user_manager() {
     let unlimited = num("tree", "unlimited");
     assert!(limited <= 100, "{limited}");
     assert!(unlimited >= 500, "{unlimited}");
-    assert_ne!(one("mem", "limited-rc"), "0");
+    assert_eq!(one("mem", "limited-rc"), "137", "{console}");
+    assert!(
+        one("mem", "limited-err").contains("ended by its memory limit (--memory 64M"),
+        "{console}"
+    );
     assert_eq!(one("mem", "limited-out"), "");
+    assert!(
+        !one("mem", "unlimited-err").contains("memory limit"),
+        "{console}"
+    );
     assert_eq!(one("mem", "unlimited-rc"), "0");
     assert_eq!(one("mem", "unlimited-out"), "314572800");
     assert_eq!(one("scopes", "left"), "0");
+    assert_eq!(one("units", "left"), "0", "{console}");
     assert_eq!(one("done", "all"), "yes");
 }

@@ -38,7 +38,8 @@ vm_root "$p" "$claudebox"
 mkdir -p "$p/usr/lib/systemd/user" "$p/etc/systemd/user"
 cp "$sd" "$p/usr/lib/systemd/systemd"
 cp "$(command -v systemd-run)" "$p/usr/bin/systemd-run"
-for lib in $(ldd "$sd" "$(command -v systemd-run)" | awk '/=>/ {print $3}' | sort -u); do
+cp "$(command -v systemctl)" "$p/usr/bin/systemctl"
+for lib in $(ldd "$sd" "$(command -v systemd-run)" "$(command -v systemctl)" | awk '/=>/ {print $3}' | sort -u); do
     cp -L "$lib" "$p/usr/lib/x86_64-linux-gnu/"
 done
 printf '[Unit]\nDescription=Default\n' >"$p/usr/lib/systemd/user/default.target"
@@ -96,12 +97,13 @@ sleep 3
 ALLOC='x=$(head -c 314572800 /dev/zero | tr "\0" a); echo ${#x}'
 u claudebox --memory 64M --exec sh -c "$ALLOC" >/tmp/mem.out 2>/tmp/mem.err; r mem limited-rc $?
 r mem limited-out "$(cat /tmp/mem.out)"
-r mem limited-err "$(head -c 300 /tmp/mem.err | tr '\n' '|')"
+r mem limited-err "$(head -c 600 /tmp/mem.err | tr '\n' '|')"
 u claudebox --memory max --exec sh -c "$ALLOC" >/tmp/mem.out 2>/tmp/mem.err; r mem unlimited-rc $?
 r mem unlimited-out "$(cat /tmp/mem.out)"
 r mem unlimited-err "$(head -c 300 /tmp/mem.err | tr '\n' '|')"
 sleep 1
 r scopes left "$(find $S -name 'claudebox-*' -type d 2>/dev/null | wc -l)"
+r units left "$(u systemctl --user list-units --all --no-legend 'claudebox-*' 2>&1 | wc -l)"
 r done all yes
 poweroff -f
 TEST

@@ -453,6 +453,7 @@ mod tests {
                 ))),
                 api_key: true,
                 api_key_helper: Some(PathBuf::from("/h/.claude/settings.json")),
+                settings_api_key: None,
             }),
         };
         let argv = crate::policy::render::proxy_argv(&spec, 9);

@@ -177,6 +177,12 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     } else {
         claude_home::api_key_helper(&claude_home, &project.work_tree)?
     };
+    // An API key in the `env` block of the user's own settings.json: lent the same way.
+    let settings_api_key = if writable_claude_setup {
+        None
+    } else {
+        claude_home::settings_api_key(&claude_home)
+    };
     let login_broker = match settings.login_broker {
         Some((false, _)) => false,
         Some((true, ref at)) => {
@@ -190,7 +196,11 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
                     crate::policy::escape::shown(url)
                 );
             }
-            if claude_home.credentials.is_none() && !api_key && api_key_helper.is_none() {
+            if claude_home.credentials.is_none()
+                && !api_key
+                && api_key_helper.is_none()
+                && settings_api_key.is_none()
+            {
                 bail!(
                     "--login-broker ({at}): no login to keep outside (no .credentials.json \
                      found, no ANTHROPIC_API_KEY set, no apiKeyHelper)"
@@ -201,13 +211,17 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         None => {
             agent == AgentId::Claude
                 && base_url.is_none()
-                && (claude_home.credentials.is_some() || api_key || api_key_helper.is_some())
+                && (claude_home.credentials.is_some()
+                    || api_key
+                    || api_key_helper.is_some()
+                    || settings_api_key.is_some())
         }
     };
     let inputs = Inputs {
         login_broker,
         api_key,
         api_key_helper,
+        settings_api_key,
         gpu,
         home_claude_json: home.join(".claude.json").symlink_metadata().is_ok(),
         home_alias,
@@ -374,14 +388,10 @@ fn exec_registered(
         inp.writable_claude_setup,
     );
     claude_home::prepare_mount_points(&inp.home, &inp.claude_home, &inp.state, &overlays)?;
-    if let Some(settings) = p
-        .plan
-        .proxy
-        .as_ref()
-        .and_then(|x| x.broker.as_ref())
-        .and_then(|b| b.api_key_helper.as_ref())
-    {
-        claude_home::write_broker_settings(settings, &inp.state)?;
+    if let Some(b) = p.plan.proxy.as_ref().and_then(|x| x.broker.as_ref()) {
+        if let Some(settings) = b.api_key_helper.as_ref().or(b.settings_api_key.as_ref()) {
+            claude_home::write_broker_settings(settings, &inp.state, b.api_key_helper.is_some())?;
+        }
     }
     claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
     if inp.agent == AgentId::Codex {

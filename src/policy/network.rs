@@ -172,7 +172,15 @@ pub struct BrokerSpec {
     /// The user's own `settings.json` (the host's, which the sandbox cannot write) whose
     /// `apiKeyHelper` the proxy runs on the host; inside, claude's helper prints a stand-in.
     pub api_key_helper: Option<PathBuf>,
+    /// The user's own `settings.json` when its `env` block sets `ANTHROPIC_API_KEY`
+    /// (claude applies that over its environment): the proxy reads that key there, on
+    /// the host, and lends it; inside, the settings copy has it removed.
+    pub settings_api_key: Option<PathBuf>,
 }
+
+/// The key a `settings.json`'s `env` block sets, which the broker lends and the sandbox's
+/// copy of the settings drops.
+pub const SETTINGS_KEY_ENV: &str = "ANTHROPIC_API_KEY";
 
 /// The launcher's variable holding an API key the broker lends.
 pub const API_KEY_ENV: &str = "ANTHROPIC_API_KEY";

@@ -254,6 +254,10 @@ pub fn proxy_argv(spec: &ProxySpec, fd: i32) -> Vec<OsString> {
             a.push("--broker-api-key-helper".into());
             a.push(h.clone().into_os_string());
         }
+        if let Some(s) = &b.settings_api_key {
+            a.push("--broker-settings-api-key".into());
+            a.push(s.clone().into_os_string());
+        }
     }
     for e in &spec.allowlist.entries {
         a.push("--allow".into());
@@ -429,6 +433,11 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
             }
             if b.api_key {
                 out.extend_from_slice(b"the stand-in x-api-key (ANTHROPIC_API_KEY inside) is swapped for the launcher's ANTHROPIC_API_KEY, which only the proxy keeps, ");
+            }
+            if let Some(s) = &b.settings_api_key {
+                out.extend_from_slice(b"the stand-in x-api-key (ANTHROPIC_API_KEY inside) is swapped for the ANTHROPIC_API_KEY of the env block of ");
+                out.extend_from_slice(&escape_bytes(s.as_os_str().as_bytes()));
+                out.extend_from_slice(b", read by the proxy on the host (the sandbox's copy of that file has it removed), ");
             }
             if let Some(h) = &b.api_key_helper {
                 out.extend_from_slice(b"the apiKeyHelper of ");

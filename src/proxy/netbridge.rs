@@ -128,6 +128,10 @@ pub struct ProxyArgs {
     /// `settings.json` (the user's own), run here on the host.
     #[arg(long = "broker-api-key-helper", value_name = "SETTINGS")]
     pub broker_api_key_helper: Option<PathBuf>,
+    /// The login broker lends the `ANTHROPIC_API_KEY` of this host `settings.json`'s
+    /// `env` block (the user's own), read here on the host.
+    #[arg(long = "broker-settings-api-key", value_name = "SETTINGS")]
+    pub broker_settings_api_key: Option<PathBuf>,
 }
 
 /// Runs the proxy role: `args` are those after `--internal-proxy`.
@@ -172,7 +176,14 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     let ctl = unsafe { OwnedFd::from_raw_fd(fd) };
     let denied_log = args.denied_log;
     rotate(&denied_log);
-    let api_key = if args.broker_api_key {
+    let api_key = if let Some(settings) = &args.broker_settings_api_key {
+        Some(settings_api_key(settings).with_context(|| {
+            format!(
+                "the login broker: no ANTHROPIC_API_KEY in the env block of {}",
+                crate::policy::escape::Shown::shown(settings.as_path())
+            )
+        })?)
+    } else if args.broker_api_key {
         let key = std::env::var(network::API_KEY_ENV)
             .ok()
             .filter(|k| !k.is_empty())
@@ -347,6 +358,17 @@ fn receive_listeners(ctl: &OwnedFd) -> Result<Vec<TcpListener>> {
         }
     }
     bail!("the sandbox exited before it opened the proxy port")
+}
+
+/// The `ANTHROPIC_API_KEY` a `settings.json`'s `env` block sets (the user's own file, on
+/// the host; the sandbox's copy has it removed).
+fn settings_api_key(settings: &std::path::Path) -> Result<String> {
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(settings)?)?;
+    v["env"][network::SETTINGS_KEY_ENV]
+        .as_str()
+        .filter(|k| !k.is_empty())
+        .map(str::to_string)
+        .context("not set")
 }
 
 #[cfg(test)]

@@ -234,22 +234,44 @@ pub fn api_key_helper(host: &HostClaude, work_tree: &Path) -> Result<Option<Path
     Ok(Some(path))
 }
 
+/// The user's own `settings.json` when its `env` block sets `ANTHROPIC_API_KEY` (claude
+/// applies it over its environment): the login broker lends that key.
+pub fn settings_api_key(host: &HostClaude) -> Option<PathBuf> {
+    if !host.entries.iter().any(|(n, _)| n == "settings.json") {
+        return None;
+    }
+    let path = host.dir.join("settings.json");
+    let text = fs::read_to_string(&path).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    v["env"][crate::policy::network::SETTINGS_KEY_ENV]
+        .as_str()
+        .is_some_and(|k| !k.is_empty())
+        .then_some(path)
+}
+
 /// Writes the project's copy of the user's `settings.json` for a launch whose broker
-/// runs the user's `apiKeyHelper` on the host: the same settings, the helper replaced by
-/// one printing the sandbox's stand-in key (see `network::inside_api_key_helper`).
-pub fn write_broker_settings(settings: &Path, st: &ProjectState) -> Result<()> {
+/// runs the user's `apiKeyHelper` on the host or lends the key of its `env` block: the
+/// same settings, the helper (when `helper`) replaced by one printing the sandbox's
+/// stand-in key (see `network::inside_api_key_helper`), the `env` block's key removed
+/// (the stand-in is in claude's environment).
+pub fn write_broker_settings(settings: &Path, st: &ProjectState, helper: bool) -> Result<()> {
     let text = fs::read_to_string(settings)
         .with_context(|| format!("cannot read {}", settings.shown()))?;
     let mut v: serde_json::Value =
         serde_json::from_str(&text).with_context(|| format!("{} is not JSON", settings.shown()))?;
-    let login = st.login_dir();
-    let helper = crate::policy::network::inside_api_key_helper(&login).with_context(|| {
-        format!(
-            "the login broker's apiKeyHelper: {} is no UTF-8",
-            login.shown()
-        )
-    })?;
-    v["apiKeyHelper"] = helper.into();
+    if helper {
+        let login = st.login_dir();
+        let helper = crate::policy::network::inside_api_key_helper(&login).with_context(|| {
+            format!(
+                "the login broker's apiKeyHelper: {} is no UTF-8",
+                login.shown()
+            )
+        })?;
+        v["apiKeyHelper"] = helper.into();
+    }
+    if let Some(env) = v.get_mut("env").and_then(|e| e.as_object_mut()) {
+        env.remove(crate::policy::network::SETTINGS_KEY_ENV);
+    }
     let path = st.broker_settings();
     let dir =
         beneath::Dir::open(&st.dir).with_context(|| format!("cannot open {}", st.dir.shown()))?;

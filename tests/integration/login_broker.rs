@@ -855,6 +855,22 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         "login broker: see or signal the broker from inside",
         d.broker_reached_inside,
     ));
+    let ws = World::new();
+    let (ps, ms) = setup_settings_key(&ws, &json!([]));
+    for (name, mode) in [
+        (
+            "login broker: the API key of the settings' env block anywhere inside, none mode",
+            "none",
+        ),
+        (
+            "login broker: the API key of the settings' env block anywhere inside, open mode",
+            "open",
+        ),
+    ] {
+        let script = search_script(SETTINGS_KEY);
+        let o = search(&ws, &ps, &ms, run, &broker_args(mode), &script);
+        v.push((name, found(&o)));
+    }
     v
 }
 
@@ -1667,4 +1683,66 @@ fn a_request_through_the_broker_waits_for_no_delayed_ack() {
         fast < 30.0,
         "a request through the broker took {fast:.2} ms at the fastest (a delayed-ACK wait?)"
     );
+}
+
+/// An API key set in the `env` block of the user's settings.json (claude applies it over
+/// its environment).
+const SETTINGS_KEY: &str = "sk-ant-api03-lab-settings-key-S7E2";
+
+/// A world with no OAuth login and no ANTHROPIC_API_KEY in the environment, the key in
+/// the `env` block of the user's settings.json, a trusted project, and a mock taking only
+/// that key.
+fn setup_settings_key(w: &World, script: &Value) -> (PathBuf, MockApi) {
+    let p = w.dir("proj");
+    let mock = MockApi::start_oauth_live_key(script, REAL_REFRESH, REAL_ACCESS, SETTINGS_KEY);
+    let _ = fs::remove_file(w.home().join(".claude/.credentials.json"));
+    lab::seed_claude_json(&w.home(), &[&p]);
+    let settings = w.home().join(".claude/settings.json");
+    let mut v: Value = fs::read_to_string(&settings)
+        .ok()
+        .and_then(|t| serde_json::from_str(&t).ok())
+        .unwrap_or_else(|| json!({}));
+    v["env"] = json!({ "ANTHROPIC_API_KEY": SETTINGS_KEY, "KEPT": "yes" });
+    fs::write(&settings, v.to_string()).unwrap();
+    (p, mock)
+}
+
+/// A key in the `env` block of the user's settings.json is lent like ANTHROPIC_API_KEY:
+/// claude talks with a tool call and every request reaches the API with the real key,
+/// while the key is nowhere inside (the settings.json claude reads there has it removed,
+/// the rest of its `env` kept); control: without the broker it is in the settings inside.
+#[test]
+fn a_key_in_the_settings_env_block_is_kept_outside() {
+    let _g = common::heavy();
+    for c in lab::claude_versions() {
+        let w = lab::world_with(&c);
+        let done = "settings key broker says done";
+        let (p, mock) = setup_settings_key(&w, &tool_call_then(done));
+        talk(&c, &w, &p, &mock, run, "none", done);
+        let keys = api_keys(&mock);
+        assert!(!keys.is_empty(), "[{}] no x-api-key seen", c.label);
+        let real = format!("{} chars, ends {}", SETTINGS_KEY.len(), tail4(SETTINGS_KEY));
+        for k in &keys {
+            assert!(k.contains(&real), "[{}] {k} (all: {keys:?})", c.label);
+        }
+    }
+    let w = World::new();
+    let (p, mock) = setup_settings_key(&w, &json!([]));
+    let script = format!(
+        "{}\necho \"KEY-INSIDE $ANTHROPIC_API_KEY\"\n\
+         grep -q '\"KEPT\":\"yes\"' \"$HOME/.claude/settings.json\" && echo ENV-KEPT",
+        search_script(SETTINGS_KEY)
+    );
+    for mode in ["none", "open"] {
+        let o = search(&w, &p, &mock, run, &broker_args(mode), &script);
+        let out = found_nothing(&o, &format!("{mode}: the settings' key"));
+        assert!(
+            out.contains("KEY-INSIDE sk-ant-api03-claudebox-stand-in-"),
+            "[{mode}] no stand-in key: {out}"
+        );
+        assert!(out.contains("ENV-KEPT"), "[{mode}] {out}");
+    }
+    // Control: without the broker the key is in the settings.json inside.
+    let no_broker = ["--no-login-broker", "--network", "none"];
+    found_it(&search(&w, &p, &mock, run, &no_broker, &script));
 }

@@ -162,6 +162,9 @@ pub struct Inputs {
     /// The user's own `settings.json` when it has an `apiKeyHelper` and the sandbox cannot
     /// write it (the broker runs that helper on the host).
     pub api_key_helper: Option<PathBuf>,
+    /// The user's own `settings.json` when its `env` block sets an API key (the broker
+    /// lends that key; the sandbox gets the settings without it).
+    pub settings_api_key: Option<PathBuf>,
     /// With the GPU opt-in (`settings.gpu`): what of `gpu::TABLE` this host has.
     pub gpu: GpuHost,
     /// The limits decided from `settings.limits` and the host's support (see `limits`).
@@ -224,6 +227,7 @@ impl Inputs {
             login_broker: false,
             api_key: false,
             api_key_helper: None,
+            settings_api_key: None,
             gpu: GpuHost::default(),
             limits: Default::default(),
         }
@@ -635,9 +639,10 @@ fn agent_home(
              outside (claude's CLAUDE_SECURESTORAGE_CONFIG_DIR)",
         ));
     }
-    if broker.is_some_and(|b| b.api_key_helper.is_some()) {
+    if broker.is_some_and(|b| b.api_key_helper.is_some() || b.settings_api_key.is_some()) {
         // The user's settings as they were at the launch, with the apiKeyHelper that
-        // prints the stand-in (the broker runs the real one on the host).
+        // prints the stand-in (the broker runs the real one on the host) and without the
+        // API key of its `env` block (the broker lends it).
         let target = inp.home.join(".claude/settings.json");
         for x in m.iter_mut().filter(|x| x.target == target) {
             *x = Mount::new(
@@ -645,8 +650,8 @@ fn agent_home(
                 Some(&inp.state.broker_settings()),
                 &target,
                 "your settings.json as at the launch, its apiKeyHelper replaced by one \
-                 printing this sandbox's stand-in key: the login broker runs yours on the \
-                 host",
+                 printing this sandbox's stand-in key and its env block's ANTHROPIC_API_KEY \
+                 removed: the login broker runs the helper and lends the key on the host",
             );
         }
     }
@@ -893,13 +898,24 @@ fn broker_login(inp: &Inputs) -> Option<crate::policy::network::BrokerSpec> {
         .api_key_helper
         .clone()
         .filter(|_| !inp.writable_claude_setup);
-    if credentials.is_none() && !inp.api_key && api_key_helper.is_none() {
+    let settings_api_key = inp
+        .settings_api_key
+        .clone()
+        .filter(|_| !inp.writable_claude_setup);
+    if credentials.is_none()
+        && !inp.api_key
+        && api_key_helper.is_none()
+        && settings_api_key.is_none()
+    {
         return None;
     }
     Some(crate::policy::network::BrokerSpec {
         credentials,
-        api_key: inp.api_key,
+        // The settings' key is the one claude would use: it is lent in place of the
+        // environment's.
+        api_key: inp.api_key && settings_api_key.is_none(),
         api_key_helper,
+        settings_api_key,
     })
 }
 

@@ -1746,3 +1746,75 @@ fn a_key_in_the_settings_env_block_is_kept_outside() {
     let no_broker = ["--no-login-broker", "--network", "none"];
     found_it(&search(&w, &p, &mock, run, &no_broker, &script));
 }
+
+/// Through the broker claude resumes a conversation (`--continue`: the second request
+/// carries the first exchange) and talks with another model (`--model`, what `/model`
+/// sets), both versions; each request reaches the API with the host's token.
+#[test]
+fn a_conversation_resumes_and_changes_model_through_the_broker() {
+    let _g = common::heavy();
+    for c in lab::claude_versions() {
+        let w = lab::world_with(&c);
+        let (p, mock) = setup(
+            &w,
+            &json!(["first answer ALBATROSS", "second answer BITTERN"]),
+        );
+        let o = run(
+            &w,
+            &p,
+            &mock,
+            &[
+                "--login-broker",
+                "--network",
+                "none",
+                "-p",
+                "remember PELICAN-WORD",
+            ],
+        );
+        let out = lab::ok_run(&c, &o, &mock);
+        assert!(out.contains("ALBATROSS"), "[{}] {out}", c.label);
+        let before = mock.conversation(0).len();
+        let first = mock.conversation(0)[0]["body"]["model"].clone();
+        // An alias, as `/model` offers them: claude names the model it stands for.
+        let model = if first.as_str().unwrap_or_default().contains("haiku") {
+            "sonnet"
+        } else {
+            "haiku"
+        };
+        let o = run(
+            &w,
+            &p,
+            &mock,
+            &[
+                "--login-broker",
+                "--network",
+                "none",
+                "--continue",
+                "--model",
+                model,
+                "-p",
+                "which word?",
+            ],
+        );
+        let out = lab::ok_run(&c, &o, &mock);
+        assert!(out.contains("BITTERN"), "[{}] {out}", c.label);
+        let second = mock.conversation(before);
+        let r = second.first().expect("the second run's request");
+        let text = lab::messages_text(r);
+        assert!(
+            text.contains("PELICAN-WORD") && text.contains("ALBATROSS"),
+            "[{}] the second request lacks the first exchange: {text}",
+            c.label
+        );
+        let used = r["body"]["model"].as_str().unwrap_or_default();
+        assert!(
+            used.contains(model) && r["body"]["model"] != first,
+            "[{}] --model {model}: {used} (the first run's: {first})",
+            c.label
+        );
+        let access = format!("ends {}", tail4(REAL_ACCESS));
+        for b in bearers(&mock) {
+            assert!(b.contains(&access), "[{}] {b}", c.label);
+        }
+    }
+}

@@ -189,15 +189,17 @@ fn ssh_agent_is_forwarded_only_on_request() {
     fs::create_dir_all(&run).unwrap();
     fs::create_dir_all(&markers).unwrap();
     let sock = run.join("agent.sock");
-    let mut listener = Command::new("python3")
-        .arg(format!("{HELPERS}/listeners.py"))
-        .arg(&markers)
-        .arg(&sock)
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
+    let mut listener = crate::common::Reaped(
+        Command::new("python3")
+            .arg(format!("{HELPERS}/listeners.py"))
+            .arg(&markers)
+            .arg(&sock)
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap(),
+    );
     let mut line = String::new();
-    BufReader::new(listener.stdout.take().unwrap())
+    BufReader::new(listener.0.stdout.take().unwrap())
         .read_line(&mut line)
         .unwrap();
     assert_eq!(line.trim(), "READY");
@@ -248,8 +250,7 @@ fn ssh_agent_is_forwarded_only_on_request() {
     assert!(!o.status.success());
     assert_eq!(stderr(&o).lines().count(), 1, "{}", stderr(&o));
     assert!(stderr(&o).contains("SSH_AUTH_SOCK"), "{}", stderr(&o));
-    let _ = listener.kill();
-    let _ = listener.wait();
+    drop(listener);
 }
 
 /// Every path under `dir`, with its kind, sorted.

@@ -373,3 +373,15 @@ fi
 pub mod lab;
 pub mod maintenance;
 pub mod tmux;
+
+/// A helper process of a test, killed when the test ends however it ends (a panic
+/// included: a helper left running holds the test run's output pipe open, and the run
+/// waits on it).
+pub struct Reaped(pub std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}

@@ -726,6 +726,7 @@ fn run_attempt(a: &Arena, at: &Attempt) -> (bool, String) {
 
 #[test]
 fn escape_suite() {
+    let _heavy = crate::common::heavy();
     let arena = Arena::new();
     let attempts = attempts(&arena);
     let mut succeeded = Vec::new();
@@ -736,10 +737,7 @@ fn escape_suite() {
             succeeded.push(at.name);
         }
     }
-    // Attempts that take more than one launch (tests/integration/escape/race.rs), races
-    // among them: bound by time, so one heavy test at a time (the single launches above
-    // are not, and run beside the heavy tests).
-    let heavy = crate::common::heavy();
+    // Attempts that take more than one launch (tests/integration/escape/race.rs).
     let mut more = race::attempts();
     more.extend(credentials::attempts());
     more.extend(host_writes::attempts());
@@ -748,7 +746,6 @@ fn escape_suite() {
     more.extend(state_races::attempts());
     more.extend(codex_home::attempts_more());
     more.extend(crate::login_broker::attempts());
-    drop(heavy);
     for (name, escaped) in &more {
         if *escaped {
             eprintln!("ESCAPE: {name}");
@@ -767,6 +764,7 @@ fn escape_suite() {
 /// protection turned off. Each must succeed, or the suite above proves nothing.
 #[test]
 fn controls_show_the_attempts_can_succeed() {
+    let _heavy = crate::common::heavy();
     let arena = Arena::new();
     let host = |script: &str| -> String {
         let o = Command::new("sh")
@@ -835,9 +833,7 @@ fn controls_show_the_attempts_can_succeed() {
     host_ports::controls(&arena);
     gpu::controls(&arena);
     // The launch race and an inherited descriptor, with sources bound by name and
-    // descriptors left open; the other attempts of more than one launch. Bound by time, as
-    // in the suite: one heavy test at a time.
-    let _heavy = crate::common::heavy();
+    // descriptors left open.
     race::controls();
     credentials::controls();
     host_writes::controls();

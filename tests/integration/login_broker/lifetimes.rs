@@ -6,7 +6,9 @@
 //! lifetime, so each request of the conversation finds the host's login expired:
 //! every request is answered, the refresh token is spent once per lifetime (each
 //! refresh spends the token the last one got, never two in one lifetime), and no dead
-//! token is tried again. `CLAUDEBOX_TEST_LIFETIMES` sets how many (32 unless set).
+//! token is tried again. `CLAUDEBOX_TEST_LIFETIMES` sets how many (8 unless set: the
+//! figure in BENCHMARKS.md is 32, a run of its own; in CI the test held the machine-wide
+//! heavy lock 162 s per user with 32).
 
 use std::fs;
 use std::time::{Duration, Instant};
@@ -26,7 +28,7 @@ fn one_sandbox_talks_over_many_token_lifetimes_and_each_refresh_token_is_spent_o
     let lifetimes: usize = std::env::var("CLAUDEBOX_TEST_LIFETIMES")
         .ok()
         .and_then(|v| v.parse().ok())
-        .unwrap_or(32);
+        .unwrap_or(8);
     for c in lab::claude_versions() {
         let (w, mock, o, took) = talk(&c, lifetimes, LIFE_S as f64 + 0.3, LIFE_S + 2);
         let out = lab::ok_run(&c, &o, &mock);

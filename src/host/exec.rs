@@ -1,8 +1,14 @@
 //! Replacing this process with another program: bwrap (the launch), then inside the
-//! sandbox the agent (after the seccomp/Landlock step or the proxy port).
+//! sandbox the agent (after the seccomp/Landlock step or the proxy port); and running a
+//! short host command with a time limit (`--check`'s probes, `systemctl`).
 
 use std::ffi::{CString, OsStr};
 use std::io;
+use std::io::Read;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
 use std::os::unix::ffi::OsStrExt;
 
 use nix::sys::signal::{signal, SigHandler, Signal};
@@ -33,6 +39,76 @@ pub fn replace_with<S: AsRef<OsStr>>(argv: &[S]) -> io::Error {
         Err(e) => e.into(),
         Ok(never) => match never {},
     }
+}
+
+/// What a command run by [`run_with_timeout`] did: `status` is None when it was killed
+/// at the time limit (its output is then not waited for).
+pub struct Ran {
+    pub status: Option<std::process::ExitStatus>,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+impl Ran {
+    pub fn success(&self) -> bool {
+        self.status.is_some_and(|s| s.success())
+    }
+}
+
+/// Runs a command with stdin closed, collecting its output; kills it after `limit`.
+pub fn run_with_timeout(cmd: &mut std::process::Command, limit: Duration) -> anyhow::Result<Ran> {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot start {}", cmd.get_program().to_string_lossy()))?;
+    let reader = |r: Option<Box<dyn Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut buf = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut buf);
+            }
+            buf
+        })
+    };
+    let out = reader(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let err = reader(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let deadline = Instant::now() + limit;
+    let status = loop {
+        if let Some(s) = child.try_wait()? {
+            break Some(s);
+        }
+        if Instant::now() >= deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    if status.is_none() {
+        // Its output may be held open by a grandchild: do not wait for it.
+        return Ok(Ran {
+            status,
+            stdout: Vec::new(),
+            stderr: Vec::new(),
+        });
+    }
+    Ok(Ran {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    })
 }
 
 #[cfg(test)]

@@ -374,30 +374,11 @@ fn scope_result(unit: &str) -> Option<String> {
 
 /// `systemctl --user ARGS`, its output when it succeeded within 5 s.
 fn systemctl(args: &[&str]) -> Option<String> {
-    use std::io::Read;
-    let mut child = std::process::Command::new("systemctl")
-        .arg("--user")
-        .args(args)
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .ok()?;
-    let deadline = Instant::now() + Duration::from_secs(5);
-    let status = loop {
-        if let Ok(Some(s)) = child.try_wait() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    let mut out = String::new();
-    child.stdout.take()?.read_to_string(&mut out).ok()?;
-    status.success().then_some(out)
+    let mut cmd = std::process::Command::new("systemctl");
+    cmd.arg("--user").args(args);
+    let ran = super::exec::run_with_timeout(&mut cmd, Duration::from_secs(5)).ok()?;
+    ran.success()
+        .then(|| String::from_utf8_lossy(&ran.stdout).into_owned())
 }
 
 fn hits_of(dir: &Path) -> Hits {

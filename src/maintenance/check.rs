@@ -9,17 +9,17 @@
 
 use std::ffi::OsString;
 use std::fs;
-use std::io::Read;
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
-use std::process::{ExitCode, ExitStatus, Stdio};
-use std::time::{Duration, Instant};
+use std::process::ExitCode;
+use std::time::Duration;
 
 use std::os::unix::process::CommandExt;
 
 use anyhow::{Context, Result};
 
 use crate::host;
+use crate::host::exec::{run_with_timeout, Ran};
 use crate::maintenance::diagnose::{self, Facts};
 use crate::policy::facts::{project_id, Project};
 use crate::policy::facts::{ClaudeInstall, HostFacts};
@@ -798,17 +798,7 @@ impl Drop for Probe {
     }
 }
 
-/// What a command did.
-struct Ran {
-    status: Option<ExitStatus>,
-    stdout: Vec<u8>,
-    stderr: Vec<u8>,
-}
-
 impl Ran {
-    fn success(&self) -> bool {
-        self.status.is_some_and(|s| s.success())
-    }
     fn stderr_text(&self) -> String {
         String::from_utf8_lossy(&self.stderr).into_owned()
     }
@@ -830,62 +820,6 @@ fn first_line(bytes: &[u8]) -> String {
         .unwrap_or("")
         .trim()
         .to_string()
-}
-
-/// Runs a command with stdin closed, collecting its output; kills it after `limit`.
-fn run_with_timeout(cmd: &mut std::process::Command, limit: Duration) -> Result<Ran> {
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("cannot start {}", cmd.get_program().to_string_lossy()))?;
-    let reader = |r: Option<Box<dyn Read + Send>>| {
-        std::thread::spawn(move || {
-            let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
-            }
-            buf
-        })
-    };
-    let out = reader(
-        child
-            .stdout
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let err = reader(
-        child
-            .stderr
-            .take()
-            .map(|r| Box::new(r) as Box<dyn Read + Send>),
-    );
-    let deadline = Instant::now() + limit;
-    let status = loop {
-        if let Some(s) = child.try_wait()? {
-            break Some(s);
-        }
-        if Instant::now() >= deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    };
-    if status.is_none() {
-        // Its output may be held open by a grandchild: do not wait for it.
-        return Ok(Ran {
-            status,
-            stdout: Vec::new(),
-            stderr: Vec::new(),
-        });
-    }
-    Ok(Ran {
-        status,
-        stdout: out.join().unwrap_or_default(),
-        stderr: err.join().unwrap_or_default(),
-    })
 }
 
 /// The current project's exit reviews that were missed (its claudebox was killed).

@@ -186,11 +186,16 @@ pub fn is_locked(path: &Path) -> bool {
 
 /// Who holds a file's lock now.
 pub fn holder(path: &Path) -> Holder {
-    let mut f = match open_for_lock(path, false) {
+    let f = match open_for_lock(path, false) {
         Ok(f) => f,
         Err(e) if e.kind() == ErrorKind::NotFound => return Holder::Free,
         Err(_) => return Holder::Running,
     };
+    held_by(f, path)
+}
+
+/// Who holds the lock of `f`, open on the file `path` names.
+fn held_by<T: nix::fcntl::Flockable>(mut f: T, path: &Path) -> Holder {
     for _ in 0..2 {
         f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
             Ok(_) => return Holder::Free,
@@ -212,24 +217,13 @@ pub fn holder_at(dir: std::os::fd::RawFd, name: &std::ffi::CStr, path: &Path) ->
         | nix::fcntl::OFlag::O_NOFOLLOW
         | nix::fcntl::OFlag::O_NONBLOCK
         | nix::fcntl::OFlag::O_CLOEXEC;
-    let mut f = match nix::fcntl::openat(Some(dir), name, flags, nix::sys::stat::Mode::empty()) {
+    let f = match nix::fcntl::openat(Some(dir), name, flags, nix::sys::stat::Mode::empty()) {
         // SAFETY: `openat` just returned this descriptor; nothing else owns it.
         Ok(raw) => unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(raw) },
         Err(Errno::ENOENT) => return Holder::Free,
         Err(_) => return Holder::Running,
     };
-    for _ in 0..2 {
-        f = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
-            Ok(_) => return Holder::Free,
-            Err((f, Errno::EWOULDBLOCK)) => match holders::of_held(path) {
-                Some(h) => return h,
-                // Released meanwhile (or not shown): look again.
-                None => f,
-            },
-            Err(_) => return Holder::Running,
-        };
-    }
-    Holder::Running
+    held_by(f, path)
 }
 
 /// Slots of the project in `dir` held by bwraps stuck at start, with their pids.

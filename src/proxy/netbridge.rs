@@ -151,7 +151,11 @@ pub fn main(args: &[OsString]) -> ExitCode {
 fn run_proxy(args: ProxyArgs) -> Result<()> {
     // Before anything is read: a core file of this process would hold the login it lends.
     // (A proxy that lends nothing stays dumpable: the tests count its descriptors.)
-    if args.login_broker.is_some() || args.broker_api_key {
+    if args.login_broker.is_some()
+        || args.broker_api_key
+        || args.broker_api_key_helper.is_some()
+        || args.broker_settings_api_key.is_some()
+    {
         crate::host::companion::keep_out_of_dumps()
             .context("cannot keep the login broker out of core dumps")?;
     }

@@ -25,8 +25,7 @@ use std::time::{Duration, Instant};
 
 use claudebox::host::project;
 
-mod support;
-use support::{argv_from_dry_run, die, install, load, machine, number};
+use lab::bench::{argv_from_dry_run, die, install, load, machine, number};
 
 struct Opts {
     bin: PathBuf,

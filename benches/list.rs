@@ -25,13 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-// Shared with the other benches; this one needs only part of it.
-#[allow(dead_code)]
-mod support;
-use support::{die, install, load, number};
-
-const MOCK_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/mock_api.py");
-const API_KEY: &str = "sk-ant-api03-claudebox-lab-key-0123456789";
+use lab::agent::{API_KEY, MOCK_API};
+use lab::bench::{die, install, load, number};
 
 struct Opts {
     bin: PathBuf,

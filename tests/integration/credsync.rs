@@ -18,7 +18,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 fn creds(token: &str) -> String {
     format!("{{\"claudeAiOauth\":{{\"accessToken\":\"{token}\",\"refreshToken\":\"r-{token}\",\"expiresAt\":1}}}}")
@@ -72,7 +73,7 @@ const F: &str = "F=\"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"";
 fn a_user_without_inotify_instances_keeps_every_sandbox_in_step() {
     let _g = heavy();
     for sync in [true, false] {
-        let w = World::new();
+        let w = World::new(BIN);
         fs::write(host_creds(&w), creds("old")).unwrap();
         let script = format!(
             "{F}; touch ready; i=0; while ! grep -q new \"$F\" && [ $i -lt 80 ]; do \
@@ -132,7 +133,7 @@ fn date_back(p: &Path, ago: Duration) {
 fn a_dead_holders_refresh_lock_is_broken_a_live_one_is_waited_for() {
     let _g = heavy();
     for dead in [true, false] {
-        let w = World::new();
+        let w = World::new(BIN);
         fs::write(host_creds(&w), creds("old")).unwrap();
         let lock = w.home().join(".claude/.oauth_refresh.lock");
         fs::create_dir(&lock).unwrap();
@@ -197,7 +198,7 @@ fn a_dead_holders_refresh_lock_is_broken_a_live_one_is_waited_for() {
 fn torn_reads(padded: bool, secs: u64) -> (u64, u64) {
     let long = creds(&"L".repeat(600));
     let short = creds("s");
-    let w = World::new();
+    let w = World::new(BIN);
     fs::write(host_creds(&w), &long).unwrap();
     let p = w.dir("p");
     init_repo(&p);
@@ -304,7 +305,7 @@ fn a_sync_killed_holding_the_refresh_lock_leaves_no_lock() {
         if control {
             control_rounds += 1;
         }
-        let w = World::new();
+        let w = World::new(BIN);
         fs::write(host_creds(&w), creds("old")).unwrap();
         let lock = w.home().join(".claude/.oauth_refresh.lock");
         let p = w.dir("p");

@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::common::maintenance::*;
-use crate::common::{ok, stderr, World};
+use crate::BIN;
+use lab::maintenance::*;
+use lab::{ok, stderr, World};
 
 /// A small deterministic generator (xorshift), seeded from the clock and printed.
 struct Rng(u64);
@@ -150,7 +151,7 @@ fn half_made(w: &World) -> Vec<PathBuf> {
 /// `--gc` removes every leftover of the killed runs.
 #[test]
 fn kills_at_random_points_of_a_launch_leave_nothing_that_blocks() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let mut rng = Rng::new("launch kills");
     let rounds = 60;
     let (mut stuck_named, mut relaunched, mut half) = (0, 0, 0);
@@ -198,7 +199,7 @@ fn kills_at_random_points_of_a_launch_leave_nothing_that_blocks() {
     let out = run(&w, &["--gc"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let after = leftovers(&w.state());
-    crate::common::figure!(
+    lab::figure!(
         "launch kills: {rounds} kills in {:.1}s, {half} half-made project directories, \
          {stuck_named} stuck bwraps named and cleared, {relaunched} sessions started again, \
          {} leftovers removed by --gc, {} left",
@@ -249,7 +250,7 @@ fn diagnose(w: &World) -> String {
 /// and the temporary files of killed writes are removed by `--gc`.
 #[test]
 fn kills_during_session_record_writes_leave_whole_records() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let dir = w.dir("p");
     launch(&w, &dir);
     let mut rng = Rng::new("record kills");
@@ -287,7 +288,7 @@ fn kills_during_session_record_writes_leave_whole_records() {
     }
     let err = stderr(&run(&w, &["--gc"]));
     let after = leftovers(&w.state());
-    crate::common::figure!(
+    lab::figure!(
         "record kills: {rounds} kills, {} records written whole, {} unreadable, {} temporary \
          files left by killed writes ({relaunch_cleaned} removed by its name's next launch, the \
          rest by --gc), {} after --gc, {stuck} stuck bwraps named and cleared",
@@ -305,7 +306,7 @@ fn kills_during_session_record_writes_leave_whole_records() {
 /// (moved aside first), and the next `--gc` finishes the job.
 #[test]
 fn kills_during_gc_never_leave_a_project_half_removed() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let mut rng = Rng::new("gc kills");
     let rounds = 15;
     let per_round = 8;
@@ -348,7 +349,7 @@ fn kills_during_gc_never_leave_a_project_half_removed() {
     }
     let err = stderr(&run(&w, &["--gc", "--gc-margin", "0"]));
     let left: Vec<_> = fs::read_dir(projects(&w)).unwrap().flatten().collect();
-    crate::common::figure!(
+    lab::figure!(
         "gc kills: {rounds} kills over {} projects, {killed_mid} killed between two \
          projects, {half} project directories half removed, {} entries left after the next --gc",
         rounds * per_round,
@@ -420,7 +421,7 @@ fn children(pid: u32) -> Vec<u32> {
 /// leaves nothing: `launch_kills::claudebox_killed_while_bwrap_s_child_waits_leaves_nothing`.)
 #[test]
 fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let dir = w.dir("p");
     launch(&w, &dir);
     let (wrapper, _fifo) = blocking_bwrap(&w);
@@ -463,7 +464,7 @@ fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
         stderr(&list)
     );
     assert!(stderr(&list).contains("bubblewrap issue #633"));
-    crate::common::figure!("stuck bwrap: pid {stuck} named by --list");
+    lab::figure!("stuck bwrap: pid {stuck} named by --list");
 
     clear_stuck(stuck);
     drop(cleanup);
@@ -509,7 +510,7 @@ fn blocked_child(launcher: u32) -> Vec<u32> {
 /// the child stuck.
 #[test]
 fn bwrap_killed_at_start_leaves_no_stuck_child() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let dir = w.dir("p");
     launch(&w, &dir);
     let (wrapper, _fifo) = blocking_bwrap(&w);
@@ -555,7 +556,7 @@ impl Drop for Guard {
 /// process). Before: 64 of 200 immediate checks counted it.
 #[test]
 fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let dir = w.dir("p");
     let n = 100;
     let mut counted = 0;
@@ -564,9 +565,7 @@ fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
         let rows = list_json(&w);
         counted += usize::from(rows[0]["running"] != 0);
     }
-    crate::common::figure!(
-        "immediate --list after a launch returned: {counted} of {n} counted it running"
-    );
+    lab::figure!("immediate --list after a launch returned: {counted} of {n} counted it running");
     assert_eq!(counted, 0);
 }
 
@@ -574,7 +573,7 @@ fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
 /// project directory without its `project-root` (made whole, then renamed into place).
 #[test]
 fn gc_never_sees_a_first_launch_half_way() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     fs::create_dir_all(projects(&w)).unwrap();
     let stop = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(AtomicUsize::new(0));
@@ -586,7 +585,7 @@ fn gc_never_sees_a_first_launch_half_way() {
         let path = w.path_var();
         thread::spawn(move || {
             while stop.load(Ordering::Relaxed) == 0 {
-                let out = Command::new(crate::common::BIN)
+                let out = Command::new(BIN)
                     .current_dir(&root)
                     .env_clear()
                     .env("HOME", &home)
@@ -612,7 +611,7 @@ fn gc_never_sees_a_first_launch_half_way() {
     stop.store(1, Ordering::Relaxed);
     gc.join().unwrap();
     let (seen, runs) = (seen.load(Ordering::Relaxed), runs.load(Ordering::Relaxed));
-    crate::common::figure!("first launches vs --gc: {n} first launches, {runs} --gc runs, {seen} saw a half-made project");
+    lab::figure!("first launches vs --gc: {n} first launches, {runs} --gc runs, {seen} saw a half-made project");
     assert_eq!(seen, 0);
 }
 
@@ -625,7 +624,7 @@ fn with_small_tmpfs(w: &World, mount: &Path, size: u64, script: &str) -> std::pr
         .arg("--tmpfs")
         .arg(mount)
         .args(["sh", "-c", script, "sh"])
-        .arg(crate::common::BIN)
+        .arg(BIN)
         .current_dir(w.root())
         .env_clear()
         .env("HOME", w.home())
@@ -641,7 +640,7 @@ fn with_small_tmpfs(w: &World, mount: &Path, size: u64, script: &str) -> std::pr
 /// launch with room to spare creates the project's state.
 #[test]
 fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let seeded = w.dir("seeded");
     let fresh = w.dir("fresh");
     // A project made normally, copied into the small file system inside.
@@ -677,7 +676,7 @@ fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
         && stderr(&out).contains("bwrap")
         && !Path::new(&w.root().join("first.rc")).exists()
     {
-        crate::common::figure!(
+        lab::figure!(
             "SKIP: bwrap cannot make a user and mount namespace here: {}",
             stderr(&out)
         );
@@ -686,8 +685,8 @@ fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
     let read = |f: &str| fs::read_to_string(w.root().join(f)).unwrap_or_default();
     let first = read("first.err");
     let named = read("named.err");
-    crate::common::figure!("full disk, first launch: {}", first.trim());
-    crate::common::figure!("full disk, named session: {}", named.trim());
+    lab::figure!("full disk, first launch: {}", first.trim());
+    lab::figure!("full disk, named session: {}", named.trim());
     assert_ne!(read("first.rc").trim(), "0");
     assert_eq!(first.lines().count(), 1, "{first}");
     assert!(first.contains("No space left on device"), "{first}");
@@ -733,7 +732,7 @@ fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
 /// the proxy's bound. Before: `502 Too many open files` or a reset past ~20 tunnels.
 #[test]
 fn the_proxy_queues_connections_beyond_its_descriptors() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     const N: usize = 100;
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -788,7 +787,7 @@ ts = [threading.Thread(target=one, args=(i,)) for i in range({N})]
 print("TUNNELS-OK", len(ok))
 "#
     );
-    let w = World::new();
+    let w = World::new(BIN);
     let dir = w.dir("p");
     let mut c = w.cmd(&dir);
     c.args([
@@ -814,7 +813,7 @@ print("TUNNELS-OK", len(ok))
         .find_map(|l| l.strip_prefix("TUNNELS-OK "))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0);
-    crate::common::figure!(
+    lab::figure!(
         "proxy at NOFILE 128: {through} of {N} tunnels through in {:.1}s, at most {} at once upstream",
         started.elapsed().as_secs_f64(),
         peak.load(Ordering::SeqCst)
@@ -827,7 +826,7 @@ print("TUNNELS-OK", len(ok))
 /// written one line each. Before: 13.4 MB in 10 s.
 #[test]
 fn a_flood_of_denials_keeps_the_denied_log_bounded() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let py = r#"
 import socket, threading
 def run(hosts):
@@ -843,7 +842,7 @@ ts = [threading.Thread(target=run, args=(p,)) for p in parts]
 [t.start() for t in ts]; [t.join() for t in ts]
 print("FLOOD-DONE")
 "#;
-    let w = World::new();
+    let w = World::new(BIN);
     let dir = w.dir("p");
     let started = Instant::now();
     let out = w
@@ -867,7 +866,7 @@ print("FLOOD-DONE")
         .chain(old.lines())
         .filter(|l| l.contains("same.flood"))
         .count();
-    crate::common::figure!(
+    lab::figure!(
         "denied flood: 9000 denials in {:.1}s, log {} bytes + {} rotated, {same} lines for 3000 repeats of one host",
         started.elapsed().as_secs_f64(),
         log.len(),
@@ -886,7 +885,7 @@ print("FLOOD-DONE")
 /// sandbox gets it as HOME.
 #[test]
 fn odd_homes_are_refused_or_completed_before_anything_is_made() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let dir = w.dir("p");
     let base = |c: &mut Command| {
         c.env_remove("HOME");
@@ -916,7 +915,7 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
         .unwrap()
         .dir;
     if !passwd.join(".claude/projects").is_dir() || !passwd.join(".claude.json").exists() {
-        crate::common::figure!(
+        lab::figure!(
             "SKIP unset HOME: {} has no ~/.claude/projects or ~/.claude.json, and this test \
              creates nothing in a real home",
             passwd.display()
@@ -941,7 +940,7 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
 /// before any state is made. Control: a long path within the limit launches.
 #[test]
 fn a_path_too_long_for_bwrap_is_refused_before_any_state() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let deep = |total: usize| -> PathBuf {
         let mut p = w.work();
         let mut i = 0;
@@ -967,5 +966,5 @@ fn a_path_too_long_for_bwrap_is_refused_before_any_state() {
     assert!(!w.state().exists(), "state was made");
     let fine = deep(3900);
     ok(&w.cmd(&fine).args(["--exec", "true"]).output().unwrap());
-    crate::common::figure!("long paths: 4092 bytes refused before any state, 3900 bytes launched");
+    lab::figure!("long paths: 4092 bytes refused before any state, 3900 bytes launched");
 }

@@ -24,7 +24,8 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::common::World;
+use crate::BIN;
+use lab::World;
 
 struct Rng(u64);
 
@@ -243,7 +244,7 @@ fn finish(
 /// anywhere in the first 200 ms, half in the first 3 ms of bwrap (seen as a child or
 /// grandchild of claudebox).
 fn run_kills(rounds: usize) -> Tally {
-    let w = World::new();
+    let w = World::new(BIN);
     let mut rng = Rng::new();
     let mut t = Tally::default();
     let started = Instant::now();
@@ -281,7 +282,7 @@ fn rounds_from_env(default: usize) -> usize {
 
 #[test]
 fn kills_at_random_points_leave_no_bwrap_and_no_open_pipe() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let t = run_kills(rounds_from_env(60));
     assert_eq!(t.leftover_bwraps, 0, "{t:?}");
     assert_eq!(t.hung_pipes, 0, "{t:?}");
@@ -291,7 +292,7 @@ fn kills_at_random_points_leave_no_bwrap_and_no_open_pipe() {
 #[test]
 #[ignore]
 fn kills_at_random_points_leave_no_bwrap_and_no_open_pipe_at_scale() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let t = run_kills(rounds_from_env(1000));
     assert_eq!(t.leftover_bwraps, 0, "{t:?}");
     assert_eq!(t.hung_pipes, 0, "{t:?}");
@@ -305,7 +306,7 @@ fn kills_at_random_points_leave_no_bwrap_and_no_open_pipe_at_scale() {
 /// the direct parent of bwrap) left the child stuck for ever, holding the pipe.
 #[test]
 fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     assert_eq!(kill_while_child_waits(false, false, 3), 0, "3 rounds");
 }
 
@@ -319,7 +320,7 @@ fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
 /// SIGKILLed by pid, bwrap spared, leaves the child stuck 3 of 3, holding the pipe.
 #[test]
 fn group_killed_while_bwrap_s_child_waits_leaves_nothing() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     assert_eq!(kill_while_child_waits(true, false, 3), 0, "3 rounds");
     // Control: bwrap started in a session of its own (as `--new-session` or a `setsid`
     // before it would do) is outside the group; its child is left stuck, holding the pipe.
@@ -333,7 +334,7 @@ fn group_killed_while_bwrap_s_child_waits_leaves_nothing() {
 /// process group; `own_session`: bwrap started through `setsid`, the control): how many
 /// bwraps were left and pipes not closed within a second.
 fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usize {
-    let w = World::new();
+    let w = World::new(BIN);
     let dir = w.dir("p");
     let fifo = w.root().join("block.fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();

@@ -8,8 +8,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::maintenance::*;
-use crate::common::{git, init_repo, ok, stderr, stdout, World};
+use crate::BIN;
+use lab::maintenance::*;
+use lab::{git, init_repo, ok, stderr, stdout, World};
 
 /// `du -s -B1`: bytes used on disk, hard links once, symlinks not followed.
 fn du(path: &Path) -> u64 {
@@ -60,7 +61,7 @@ fn by_paths(p: &Path) -> u64 {
 /// misses the 4 MiB.
 #[test]
 fn sizes_count_data_nested_deeper_than_path_max() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("deep");
     let plant = r#"
 import os
@@ -97,7 +98,7 @@ print("PLANTED")
 
 #[test]
 fn one_row_per_project_with_root_existence_size_and_last_use() {
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.work().join("repo");
     init_repo(&repo);
     let wt = w.work().join("repo-wt");
@@ -171,7 +172,7 @@ fn one_row_per_project_with_root_existence_size_and_last_use() {
 
 #[test]
 fn a_launch_updates_last_used() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     launch(&w, &p);
     let id = id_of(&w, &p);
@@ -192,7 +193,7 @@ fn a_launch_updates_last_used() {
 
 #[test]
 fn odd_roots_are_exact_in_json_and_one_line_in_the_table() {
-    let w = World::new();
+    let w = World::new(BIN);
     let odd = w.work().join(OsStr::from_bytes(b"caf\xe9\tx"));
     let nl = w.work().join("two\nlines");
     for d in [&odd, &nl] {
@@ -215,7 +216,7 @@ fn odd_roots_are_exact_in_json_and_one_line_in_the_table() {
 
 #[test]
 fn counts_running_sandboxes_and_ignores_stale_registrations() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let id = id_of(&w, &p);
     let sandboxes = [Running::start(&w, &p), Running::start(&w, &p)];
@@ -284,7 +285,7 @@ fn counts_running_sandboxes_and_ignores_stale_registrations() {
 
 #[test]
 fn empty_or_missing_state_and_bad_arguments() {
-    let w = World::new();
+    let w = World::new(BIN);
     let o = run(&w, &["--list", "--json"]);
     assert_eq!(ok(&o).trim(), "[]");
     let o = run(&w, &["--list"]);
@@ -314,7 +315,7 @@ fn empty_or_missing_state_and_bad_arguments() {
 
 #[test]
 fn list_and_gc_need_no_claude() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     launch(&w, &p);
     fs::remove_file(w.bin().join("claude")).unwrap();
@@ -328,8 +329,8 @@ fn list_and_gc_need_no_claude() {
 /// regular `<uuid>.jsonl` counts: names the agent plants are never printed.
 #[test]
 fn the_last_conversation_of_each_project_is_listed() {
-    let w = World::new();
-    w.install_claude(crate::common::FAKE_CLAUDE_SESSIONS);
+    let w = World::new(BIN);
+    w.install_claude(lab::FAKE_CLAUDE_SESSIONS);
     let repo = w.work().join("repo");
     init_repo(&repo);
     let first = "11111111-1111-4111-8111-111111111111";

@@ -8,6 +8,7 @@
 //! bound, as before the sync existed) do reach the host's file, so the checks can fail.
 
 use super::*;
+use crate::BIN;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
@@ -24,7 +25,7 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let w = World::new();
+        let w = World::new(BIN);
         let proj = w.dir("proj");
         let h = w.home();
         write(
@@ -105,7 +106,7 @@ impl Fixture {
         // The credentials sync is the path without the broker.
         cmd.args(["--no-login-broker", "--exec", "sh", "-c", &full]);
         let out = std::thread::scope(|s| {
-            let h = s.spawn(|| crate::common::lab::output_within(&mut cmd, LAUNCH_LIMIT));
+            let h = s.spawn(|| lab::agent::output_within(&mut cmd, LAUNCH_LIMIT));
             let t = Instant::now();
             while !p.join("ready").exists() {
                 assert!(t.elapsed() < LAUNCH_LIMIT, "the sandbox did not start");

@@ -9,6 +9,7 @@
 
 use super::race::output_within;
 use super::*;
+use crate::BIN;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
@@ -72,7 +73,7 @@ struct Attack {
 
 impl Attack {
     fn start(kind: &str) -> Attack {
-        let w = World::new();
+        let w = World::new(BIN);
         let proj = w.dir("proj");
         init_repo(&proj);
         let canary = w.home().join("canary");
@@ -234,7 +235,7 @@ pub(crate) fn controls() {
 #[test]
 #[ignore]
 fn host_write_race_figures() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     for kind in ["symlink", "fifo", "dir"] {
         let (hits, swaps) = merge_race(kind);
         println!(

@@ -9,6 +9,7 @@
 //! Also here: descriptors inherited from the launching shell (`exec 7< ~`).
 
 use super::*;
+use crate::BIN;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
@@ -106,7 +107,7 @@ struct Race {
 impl Race {
     /// A project whose `target` is missing, and A1 attacking it.
     fn start(target: &str) -> Race {
-        let w = World::new();
+        let w = World::new(BIN);
         let proj = w.dir("proj");
         init_repo(&proj);
         fs::write(w.home().join("MARKER"), format!("{HOME_MARK}\n")).unwrap();
@@ -250,7 +251,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
 /// it for every protected path) the first step inside refuses to start the command.
 /// Returns whether the command ran, and its output.
 fn moved_destination(check: bool) -> (bool, String) {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     fs::create_dir_all(proj.join("real/hooks")).unwrap();
     fs::create_dir_all(proj.join("other/hooks")).unwrap();
@@ -339,7 +340,7 @@ fn home_with_key(w: &World) {
 
 /// A descriptor of the real home, inherited from the launching shell.
 fn inherited_home_fd() -> (&'static str, bool) {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     home_with_key(&w);
@@ -379,7 +380,7 @@ fn inherited_home_fd() -> (&'static str, bool) {
 /// The same descriptor given to a plain bwrap that does not close it: the home is read
 /// and written through it.
 fn inherited_fd_control() {
-    let w = World::new();
+    let w = World::new(BIN);
     home_with_key(&w);
     let out = Command::new("python3")
         .args(["-c", WITH_FD7])
@@ -413,7 +414,7 @@ fn inherited_fd_control() {
 #[test]
 #[ignore]
 fn race_figures() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     for t in TARGETS {
         race(t, false, LAUNCHES, false);
         race(t, true, LAUNCHES, false);

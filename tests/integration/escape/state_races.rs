@@ -30,6 +30,7 @@
 
 use super::race::output_within;
 use super::*;
+use crate::BIN;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
@@ -145,7 +146,7 @@ fn state_of(w: &World) -> PathBuf {
 
 impl Race {
     fn start(kind: &str) -> Race {
-        let w = World::new();
+        let w = World::new(BIN);
         let proj = w.dir("proj");
         init_repo(&proj);
         let canary_dir = w.home().join("canary-dir");
@@ -354,7 +355,7 @@ print("SWAPS", n, flush=True)
 /// the sibling's report. The control moves the entries back by name.
 fn restore_race(by_name: bool, rounds: usize) -> (usize, usize, String) {
     use std::os::fd::AsRawFd;
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     fs::create_dir_all(proj.join("sub")).unwrap();
@@ -476,7 +477,7 @@ fn with_credentials(w: &World) {
 
 /// Runs UNSWAPPABLE inside: (escaped, output).
 fn unswappable() -> (bool, String) {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     with_credentials(&w);
@@ -496,7 +497,7 @@ fn unswappable() -> (bool, String) {
 
 /// The state's read-write mounts inside, relative to the project's state (or `login`).
 fn state_mounts() -> (Vec<String>, String) {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     with_credentials(&w);
@@ -598,7 +599,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
 /// single-file bind) is replaced, renamed, removed and symlinked; a hard link within one
 /// mount is made.
 fn unswappable_control() {
-    let w = World::new();
+    let w = World::new(BIN);
     let d = w.dir("bound");
     fs::write(d.join("history.jsonl"), "x\n").unwrap();
     let script = format!(
@@ -658,7 +659,7 @@ pub(crate) fn controls() {
 #[test]
 #[ignore]
 fn state_race_figures() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     for kind in KINDS {
         let (hits, rounds, swaps) = state_race(kind, false, ROUNDS);
         println!("by descriptor, {kind}: {hits} of {rounds} rounds hit ({swaps})");
@@ -678,7 +679,7 @@ fn state_race_figures() {
 #[test]
 #[ignore]
 fn restore_race_figures() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let (hits, done, swaps) = restore_race(false, RESTORES);
     println!("restore by descriptor: {hits} of {done} reached the home ({swaps})");
     let (hits, done, swaps) = restore_race(true, RESTORES);

@@ -11,7 +11,7 @@ use std::process::Output;
 use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 
-use super::{ok, World};
+use crate::{dry_run, env_in_dry_run, ok, World};
 
 /// A real launch of `true` in `cwd`: creates (or re-registers) the project's state.
 /// Returns once the sandbox has released its registration.
@@ -54,8 +54,8 @@ fn any_registration_held(state_home: &Path) -> bool {
 
 /// The project id claudebox uses for `cwd`.
 pub fn id_of(w: &World, cwd: &Path) -> String {
-    let out = super::dry_run(w, cwd);
-    super::env_in_dry_run(&out, "CLAUDEBOX_PROJECT_ID").expect("project id in --dry-run")
+    let out = dry_run(w, cwd);
+    env_in_dry_run(&out, "CLAUDEBOX_PROJECT_ID").expect("project id in --dry-run")
 }
 
 pub fn projects(w: &World) -> PathBuf {

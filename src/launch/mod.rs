@@ -170,18 +170,16 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     // Claude pointed at another API (a gateway, the lab's mock): the broker serves
     // api.anthropic.com only, so it stays off by default and is refused when asked for.
     let base_url = custom_base_url(&settings);
-    // The user's own apiKeyHelper (never the project's): the broker runs it on the host.
-    // With --writable-claude-setup the agent could write it, so it is not lent then.
-    let api_key_helper = if writable_claude_setup {
-        None
+    // The user's own apiKeyHelper (never the project's), which the broker runs on the
+    // host, and an API key in the `env` block of the user's own settings.json, lent the
+    // same way. With --writable-claude-setup the agent could write them: not lent then.
+    let claude_home::SettingsKeys {
+        api_key_helper,
+        api_key: settings_api_key,
+    } = if writable_claude_setup {
+        claude_home::SettingsKeys::default()
     } else {
-        claude_home::api_key_helper(&claude_home, &project.work_tree)?
-    };
-    // An API key in the `env` block of the user's own settings.json: lent the same way.
-    let settings_api_key = if writable_claude_setup {
-        None
-    } else {
-        claude_home::settings_api_key(&claude_home)
+        claude_home::settings_keys(&claude_home, &project.work_tree)?
     };
     let login_broker = match settings.login_broker {
         Some((false, _)) => false,

@@ -147,25 +147,12 @@ impl MockApi {
     /// `tests/lab/mock_api.py`): `refresh_token` is the login's live refresh token.
     /// Point claude at it with `oauth_env`.
     pub fn start_oauth(script: &Value, refresh_token: &str) -> MockApi {
-        MockApi::start_with(
-            script,
-            &["--refresh-token", refresh_token, "--oauth", "@tls"],
-        )
+        MockApi::start_oauth_with(script, refresh_token, &[])
     }
 
     /// `start_oauth` with a live login: `access` is taken as issued.
     pub fn start_oauth_live(script: &Value, refresh_token: &str, access: &str) -> MockApi {
-        MockApi::start_with(
-            script,
-            &[
-                "--refresh-token",
-                refresh_token,
-                "--access-token",
-                access,
-                "--oauth",
-                "@tls",
-            ],
-        )
+        MockApi::start_oauth_with(script, refresh_token, &["--access-token", access])
     }
 
     /// `start_oauth_live` taking only `api_key` as an API key (`--api-key`: any other
@@ -176,19 +163,18 @@ impl MockApi {
         access: &str,
         api_key: &str,
     ) -> MockApi {
-        MockApi::start_with(
+        MockApi::start_oauth_with(
             script,
-            &[
-                "--refresh-token",
-                refresh_token,
-                "--access-token",
-                access,
-                "--api-key",
-                api_key,
-                "--oauth",
-                "@tls",
-            ],
+            refresh_token,
+            &["--access-token", access, "--api-key", api_key],
         )
+    }
+
+    /// `start_oauth` with more arguments for the mock.
+    fn start_oauth_with(script: &Value, refresh_token: &str, extra: &[&str]) -> MockApi {
+        let mut args = vec!["--refresh-token", refresh_token, "--oauth", "@tls"];
+        args.extend_from_slice(extra);
+        MockApi::start_with(script, &args)
     }
 
     /// `start` with more arguments for the mock; `@tls` stands for `<its dir>/tls`.

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use lab::agent::{API_KEY, MOCK_API};
+use lab::agent::{MockApi, API_KEY};
 use lab::bench::{die, install, load, number};
 
 struct Opts {
@@ -81,46 +81,19 @@ fn real_state(root: &Path, bin: &Path, claude: &Path) -> PathBuf {
         proj.display()
     );
     fs::write(home.join(".claude.json"), seed).unwrap();
-    fs::write(root.join("script.json"), r#"["hello from the mock"]"#).unwrap();
-    let mut mock = Command::new("python3")
-        .arg(MOCK_API)
-        .arg("--port-file")
-        .arg(root.join("port"))
-        .arg("--script")
-        .arg(root.join("script.json"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| die(&format!("python3 {MOCK_API}: {e}")));
-    let t = Instant::now();
-    let port = loop {
-        if let Some(p) = fs::read_to_string(root.join("port"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u16>().ok())
-        {
-            break p;
-        }
-        if t.elapsed() > Duration::from_secs(15) {
-            let _ = mock.kill();
-            die("the mock API did not start");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mock = MockApi::start(&serde_json::json!(["hello from the mock"]));
     let mut path = bins.into_os_string();
     path.push(":/usr/local/bin:/usr/bin:/bin");
-    let out = Command::new(bin)
+    let mut launch = Command::new(bin);
+    launch
         .args(["-p", "hi"])
         .current_dir(&proj)
         .env_clear()
         .env("HOME", &home)
         .env("PATH", path)
-        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let _ = mock.kill();
-    let _ = mock.wait();
+        .stdin(Stdio::null());
+    let out = mock.point(&mut launch).output().unwrap();
+    drop(mock);
     if !out.status.success() || !String::from_utf8_lossy(&out.stdout).contains("hello") {
         die(&format!(
             "the real launch failed: {}",

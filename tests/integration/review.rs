@@ -3,7 +3,6 @@
 //! `--writable-project-config` (the control) it stays, and a host tool runs it.
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use crate::BIN;
@@ -220,22 +219,16 @@ fn a_killed_claudebox_s_review_is_done_by_the_next_list_or_launch() {
     let p = project(&w);
     for (round, next) in [["--list", ""], ["--exec", "true"]].iter().enumerate() {
         let rel = format!("sub/r{round}/.envrc");
-        let mut child = w
-            .cmd(&p)
-            .args([
-                "--exec",
-                "sh",
-                "-c",
-                &format!("mkdir -p sub/r{round} && echo x > {rel} && echo ready && sleep 100"),
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (mut child, line) = lab::spawn_first_line(
+            w.cmd(&p)
+                .args([
+                    "--exec",
+                    "sh",
+                    "-c",
+                    &format!("mkdir -p sub/r{round} && echo x > {rel} && echo ready && sleep 100"),
+                ])
+                .stderr(Stdio::null()),
+        );
         assert_eq!(line.trim(), "ready");
         child.kill().unwrap();
         child.wait().unwrap();

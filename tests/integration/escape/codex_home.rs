@@ -190,15 +190,7 @@ fn daemon(w: &World, proj: &Path, dir_pattern: &str, sandboxed: bool) -> (Child,
         c.args(["-c", DAEMON_PY, dir_pattern]).current_dir(proj);
         c
     };
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = lab::spawn_first_line(cmd.stderr(Stdio::null()));
     let path = line
         .trim()
         .strip_prefix("LISTENING ")

@@ -109,19 +109,14 @@ impl Round {
             canary,
             a: None,
         };
-        let mut a = Command::new("python3")
-            .args(["-c", ATTACKER])
-            .arg(&r.conv)
-            .arg(&r.canary)
-            .arg(&r.stop)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(a.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (a, line) = lab::spawn_first_line(
+            Command::new("python3")
+                .args(["-c", ATTACKER])
+                .arg(&r.conv)
+                .arg(&r.canary)
+                .arg(&r.stop)
+                .stdin(Stdio::null()),
+        );
         assert_eq!(line.trim(), "READY", "the attacker did not start");
         r.a = Some(a);
         r

@@ -80,20 +80,14 @@ impl Attack {
         fs::write(&canary, CANARY).unwrap();
         fs::write(w.home().join(".claude.json"), "{\"n\": 0}\n").unwrap();
         let stop = proj.join("STOP-ATTACK");
-        let mut a1 = w
-            .cmd(&proj)
-            .args(["--exec", "python3", "-c", ATTACKER])
-            .arg(&canary)
-            .arg(&stop)
-            .arg(kind)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(a1.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (a1, line) = lab::spawn_first_line(
+            w.cmd(&proj)
+                .args(["--exec", "python3", "-c", ATTACKER])
+                .arg(&canary)
+                .arg(&stop)
+                .arg(kind)
+                .stdin(Stdio::null()),
+        );
         assert_eq!(line.trim(), "READY", "the attacker did not start");
         Attack {
             w,

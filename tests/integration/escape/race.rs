@@ -112,19 +112,13 @@ impl Race {
         init_repo(&proj);
         fs::write(w.home().join("MARKER"), format!("{HOME_MARK}\n")).unwrap();
         let stop = proj.join("STOP-RACE");
-        let mut a1 = w
-            .cmd(&proj)
-            .args(["--exec", "python3", "-c", ATTACKER, target])
-            .arg(w.home())
-            .arg(&stop)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(a1.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (a1, line) = lab::spawn_first_line(
+            w.cmd(&proj)
+                .args(["--exec", "python3", "-c", ATTACKER, target])
+                .arg(w.home())
+                .arg(&stop)
+                .stdin(Stdio::null()),
+        );
         assert_eq!(line.trim(), "READY", "the attacker did not start");
         Race { w, proj, a1, stop }
     }

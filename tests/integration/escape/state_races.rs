@@ -198,15 +198,7 @@ impl Race {
             c.args(["--exec", "sh", "-c", &script]);
             c
         };
-        let mut a = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(a.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (a, line) = lab::spawn_first_line(cmd.stdin(Stdio::null()));
         assert!(line.starts_with("READY"), "the attacker did not start");
         r.a = Some(a);
         r
@@ -379,19 +371,13 @@ fn restore_race(by_name: bool, rounds: usize) -> (usize, usize, String) {
     let quarantine = state_of(&w).join("quarantine");
     let real = fs::File::open(proj.join("sub")).unwrap();
     let stop = proj.join("STOP-ATTACK");
-    let mut a = w
-        .cmd(&proj)
-        .args(["--exec", "python3", "-c", EXCHANGER])
-        .arg(w.home())
-        .arg(&stop)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(a.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut a, line) = lab::spawn_first_line(
+        w.cmd(&proj)
+            .args(["--exec", "python3", "-c", EXCHANGER])
+            .arg(w.home())
+            .arg(&stop)
+            .stdin(Stdio::null()),
+    );
     assert_eq!(line.trim(), "READY", "the attacker did not start");
     let canary = w.home().join(".envrc");
     let mut hits = 0;

@@ -394,6 +394,21 @@ pub mod bench;
 pub mod maintenance;
 pub mod tmux;
 
+/// Spawns `cmd` with its stdout piped and reads the first line it prints (a fixture saying
+/// it is ready): the child, its stdout still piped to this process, and that line.
+pub fn spawn_first_line(cmd: &mut Command) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().expect("stdout piped"))
+        .read_line(&mut line)
+        .expect("read its first line");
+    (child, line)
+}
+
 /// A helper process of a test, killed when the test ends however it ends (a panic
 /// included: a helper left running holds the test run's output pipe open, and the run
 /// waits on it).

@@ -228,6 +228,17 @@ fn mount_at(path: &Path) -> std::io::Result<(u64, PathBuf)> {
         .open(path)?;
     let fd = f.as_raw_fd();
     let reached = crate::host::sources::reached(fd)?;
+    // statx names the mount (Linux 5.8); before that, the descriptor's fdinfo does. One
+    // system call instead of three for each of the ~20 checks of a launch.
+    let st = rustix::fs::statx(
+        &f,
+        "",
+        rustix::fs::AtFlags::EMPTY_PATH,
+        rustix::fs::StatxFlags::MNT_ID,
+    )?;
+    if st.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0 {
+        return Ok((st.stx_mnt_id, reached));
+    }
     let info = fs::read(format!("/proc/self/fdinfo/{fd}"))?;
     let id = info
         .split(|b| *b == b'\n')

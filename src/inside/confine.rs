@@ -454,7 +454,10 @@ mod tests {
             let f = fs::File::open(p).unwrap();
             assert_eq!(id, fdinfo_mount_id(f.as_raw_fd()).unwrap(), "{p}");
             assert_eq!(reached, PathBuf::from(p));
-            assert!(table.iter().any(|(i, _, _)| *i == id), "{p}: id {id} in mountinfo");
+            assert!(
+                table.iter().any(|(i, _, _)| *i == id),
+                "{p}: id {id} in mountinfo"
+            );
         }
         let (id, _) = mount_at(Path::new("/proc/self")).unwrap();
         let (proc_id, _) = mount_at(Path::new("/proc")).unwrap();

@@ -228,18 +228,13 @@ fn mount_at(path: &Path) -> std::io::Result<(u64, PathBuf)> {
         .open(path)?;
     let fd = f.as_raw_fd();
     let reached = crate::host::sources::reached(fd)?;
-    // statx names the mount (Linux 5.8); before that, the descriptor's fdinfo does. One
-    // system call instead of three for each of the ~20 checks of a launch.
-    let st = rustix::fs::statx(
-        &f,
-        "",
-        rustix::fs::AtFlags::EMPTY_PATH,
-        rustix::fs::StatxFlags::MNT_ID,
-    )?;
-    if st.stx_mask & rustix::fs::StatxFlags::MNT_ID.bits() != 0 {
-        return Ok((st.stx_mnt_id, reached));
+    // statx names the mount (Linux 5.8); before that (or without statx), the descriptor's
+    // fdinfo does. One system call instead of three for each of the ~20 checks of a launch.
+    let mask = rustix::fs::StatxFlags::MNT_ID;
+    match rustix::fs::statx(&f, "", rustix::fs::AtFlags::EMPTY_PATH, mask) {
+        Ok(st) if st.stx_mask & mask.bits() != 0 => Ok((st.stx_mnt_id, reached)),
+        _ => Ok((fdinfo_mount_id(fd)?, reached)),
     }
-    Ok((fdinfo_mount_id(fd)?, reached))
 }
 
 /// The id of the mount the descriptor `fd` is on, from `/proc/self/fdinfo` (the same

@@ -602,6 +602,8 @@ fn exec_registered(
     if let Some(line) = resume_line(inp, started) {
         eprintln!("claudebox: to resume this conversation: {line}");
     }
+    // What `--list` shows of the project, while this was its last sandbox.
+    crate::state::inventory::write_summary(&inp.state, in_use.fd());
     drop((in_use, session));
     crate::host::supervise::exit_as(status)
 }

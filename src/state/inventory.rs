@@ -289,7 +289,8 @@ fn read_entry(
     if let Some(locks) = detail.running.then_some(locks) {
         let (running, stuck) = running_slots(pd, &e.dir, locks);
         e.running = Some(running);
-        if running == 0 && stuck.is_empty() {
+        // `--sizes` reads the whole state anyway: then the directories too.
+        if running == 0 && stuck.is_empty() && !detail.size {
             summary = lock.as_ref().and_then(|l| read_summary(pd, l));
         }
         e.stuck = stuck;
@@ -635,7 +636,9 @@ fn conversations(pd: RawFd, newest: bool) -> Conversations {
 /// project's `lock`, see `inuse::mark`), it is written only under that lock with no other
 /// slot held, and `--list` uses it only while no sandbox runs and `lock` has the very
 /// modification time it recorded (a launch by a claudebox that does not know the file
-/// touches `lock`). Anything else: the directories are read as before.
+/// touches `lock`). Anything else, and with `--sizes`: the directories are read as
+/// before. Not seen: a transcript put in the state by hand, outside claudebox, after
+/// the last launch ended (the next launch, or `--list --sizes`, shows it).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Summary {
     /// `lock`'s modification time when written: seconds, nanoseconds.

@@ -179,15 +179,13 @@ pub fn scan(home: &StateHome, detail: Detail) -> Result<Inventory> {
 /// running slot whose inode is not among them is free without opening it (4 system calls
 /// per project of 10,000). Elsewhere (`None`) every slot is tried, as before.
 fn locked_inodes(dir: &std::os::fd::OwnedFd) -> Option<std::collections::HashSet<u64>> {
-    use nix::sys::statfs::{
-        fstatfs, BTRFS_SUPER_MAGIC, EXT4_SUPER_MAGIC, TMPFS_MAGIC, XFS_SUPER_MAGIC,
-    };
-    let t = fstatfs(dir).ok()?.filesystem_type();
+    use nix::sys::statfs as fs_info;
+    let t = fs_info::fstatfs(dir).ok()?.filesystem_type();
     [
-        EXT4_SUPER_MAGIC,
-        XFS_SUPER_MAGIC,
-        BTRFS_SUPER_MAGIC,
-        TMPFS_MAGIC,
+        fs_info::EXT4_SUPER_MAGIC,
+        fs_info::XFS_SUPER_MAGIC,
+        fs_info::BTRFS_SUPER_MAGIC,
+        fs_info::TMPFS_MAGIC,
     ]
     .contains(&t)
     .then(crate::host::holders::locked_inodes)

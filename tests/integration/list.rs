@@ -419,7 +419,11 @@ fn the_list_summary_holds_until_the_next_launch_and_no_longer() {
     };
     assert_eq!(last(&["--list", "--json"]), a);
     forge(a);
-    assert_eq!(last(&["--list", "--json"]), forged, "the summary is not read");
+    assert_eq!(
+        last(&["--list", "--json"]),
+        forged,
+        "the summary is not read"
+    );
     // --sizes reads the directories.
     assert_eq!(last(&["--list", "--json", "--sizes"]), a);
     // `lock` touched: the summary no longer holds.

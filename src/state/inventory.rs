@@ -750,6 +750,48 @@ fn newer_transcript(best: &mut Option<(SystemTime, String)>, file: &OsStr, t: Sy
 mod tests {
     use super::*;
 
+    /// The summary holds only for `lock`'s exact modification time, and only a UUID it
+    /// names is ever shown.
+    #[test]
+    fn a_summary_holds_only_for_the_lock_time_it_recorded() {
+        let tmp = tempfile::tempdir().unwrap();
+        let lock = tmp.path().join(state::LOCK_FILE);
+        fs::write(&lock, "").unwrap();
+        let pd = crate::state::du::open_path_dir(None, tmp.path()).unwrap();
+        let st = || fstatat(Some(pd.as_raw_fd()), state::LOCK_FILE, AtFlags::empty()).unwrap();
+        let uuid = "6b82fc6a-a700-4dc8-b533-f21b3be9478f";
+        let write = |lock_mtime: (i64, i64), uuid: &str| {
+            let s = Summary {
+                lock_mtime,
+                conversations: true,
+                last_conversation: Some((uuid.to_string(), 1_700_000_000, 5)),
+                codex: false,
+                review_pending: false,
+            };
+            fs::write(
+                tmp.path().join(state::LIST_SUMMARY_FILE),
+                serde_json::to_vec(&s).unwrap(),
+            )
+            .unwrap();
+        };
+        let now = st();
+        write((now.st_mtime, now.st_mtime_nsec), uuid);
+        let s = read_summary(pd.as_raw_fd(), &now).expect("holds");
+        assert_eq!(s.last_conversation().unwrap().1, uuid);
+        // One nanosecond off: not the same `lock`.
+        write((now.st_mtime, now.st_mtime_nsec + 1), uuid);
+        assert!(read_summary(pd.as_raw_fd(), &now).is_none());
+        // A name that is not a UUID is never shown.
+        write((now.st_mtime, now.st_mtime_nsec), "../evil\u{1b}[31m");
+        let s = read_summary(pd.as_raw_fd(), &now).expect("holds");
+        assert!(s.last_conversation().is_none());
+        // Not JSON, or no file: none.
+        fs::write(tmp.path().join(state::LIST_SUMMARY_FILE), "{").unwrap();
+        assert!(read_summary(pd.as_raw_fd(), &now).is_none());
+        fs::remove_file(tmp.path().join(state::LIST_SUMMARY_FILE)).unwrap();
+        assert!(read_summary(pd.as_raw_fd(), &now).is_none());
+    }
+
     #[test]
     fn project_names_are_16_lowercase_hex() {
         assert!(project_name(OsStr::new("0123456789abcdef")).is_some());

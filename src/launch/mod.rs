@@ -440,6 +440,9 @@ fn exec_registered(
     let areas = writable_areas(inp);
     // Every bind source opened and checked now, and mounted by that descriptor.
     let mut opened = sources::open(plan, &areas)?;
+    // What `--list`'s summary says stops holding once the sandbox starts (removed only
+    // now: a launch that fails before changes nothing in the state).
+    crate::state::inventory::forget_summary(&inp.state);
     drop(setup);
     // bwrap's stderr is the supervisor's pipe until the step inside says the sandbox is up
     // and puts this copy back on 2 (a terminal stays one for the agent).

@@ -107,8 +107,6 @@ pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse
             continue;
         }
         let _ = lock.set_modified(SystemTime::now());
-        // What `--list`'s summary says may stop holding from now on.
-        crate::state::inventory::forget_summary(state);
         let registered = register(state).map(|file| InUse { file, created });
         if registered.is_err() && created {
             drop(lock);

@@ -630,11 +630,13 @@ fn conversations(pd: RawFd, newest: bool) -> Conversations {
 /// its agents, a missed exit review), as the launcher of the last one to end left it
 /// ([`write_summary`]): `--list` reads this one small file instead of three directories
 /// (the reads that cost most of its time over 10,000 projects). It holds while nothing
-/// can have changed since: every registration of a launch removes it first (under the
-/// project's `lock`, see `inuse::mark`), it is written only under that lock with no other
-/// slot held, and `--list` uses it only while no sandbox runs and `lock` has the very
-/// modification time it recorded (a launch by a claudebox that does not know the file
-/// touches `lock`). Anything else, and with `--sizes`: the directories are read as
+/// can have changed since: it is written only under the project's `lock` with no other
+/// slot held, so a launch registering later (`inuse::mark`, under that lock) holds its
+/// slot after it was written, and removes it before its sandbox starts (the launch, once
+/// its bind sources are open; `--import-conversation` before it copies); and `--list`
+/// uses it only while no sandbox runs and `lock` has the very modification time it
+/// recorded (every registration sets it, to the clock's nanosecond: a launch by a
+/// claudebox that does not know the file, or one that failed before removing it). Anything else, and with `--sizes`: the directories are read as
 /// before. Not seen: a transcript put in the state by hand, outside claudebox, after
 /// the last launch ended (the next launch, or `--list --sizes`, shows it).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

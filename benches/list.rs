@@ -107,7 +107,7 @@ fn real_state(root: &Path, bin: &Path, claude: &Path) -> PathBuf {
     state
 }
 
-/// Copies a tree (files, directories, symlinks), keeping modes.
+/// Copies a tree (files, directories, symlinks), keeping modes and files' times.
 fn copy_tree(from: &Path, to: &Path) -> usize {
     let mut n = 0;
     fs::create_dir(to).unwrap();
@@ -120,6 +120,11 @@ fn copy_tree(from: &Path, to: &Path) -> usize {
             symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
         } else if t.is_file() {
             fs::copy(&src, &dst).unwrap();
+            // Its times too, as `cp -a` keeps them: the copy is the state that launch left
+            // (`lock`'s time is the one its `list-summary.json` recorded).
+            let mtime = fs::symlink_metadata(&src).unwrap().modified().unwrap();
+            let f = fs::File::open(&dst).unwrap();
+            f.set_modified(mtime).unwrap();
         }
         n += 1;
     }

@@ -60,6 +60,38 @@ pub fn of_held(path: &Path) -> Option<Holder> {
     })
 }
 
+/// The inode numbers of every file `/proc/locks` shows a lock on (any kind, holders and
+/// waiters, any device), read once: a file whose inode is not among them holds no lock,
+/// so `--list` need not open and try to lock it. `None` when that cannot be trusted: no
+/// `/proc/locks`, or a pid namespace other than the initial one, where the kernel leaves
+/// out the locks whose taker it cannot name there (a launcher outside, or one that died
+/// while bwrap keeps its lock). Devices are not compared: btrfs shows each subvolume's
+/// own device in `stat` but the file system's in `/proc/locks`; an inode number shared
+/// with another device's locked file only costs the usual look.
+pub fn locked_inodes() -> Option<std::collections::HashSet<u64>> {
+    // The initial pid namespace's fixed inode number (PROC_PID_INIT_INO, include/linux/proc_ns.h).
+    const INIT_PID_NS: u64 = 0xEFFF_FFFC;
+    let ns = fs::metadata("/proc/self/ns/pid").ok()?;
+    if ns.ino() != INIT_PID_NS {
+        return None;
+    }
+    let text = fs::read_to_string("/proc/locks").ok()?;
+    Some(locked_inodes_in(&text))
+}
+
+/// [`locked_inodes`] of a `/proc/locks` text: each line's `MAJOR:MINOR:INODE` field.
+fn locked_inodes_in(text: &str) -> std::collections::HashSet<u64> {
+    text.lines()
+        .filter_map(|line| {
+            line.split_whitespace().find_map(|f| {
+                let mut parts = f.split(':');
+                let (_, _, ino, rest) = (parts.next()?, parts.next()?, parts.next()?, parts.next());
+                rest.is_none().then(|| ino.parse::<u64>().ok()).flatten()
+            })
+        })
+        .collect()
+}
+
 /// The pids that took a flock on (dev, ino), waiters excluded; `None` without /proc/locks.
 fn takers(dev: u64, ino: u64) -> Option<Vec<i32>> {
     let text = fs::read_to_string("/proc/locks").ok()?;
@@ -192,6 +224,16 @@ pub fn stuck_message(pids: &[i32], what: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn locked_inodes_are_read_from_every_line() {
+        let text = "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF\n\
+                    1: -> FLOCK  ADVISORY  WRITE 99 fd:01:5678 0 EOF\n\
+                    2: POSIX  ADVISORY  READ 42 00:1f:91 0 EOF\n\
+                    3: OFDLCK ADVISORY  WRITE -1 08:02:7 0 EOF\n";
+        let got = locked_inodes_in(text);
+        assert_eq!(got, [5678, 91, 7].into_iter().collect());
+    }
 
     #[test]
     fn reads_the_state_letter_after_the_command_name() {

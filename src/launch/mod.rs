@@ -438,6 +438,9 @@ fn exec_registered(
     let areas = writable_areas(inp);
     // Every bind source opened and checked now, and mounted by that descriptor.
     let mut opened = sources::open(plan, &areas)?;
+    // What `--list`'s summary says stops holding once the sandbox starts (removed only
+    // now: a launch that fails before changes nothing in the state).
+    crate::state::inventory::forget_summary(&inp.state);
     drop(setup);
     // bwrap's stderr is the supervisor's pipe until the step inside says the sandbox is up
     // and puts this copy back on 2 (a terminal stays one for the agent).
@@ -600,6 +603,8 @@ fn exec_registered(
     if let Some(line) = resume_line(inp, started) {
         eprintln!("claudebox: to resume this conversation: {line}");
     }
+    // What `--list` shows of the project, while this was its last sandbox.
+    crate::state::inventory::write_summary(&inp.state, in_use.fd());
     drop((in_use, session));
     crate::host::supervise::exit_as(status)
 }

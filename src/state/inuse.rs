@@ -123,6 +123,25 @@ pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse
     )
 }
 
+/// The project's `lock` (in the state directory open at `pd`), taken exclusively if
+/// nobody holds it now; `None` otherwise.
+pub fn try_lock_at(pd: std::os::fd::RawFd) -> Option<Flock<File>> {
+    let flags = nix::fcntl::OFlag::O_RDONLY
+        | nix::fcntl::OFlag::O_NOFOLLOW
+        | nix::fcntl::OFlag::O_NONBLOCK
+        | nix::fcntl::OFlag::O_CLOEXEC;
+    let raw = nix::fcntl::openat(
+        Some(pd),
+        state::LOCK_FILE,
+        flags,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()?;
+    // SAFETY: `openat` just returned this descriptor; nothing else owns it.
+    let f = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).ok()
+}
+
 /// Holds the project's `lock` while a registered launch prepares the state files it binds
 /// and opens its bind sources: a sibling launch that checks a file and then replaces it
 /// (the settings copy, a mount point) must not do so between this launch's check and its

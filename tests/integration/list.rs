@@ -385,8 +385,8 @@ fn the_last_conversation_of_each_project_is_listed() {
 /// directories are read and the new conversation shows.
 #[test]
 fn the_list_summary_holds_until_the_next_launch_and_no_longer() {
-    let w = World::new();
-    w.install_claude(crate::common::FAKE_CLAUDE_SESSIONS);
+    let w = World::new(BIN);
+    w.install_claude(lab::FAKE_CLAUDE_SESSIONS);
     let repo = w.work().join("repo");
     init_repo(&repo);
     let [a, b, d, forged] = [

@@ -714,6 +714,9 @@ pub fn writable_areas(inp: &Inputs) -> Vec<std::path::PathBuf> {
     areas.extend(inp.project.outside_git_dirs());
     areas.push(guard::canonical_lossy(&inp.home.join(".claude")));
     areas.push(guard::canonical_lossy(&inp.state.conversations()));
+    // Written by every unbrokered claude sandbox of every project (its own file is bound
+    // from there when the host has no login).
+    areas.push(guard::canonical_lossy(&inp.state.login_dir()));
     if inp.agent == AgentId::Codex {
         areas.push(guard::canonical_lossy(&inp.state.codex_home()));
         areas.push(guard::canonical_lossy(&inp.state.codex_login_dir()));

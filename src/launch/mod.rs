@@ -690,7 +690,20 @@ fn start_credentials_sync(
     let Some(render::Bind::Fd(fd)) = table.get(i) else {
         return None;
     };
-    match state::credsync::start(*fd, host, &inp.instance_id, &inp.state.login_dir()) {
+    // Every mount point of that source inside (the login directory's and ~/.claude's).
+    let targets: Vec<_> = plan
+        .mounts
+        .iter()
+        .filter(|m| m.kind == plan.mounts[i].kind && m.source == plan.mounts[i].source)
+        .map(|m| m.target.clone())
+        .collect();
+    match state::credsync::start(
+        *fd,
+        host,
+        &inp.instance_id,
+        &inp.state.login_dir(),
+        &targets,
+    ) {
         Ok((state::credsync::Watch::Inotify, child)) => Some(child),
         Ok((state::credsync::Watch::Polling(why), child)) => {
             eprintln!(

@@ -2,12 +2,14 @@
 //! policy; the process is `state::credsync`).
 //!
 //! The host's `.credentials.json` is bound into a sandbox as a single file: the sandbox
-//! holds that inode (B) for its life. Claude on the host refreshes by temp file + rename,
-//! so after a host refresh the host's file is a new inode (H) and B keeps a spent,
-//! single-use refresh token; and a sandbox refreshing in place afterwards writes into B,
-//! which the host no longer reads. A small host-side process per sandbox watches both and
-//! copies the newer content across; [`decide`] says which way, from the two contents and
-//! the content both last agreed on.
+//! holds that inode (B) for its life, until the sync mounts a file of its own over it.
+//! Claude on the host refreshes by temp file + rename, so after a host refresh the host's
+//! file is a new inode (H) and B keeps a spent, single-use refresh token; and a sandbox
+//! refreshing in place afterwards writes into B, which the host no longer reads. A small
+//! host-side process per sandbox watches both and copies the newer content across (into
+//! the sandbox as a new file mounted over B, so that no reader inside sees a file being
+//! written); [`decide`] says which way, from the two contents and the content both last
+//! agreed on.
 
 use crate::policy::mount::MountKind;
 use crate::policy::plan::Plan;

@@ -391,6 +391,7 @@ fn run(
         targets,
         parent: nix::unistd::getppid().as_raw(),
         ino: ino.as_ref().map(|i| i.as_fd().as_raw_fd()),
+        wd: None,
     };
     let (Some(dir), Some(name)) = (host.parent(), host.file_name()) else {
         bail!("no directory in {}", host.display());
@@ -572,6 +573,8 @@ struct Bound {
     parent: i32,
     /// The inotify instance, to watch each new file.
     ino: Option<RawFd>,
+    /// The watch of the file mounted last (removed with it: a watch keeps its inode).
+    wd: Option<i32>,
 }
 
 impl Bound {
@@ -593,15 +596,20 @@ impl Bound {
                 if let Some(ino) = self.ino {
                     let path = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))
                         .map_err(std::io::Error::other)?;
-                    // SAFETY: a watch on a descriptor of this process; a failure only
+                    // SAFETY: watches of this process's own instance; a failure only
                     // leaves that file unwatched (the poll of the host's side goes on).
-                    unsafe {
+                    let wd = unsafe {
                         libc::inotify_add_watch(
                             ino,
                             path.as_ptr(),
                             libc::IN_CLOSE_WRITE | libc::IN_MODIFY,
                         )
                     };
+                    if let Some(old) = self.wd.take() {
+                        // SAFETY: as above.
+                        unsafe { libc::inotify_rm_watch(ino, old) };
+                    }
+                    self.wd = (wd >= 0).then_some(wd);
                 }
                 self.file = f;
                 return Ok(());

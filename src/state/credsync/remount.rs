@@ -220,21 +220,24 @@ fn in_child(
         )?;
         let both =
             MoveMountFlags::MOVE_MOUNT_F_EMPTY_PATH | MoveMountFlags::MOVE_MOUNT_T_EMPTY_PATH;
-        match rustix::mount::move_mount(&tree, empty.as_c_str(), &p.top, empty.as_c_str(), both) {
-            Ok(()) => continue,
-            // The top's file was unlinked (the host's, renamed over by the host's claude):
-            // nothing can be mounted on it. The new file goes beneath it (Linux 6.5), then
-            // the old one is taken off, so that the name shows one whole file or the other.
-            Err(rustix::io::Errno::NOENT) => {}
-            Err(e) => return Err(e.into()),
-        }
-        rustix::mount::move_mount(
+        // The new file goes beneath the old one (Linux 6.5), then the old one is taken off,
+        // so that the name shows one whole file or the other and one mount stays. Before
+        // 6.5, on top (which fails on the host's file once the host's claude renamed over
+        // it: nothing can be mounted on an unlinked file).
+        match rustix::mount::move_mount(
             &tree,
             empty.as_c_str(),
             &p.top,
             empty.as_c_str(),
             both | MoveMountFlags::MOVE_MOUNT_BENEATH,
-        )?;
+        ) {
+            Ok(()) => {}
+            Err(rustix::io::Errno::INVAL) => {
+                rustix::mount::move_mount(&tree, empty.as_c_str(), &p.top, empty.as_c_str(), both)?;
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        }
         // The name, looked up in its directory (a mount point there: nothing can take its
         // place), must still show the old file before that mount is taken off.
         rustix::process::fchdir(&p.dir)?;

@@ -310,19 +310,16 @@ pub fn main(args: &[OsString]) -> ExitCode {
         }
     };
     // `--target PATH`, once per mount point of the bound file inside.
-    let targets = match rest
+    let Some(targets) = rest
         .chunks(2)
         .map(|c| match c {
             [t, p] if t == "--target" => Some(PathBuf::from(p)),
             _ => None,
         })
         .collect::<Option<Vec<_>>>()
-    {
-        Some(t) => t,
-        None => {
-            eprintln!("claudebox: internal credentials sync: bad arguments");
-            return ExitCode::from(2);
-        }
+    else {
+        eprintln!("claudebox: internal credentials sync: bad arguments");
+        return ExitCode::from(2);
     };
     let _ = nix::sys::prctl::set_name(c"claudebox-creds");
     REPORTING.store(true, std::sync::atomic::Ordering::Relaxed);

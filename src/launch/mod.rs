@@ -693,7 +693,20 @@ fn start_credentials_sync(
     let Some(render::Bind::Fd(fd)) = table.get(i) else {
         return None;
     };
-    match state::credsync::start(*fd, host, &inp.instance_id, &inp.state.login_dir()) {
+    // Every mount point of that source inside (the login directory's and ~/.claude's).
+    let targets: Vec<_> = plan
+        .mounts
+        .iter()
+        .filter(|m| m.kind == plan.mounts[i].kind && m.source == plan.mounts[i].source)
+        .map(|m| m.target.clone())
+        .collect();
+    match state::credsync::start(
+        *fd,
+        host,
+        &inp.instance_id,
+        &inp.state.login_dir(),
+        &targets,
+    ) {
         Ok((state::credsync::Watch::Inotify, child)) => Some(child),
         Ok((state::credsync::Watch::Polling(why), child)) => {
             eprintln!(
@@ -717,6 +730,9 @@ pub fn writable_areas(inp: &Inputs) -> Vec<std::path::PathBuf> {
     areas.extend(inp.project.outside_git_dirs());
     areas.push(guard::canonical_lossy(&inp.home.join(".claude")));
     areas.push(guard::canonical_lossy(&inp.state.conversations()));
+    // Written by every unbrokered claude sandbox of every project (its own file is bound
+    // from there when the host has no login).
+    areas.push(guard::canonical_lossy(&inp.state.login_dir()));
     if inp.agent == AgentId::Codex {
         areas.push(guard::canonical_lossy(&inp.state.codex_home()));
         areas.push(guard::canonical_lossy(&inp.state.codex_login_dir()));

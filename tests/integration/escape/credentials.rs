@@ -190,7 +190,7 @@ echo PLANT-RAN
 /// (`CLAUDE_SECURESTORAGE_CONFIG_DIR`, the README's opt-in). Returns (planted: the script
 /// said so or the host's file there is no regular file afterwards, its output).
 fn plant_login(opt_in: bool) -> (bool, String) {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     let login = w.state().join("login");

@@ -139,6 +139,7 @@ pub fn run<S: AsRef<OsStr>>(
         err_wr,
         status_wr: std::os::fd::AsRawFd::as_raw_fd(&status_wr),
         launcher: me,
+        rename: named_keeper(),
     };
     // SAFETY: the child (the keeper) only makes async-signal-safe calls (see `keep`).
     match unsafe { nix::unistd::fork() }? {
@@ -200,6 +201,22 @@ struct Start<'a> {
     err_wr: Option<libc::c_int>,
     status_wr: libc::c_int,
     launcher: Pid,
+    /// The keeper takes [`KEEPER_NAME`] (false only for the control, see [`named_keeper`]).
+    rename: bool,
+}
+
+/// The keeper's own name (`comm`), which holds no `claudebox`: `pkill claudebox` (a regex
+/// on the name) and `killall claudebox` (the exact name) kill claudebox and spare its
+/// keeper, which then kills bwrap and bwrap's orphaned child. Named `claudebox` like the
+/// launcher, the keeper died with it, bwrap died of its parent-death signal and its child
+/// was left blocked (bubblewrap #633), holding the caller's stderr and the run slot.
+pub const KEEPER_NAME: &std::ffi::CStr = c"cbx-keeper";
+
+/// Whether the keeper takes its own name: always, but for the control of
+/// `launch_kills::killed_by_name_while_bwrap_s_child_waits_leaves_nothing`
+/// (`CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX`, debug builds only; a release build ignores it).
+fn named_keeper() -> bool {
+    !(cfg!(debug_assertions) && std::env::var_os("CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX").is_some())
 }
 
 /// The signal the keeper gets when the launching claudebox dies (a parent-death signal).
@@ -227,6 +244,9 @@ fn keep(s: &Start) -> ! {
     // SAFETY: every call below is a plain system call (or libc's thin wrapper of one) on
     // memory made before the fork; nothing allocates or takes a lock.
     unsafe {
+        if s.rename {
+            libc::prctl(libc::PR_SET_NAME, KEEPER_NAME.as_ptr(), 0, 0, 0);
+        }
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         let gone = signal::SigAction::new(
             SigHandler::Handler(launcher_gone),

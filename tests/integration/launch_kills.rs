@@ -306,7 +306,11 @@ fn kills_at_random_points_leave_no_bwrap_and_no_open_pipe_at_scale() {
 #[test]
 fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
     let _heavy = crate::common::heavy();
-    assert_eq!(kill_while_child_waits(false, false, 3), 0, "3 rounds");
+    assert_eq!(
+        kill_while_child_waits(Kill::Launcher, false, 3, &[]),
+        0,
+        "3 rounds"
+    );
 }
 
 /// The same window, then the whole process group SIGKILLed at once (claudebox and its
@@ -320,19 +324,68 @@ fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
 #[test]
 fn group_killed_while_bwrap_s_child_waits_leaves_nothing() {
     let _heavy = crate::common::heavy();
-    assert_eq!(kill_while_child_waits(true, false, 3), 0, "3 rounds");
+    assert_eq!(
+        kill_while_child_waits(Kill::Group, false, 3, &[]),
+        0,
+        "3 rounds"
+    );
     // Control: bwrap started in a session of its own (as `--new-session` or a `setsid`
     // before it would do) is outside the group; its child is left stuck, holding the pipe.
     assert!(
-        kill_while_child_waits(true, true, 1) > 0,
+        kill_while_child_waits(Kill::Group, true, 1, &[]) > 0,
         "control left nothing"
     );
 }
 
-/// Rounds of a launch held in bubblewrap #633's window, then SIGKILLed (`group`: its whole
-/// process group; `own_session`: bwrap started through `setsid`, the control): how many
-/// bwraps were left and pipes not closed within a second.
-fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usize {
+/// The same window, then `pkill -KILL claudebox` (a regex on the process name, as
+/// `killall claudebox` matches the exact name): claudebox dies, its keeper (named
+/// `cbx-keeper`) is spared and kills bwrap and bwrap's orphaned child. Then `pkill -KILL
+/// -f claudebox` (the command line: claudebox, its keeper, and bwrap and its child, whose
+/// arguments name `~/.claudebox`). Each pkill is confined to the launch's own process group
+/// (`-g`): the test kills nothing of anyone else's. Control
+/// (`CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX`): a keeper named `claudebox` dies with claudebox,
+/// bwrap dies of its parent-death signal, and its child is left stuck holding the pipe.
+#[test]
+fn killed_by_name_while_bwrap_s_child_waits_leaves_nothing() {
+    let _heavy = crate::common::heavy();
+    assert_eq!(
+        kill_while_child_waits(Kill::Named(false), false, 3, &[]),
+        0,
+        "3 rounds"
+    );
+    assert_eq!(
+        kill_while_child_waits(Kill::Named(true), false, 2, &[]),
+        0,
+        "2 rounds"
+    );
+    let control = [("CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX", "1")];
+    assert!(
+        kill_while_child_waits(Kill::Named(false), false, 2, &control) > 0,
+        "control left nothing"
+    );
+}
+
+/// How a launch held in bubblewrap #633's window is SIGKILLed.
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    /// claudebox alone, by pid.
+    Launcher,
+    /// Its whole process group.
+    Group,
+    /// `pkill -KILL -g GROUP claudebox` (`true`: with `-f`, the command line).
+    Named(bool),
+}
+
+/// Rounds of a launch held in bubblewrap #633's window, then SIGKILLed (`how`;
+/// `own_session`: bwrap started through `setsid`, the group kill's control; `env`: more
+/// variables for claudebox): how many bwraps were left and pipes not closed within a
+/// second.
+fn kill_while_child_waits(
+    how: Kill,
+    own_session: bool,
+    rounds: usize,
+    env: &[(&str, &str)],
+) -> usize {
     let w = World::new();
     let dir = w.dir("p");
     let fifo = w.root().join("block.fifo");
@@ -360,11 +413,12 @@ fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usiz
     for _ in 0..rounds {
         let mut c = launcher(&w, &dir);
         c.env("CLAUDEBOX_BWRAP", &wrapper)
+            .envs(env.iter().copied())
             .args(["--session", "s"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if group {
+        if !matches!(how, Kill::Launcher) {
             c.process_group(0);
         }
         let mut child = c.spawn().unwrap();
@@ -384,11 +438,20 @@ fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usiz
         thread::sleep(Duration::from_millis(50));
         let t = Instant::now();
         let target = child.id() as i32;
-        kill(
-            Pid::from_raw(if group { -target } else { target }),
-            Signal::SIGKILL,
-        )
-        .unwrap();
+        match how {
+            Kill::Launcher => kill(Pid::from_raw(target), Signal::SIGKILL).unwrap(),
+            Kill::Group => kill(Pid::from_raw(-target), Signal::SIGKILL).unwrap(),
+            Kill::Named(full) => {
+                let group = target.to_string();
+                let mut pkill = Command::new("pkill");
+                pkill.args(["-KILL", "-g", &group]);
+                if full {
+                    pkill.arg("-f");
+                }
+                let st = pkill.arg("claudebox").status().unwrap();
+                assert!(st.success(), "pkill matched nothing: {st}");
+            }
+        }
         child.wait().unwrap();
         let pipe_closed = closed.recv_timeout(Duration::from_secs(1)).is_ok();
         while t.elapsed() < Duration::from_secs(1) && !bwraps_of(&w.root()).is_empty() {
@@ -396,9 +459,9 @@ fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usiz
         }
         let left = bwraps_of(&w.root());
         println!(
-            "{} killed while bwrap's child waits: pipe closed: {pipe_closed} ({} ms), \
+            "{how:?} killed while bwrap's child waits{}: pipe closed: {pipe_closed} ({} ms), \
              bwraps left: {left:?}",
-            if group { "process group" } else { "claudebox" },
+            if env.is_empty() { "" } else { " (control)" },
             t.elapsed().as_millis()
         );
         stuck_total += left.len() + usize::from(!pipe_closed);

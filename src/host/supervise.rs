@@ -18,7 +18,15 @@
 //! the whole process group (keeper included) is covered by the group itself: bwrap and its
 //! waiting child are in it (never `--new-session` or `setsid` before the sandbox is up), and
 //! a SIGKILL from an ancestor pid namespace reaches a namespace's init (test
-//! `launch_kills::group_killed_while_bwrap_s_child_waits_leaves_nothing`).
+//! `launch_kills::group_killed_while_bwrap_s_child_waits_leaves_nothing`). A kill by name
+//! is covered by the keeper's own name ([`KEEPER_NAME`], no `claudebox` in it): `pkill
+//! claudebox` (a regex on the name) and `killall claudebox` (the exact name) kill claudebox
+//! and spare the keeper, which clears up as above; `pkill -f claudebox` (the command line,
+//! the keeper's still claudebox's) also kills bwrap and its child, whose arguments name
+//! `~/.claudebox` (test `launch_kills::killed_by_name_while_bwrap_s_child_waits_leaves_nothing`).
+//! Not covered: a kill that names the keeper itself with claudebox (both pids, or `killall
+//! /path/to/claudebox`, which matches the executable) in #633's window leaves bwrap's child
+//! stuck; `--list` and the next launch name it (`host::holders`).
 //!
 //! With `watch_setup`, bwrap's stderr is a pipe read here until the step inside writes
 //! `UP_MARKER` on it (bwrap's setup is done; it then puts the caller's stderr back for the

@@ -412,8 +412,8 @@ fn children(pid: u32) -> Vec<u32> {
     out
 }
 
-/// Issue 15 (bubblewrap #633): claudebox and its keeper both killed (SIGKILL, as a
-/// `kill -KILL` of the whole process group would) while bwrap's child waits for bwrap
+/// Issue 15 (bubblewrap #633): claudebox and its keeper both killed by pid (SIGKILL; a
+/// kill of the whole process group would reach bwrap's child too) while bwrap's child waits for bwrap
 /// leave that child stuck for ever, holding the in-use slot (not the session's lock,
 /// which stays in claudebox). `--list` names the pid and the command that clears it and
 /// does not count it as running; the session starts meanwhile. (claudebox alone killed

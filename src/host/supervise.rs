@@ -26,7 +26,8 @@
 //! `~/.claudebox` (test `launch_kills::killed_by_name_while_bwrap_s_child_waits_leaves_nothing`).
 //! Not covered: a kill that names the keeper itself with claudebox (both pids, or `killall
 //! /path/to/claudebox`, which matches the executable) in #633's window leaves bwrap's child
-//! stuck; `--list` and the next launch name it (`host::holders`).
+//! stuck, holding the caller's stderr, until the project's next launch (or `--list`,
+//! `--gc`) ends it (`host::holders::reap`).
 //!
 //! With `watch_setup`, bwrap's stderr is a pipe read here until the step inside writes
 //! `UP_MARKER` on it (bwrap's setup is done; it then puts the caller's stderr back for the

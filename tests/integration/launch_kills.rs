@@ -121,6 +121,9 @@ struct Tally {
     hung_pipes: usize,
     int_ignored: usize,
     worst_close_ms: u128,
+    /// The rounds whose pipe stayed open past a second: kind, signal, timing, and when it
+    /// closed at last.
+    hung: Vec<String>,
 }
 
 /// When the kill comes: after a delay from the spawn, or a delay after bwrap appeared
@@ -186,10 +189,20 @@ fn round(w: &World, kind: Kind, how: How, delay: When, n: usize, t: &mut Tally) 
         How::Kill => drop(kill(pid, Signal::SIGKILL)),
         How::Term => drop(kill(pid, Signal::SIGTERM)),
         How::Named => {
+            // Until it matches: right after the spawn the child may not have exec'd
+            // claudebox yet (it has the test's name), and a kill by name misses it.
             let group = pid.as_raw().to_string();
-            let _ = Command::new("pkill")
-                .args(["-KILL", "-g", &group, "claudebox"])
-                .status();
+            let until = Instant::now() + Duration::from_secs(2);
+            loop {
+                killed_at = Instant::now();
+                let matched = Command::new("pkill")
+                    .args(["-KILL", "-g", &group, "claudebox"])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if matched || Instant::now() > until {
+                    break;
+                }
+            }
         }
         How::Int => {
             let _ = kill(Pid::from_raw(-pid.as_raw()), Signal::SIGINT);
@@ -200,14 +213,15 @@ fn round(w: &World, kind: Kind, how: How, delay: When, n: usize, t: &mut Tally) 
                 let _ = kill(pid, Signal::SIGKILL);
             } else {
                 let _ = child.wait();
-                finish(w, killed_at, None, t);
+                finish(w, killed_at, None, String::new(), t);
                 return;
             }
         }
     }
     let got = closed.recv_timeout(Duration::from_secs(1)).ok();
     let _ = child.wait();
-    finish(w, killed_at, Some((got, closed)), t);
+    let what = format!("{kind:?} {how:?} {delay:?}");
+    finish(w, killed_at, Some((got, closed)), what, t);
 }
 
 /// After the kill: the pipe closed within a second, and no bwrap of the world lives a
@@ -216,6 +230,7 @@ fn finish(
     w: &World,
     killed_at: Instant,
     pipe: Option<(Option<()>, mpsc::Receiver<()>)>,
+    what: String,
     t: &mut Tally,
 ) {
     t.rounds += 1;
@@ -237,7 +252,14 @@ fn finish(
                 let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
             }
         }
-        let _ = closed.recv_timeout(Duration::from_secs(10));
+        let late = closed.recv_timeout(Duration::from_secs(10)).is_ok();
+        if got.is_none() {
+            t.hung.push(format!(
+                "{what}: {} after {} ms",
+                if late { "closed" } else { "still open" },
+                killed_at.elapsed().as_millis()
+            ));
+        }
     } else {
         t.worst_close_ms = t.worst_close_ms.max(killed_at.elapsed().as_millis());
     }

@@ -55,9 +55,33 @@ const FORWARDED: [Signal; 2] = [Signal::SIGHUP, Signal::SIGTERM];
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// A forwarded signal that came while no child was known (0: none): forwarded as soon as
+/// one is. Blocking the signals across the fork covers only the thread that forks; another
+/// thread of claudebox (it has some by then) took them with no child known, and they were
+/// lost: a SIGTERM in bwrap's first milliseconds left the sandbox running (4 of 150 kills
+/// of a first launch, as root).
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
 extern "C" fn forward(sig: libc::c_int) {
     let pid = CHILD.load(Ordering::SeqCst);
     if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+        return;
+    }
+    PENDING.store(sig, Ordering::SeqCst);
+    // The child may have become known meanwhile: whichever of this and [`forward_pending`]
+    // takes the signal out of PENDING forwards it.
+    if CHILD.load(Ordering::SeqCst) > 0 {
+        forward_pending();
+    }
+}
+
+/// Forwards the signal left in PENDING, if any, to CHILD (async-signal-safe).
+fn forward_pending() {
+    let sig = PENDING.swap(0, Ordering::SeqCst);
+    let pid = CHILD.load(Ordering::SeqCst);
+    if sig > 0 && pid > 0 {
         // SAFETY: kill is async-signal-safe.
         unsafe { libc::kill(pid, sig) };
     }
@@ -165,6 +189,7 @@ pub fn run<S: AsRef<OsStr>>(
                 Watcher::start(r)
             });
             CHILD.store(child.as_raw(), Ordering::SeqCst);
+            forward_pending();
             let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
             let mut buf = [0u8; 4];
             let n = read_full(&rd, &mut buf);
@@ -253,6 +278,8 @@ fn keep(s: &Start) -> ! {
     // SAFETY: every call below is a plain system call (or libc's thin wrapper of one) on
     // memory made before the fork; nothing allocates or takes a lock.
     unsafe {
+        // The launcher forwards any signal it holds to this process once it knows its pid.
+        PENDING.store(0, Ordering::SeqCst);
         if s.rename {
             libc::prctl(libc::PR_SET_NAME, KEEPER_NAME.as_ptr(), 0, 0, 0);
         }
@@ -316,8 +343,14 @@ fn keep(s: &Start) -> ! {
 /// the watched pipe, `pre_exec`, then bwrap. Its error goes back on the exec-error pipe.
 fn start_bwrap(s: &Start) -> ! {
     for (sig, old_action) in s.previous {
-        // SAFETY: restoring the dispositions claudebox had (default or ignored).
-        let _ = unsafe { signal::sigaction(*sig, old_action) };
+        if matches!(old_action.handler(), SigHandler::SigIgn) {
+            // SAFETY: restoring the disposition claudebox had (ignored).
+            let _ = unsafe { signal::sigaction(*sig, old_action) };
+        } else {
+            // SAFETY: SIG_DFL installs no handler. (A handler here is `forward`, from an
+            // earlier try of the launch: bwrap gets the default, as at the first try.)
+            let _ = unsafe { signal::signal(*sig, SigHandler::SigDfl) };
+        }
     }
     // SAFETY: SIG_DFL installs no handler.
     let _ = unsafe { signal::signal(LAUNCHER_GONE, SigHandler::SigDfl) };

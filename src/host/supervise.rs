@@ -1,6 +1,8 @@
 //! claudebox as bwrap's small supervising parent: it starts bwrap as its child, forwards
 //! SIGHUP and SIGTERM to it, waits, and then (after the exit review) ends the way bwrap
-//! ended: the same exit status, or killed by the same signal.
+//! ended: the same exit status, or killed by the same signal. One that comes before the
+//! child's pid is known (on any of claudebox's threads) is kept and forwarded once it is
+//! (`PENDING`; test `launch_kills::a_sigterm_in_bwrap_s_first_milliseconds_is_not_lost`).
 //!
 //! What stays as it was when claudebox exec'd bwrap: both stay in the caller's process
 //! group, so Ctrl-C (SIGINT, ignored by both as before; the agent gets it) and Ctrl-Z

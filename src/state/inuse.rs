@@ -173,8 +173,13 @@ fn register(state: &ProjectState) -> Result<Flock<File>> {
         };
         let file = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
             Ok(file) => file,
-            // A running sandbox holds it (or `--list` is looking at it): the next one.
-            Err((_, Errno::EWOULDBLOCK)) => continue,
+            // A running sandbox holds it (or `--list` is looking at it): the next one. A
+            // bwrap stuck at start (bubblewrap #633) is ended and its slot taken: that
+            // frees whatever pipe it held (a caller's stderr) at this launch.
+            Err((f, Errno::EWOULDBLOCK)) => match reap_and_lock(f, &path) {
+                Some(file) => file,
+                None => continue,
+            },
             Err((_, e)) => return Err(e).with_context(|| format!("cannot lock {}", path.shown())),
         };
         // std opens files close-on-exec; clear it so that bwrap inherits the lock.
@@ -190,6 +195,24 @@ fn register(state: &ProjectState) -> Result<Flock<File>> {
         "stop some first"
     )
     .at(&state.dir))
+}
+
+/// The lock of the slot `f` (open on `path`, held by someone else) once the bwraps stuck
+/// at start that held it are ended (`holders::reap`; said on stderr); `None` when a
+/// running sandbox (or anything else) holds it.
+fn reap_and_lock(f: File, path: &Path) -> Option<Flock<File>> {
+    let Some(Holder::Stuck(pids)) = holders::of_held(path) else {
+        return None;
+    };
+    let ended = holders::reap(path, &pids);
+    if ended.is_empty() {
+        return None;
+    }
+    eprintln!(
+        "claudebox: {}",
+        holders::reaped_message(&ended, &path.shown())
+    );
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).ok()
 }
 
 /// Whether a file is locked by a running sandbox. A lock still held after the launch that

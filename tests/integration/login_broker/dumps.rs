@@ -177,7 +177,7 @@ pub(crate) fn attempt(dumpable: bool) -> Dumped {
     });
     let broker = broker.unwrap();
     let launchers: Vec<i32> = (mine.iter())
-        .filter(|(_, comm)| comm == "claudebox")
+        .filter(|(_, comm)| comm == "claudebox" || comm == "cbx-keeper")
         .map(|(pid, _)| *pid)
         .collect();
     d.log += &format!("broker {broker}, launcher and keeper {launchers:?}, all {mine:?}\n");

@@ -726,6 +726,15 @@ impl Probe {
             fs::write(home.join(".claude.json"), b"{}\n")?;
             fs::write(state.history(), b"")?;
             fs::write(state.empty_file(), b"")?;
+            // The login directory's own credentials file, bound onto itself when the home
+            // has no login (as this one has none): the launch makes it beneath the
+            // directory (`prepare_mount_points`); this directory is the probe's own.
+            fs::write(
+                state
+                    .login_dir()
+                    .join(crate::policy::claude_home::LOGIN_FILE),
+                b"",
+            )?;
             Ok(Inputs {
                 claude: claude.cloned(),
                 command: Command::Exec(vec!["true".into()]),

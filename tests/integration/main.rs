@@ -46,3 +46,4 @@ mod review;
 mod sessions;
 mod signals;
 mod test_files;
+mod vm;

@@ -67,6 +67,9 @@ vm_fetch() {
 # /home/other/proj).
 vm_root() {
     local p="$1" claudebox="$2" lib
+    # From here on the script and all it starts (strip, cpio, qemu) run at the idle
+    # scheduling class (vm_boot says why).
+    if command -v chrt >/dev/null; then chrt --idle -p 0 $$ >/dev/null; fi
     mkdir -p "$p"/{usr/bin,usr/sbin,usr/local/bin,usr/lib/x86_64-linux-gnu,usr/lib64,etc,opt,home/user,home/other,tmp,proc,sys,dev,run,var/tmp,root}
     for l in bin sbin lib lib64; do ln -s "usr/$l" "$p/$l"; done
     cp "$vm_cache/busybox" "$p/usr/bin/busybox"
@@ -113,10 +116,11 @@ GUEST
 # The guest keeps its own time: one CPU with -icount (each guest instruction 4 ns of the
 # guest's clock, and an idle guest jumps straight to its next timer, so its sleeps cost
 # nothing), so what it measures does not depend on how much of the host's CPU qemu gets.
-# qemu itself runs at the idle scheduling class (SCHED_IDLE): it takes only CPU time that
-# nothing else wants, and the time-bound tests beside it are not slowed down by it.
+# qemu, and the laying out of its root before it, run at the idle scheduling class
+# (SCHED_IDLE, set by vm_root): they take only CPU time that nothing else wants, and the
+# time-bound tests beside them are not slowed down by them.
 vm_boot() {
-    local work="$1" p="$2" args="${3:-}" i="$1/i" idle=()
+    local work="$1" p="$2" args="${3:-}" i="$1/i"
     mkdir -p "$i/bin" "$i/newroot"
     cp "$vm_cache/busybox" "$i/bin/busybox"
     cat >"$i/init" <<'INIT'
@@ -129,8 +133,7 @@ INIT
     mv "$p" "$i/payload"
     (cd "$i" && find . | "$vm_cache/busybox" cpio -o -H newc 2>/dev/null) >"$work/initrd"
     log "booting $(cat "$vm_cache/kernel-version") (TCG, -icount, SCHED_IDLE)"
-    command -v chrt >/dev/null && idle=(chrt --idle 0)
-    timeout 1200 "${idle[@]}" qemu-system-x86_64 -nographic -no-reboot -nic none -m 1024 -smp 1 \
+    timeout 1200 qemu-system-x86_64 -nographic -no-reboot -nic none -m 1024 -smp 1 \
         -icount shift=2,sleep=off \
         -kernel "$vm_cache/vmlinuz" -initrd "$work/initrd" \
         -append "console=ttyS0 quiet panic=-1 $args" </dev/null

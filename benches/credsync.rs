@@ -153,7 +153,9 @@ fn writer_loop() {
         .env_clear()
         .env("HOME", &home)
         .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-        .args(["--exec", "sh", "-c", &script])
+        // The sync runs only without the login broker (which, on by default for an OAuth
+        // login, keeps the login outside and syncs nothing).
+        .args(["--no-login-broker", "--exec", "sh", "-c", &script])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

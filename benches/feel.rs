@@ -34,11 +34,6 @@
 // A bench: a panic on an unexpected None or Err is its failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-// The integration tests' harness; the bench uses only `World`, `init_repo` and `lab` of it.
-#[allow(dead_code, unused_imports)]
-#[path = "../tests/integration/common/mod.rs"]
-mod common;
-
 use std::collections::HashMap;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -51,11 +46,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use common::lab::{self, Claude, MockApi, API_KEY};
-use common::{init_repo, World};
+use lab::agent::{self, Claude, MockApi, API_KEY};
+use lab::{init_repo, World};
 
-mod support;
-use support::{argv_from_dry_run, die, install, load, load1, median_ci95, number, quantile};
+/// The claudebox binary measured (as an installed copy) and run by the worlds.
+const BIN: &str = env!("CARGO_BIN_EXE_claudebox");
+use lab::bench::{argv_from_dry_run, die, install, load, load1, median_ci95, number, quantile};
 
 /// The Claude Code versions the CI caches, used when no variable or `--claude` names one.
 const CACHED_CLAUDES: [&str; 2] = [
@@ -227,7 +223,7 @@ fn kill_group(child: &mut Child) {
 /// Runs `cmd` to its end within `limit` (else kills its process group and stops the
 /// bench); returns stdout. `what` names it in messages.
 fn run_within(cmd: &mut Command, limit: Duration, what: &str) -> Vec<u8> {
-    match lab::output_within(cmd, limit) {
+    match agent::output_within(cmd, limit) {
         Ok(o) if o.status.success() => o.stdout,
         Ok(o) => die(&format!(
             "{what} failed ({}):\n{}\n{}",
@@ -261,10 +257,10 @@ const LAUNCH_CASES: [&str; 9] = [
 fn launch_cost(bin: &Path, runs: usize) -> Vec<Vec<f64>> {
     let n = LAUNCH_CASES.len();
     say(&format!("launch cost, {n} cases x {runs} rounds..."));
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.dir("repo");
     init_repo(&repo);
-    let ow = World::new();
+    let ow = World::new(BIN);
     let orepo = ow.dir("repo");
     init_repo(&orepo);
     oauth_home(&ow, &[&orepo]);
@@ -464,7 +460,7 @@ fn oauth_home(w: &World, projects: &[&Path]) {
         oauth_login().to_string(),
     )
     .unwrap();
-    let mut seed = lab::claude_json_seed(projects);
+    let mut seed = agent::claude_json_seed(projects);
     seed.as_object_mut()
         .unwrap()
         .remove("customApiKeyResponses");
@@ -511,10 +507,10 @@ fn first_token(
         "first token, claude {}: {n} cases x {rounds} rounds (+1 warm-up)...",
         c.label
     ));
-    let w = lab::world_with(c);
+    let w = agent::world_with(BIN, c);
     let proj = w.dir("proj");
     init_repo(&proj);
-    let ow = lab::world_with(c);
+    let ow = agent::world_with(BIN, c);
     let oproj = ow.dir("proj");
     init_repo(&oproj);
     oauth_home(&ow, &[&oproj]);
@@ -745,7 +741,7 @@ struct NetCase {
 
 fn proxy(bin: &Path, requests: usize, bulk_mb: usize) -> Vec<NetCase> {
     let port = start_http_server();
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     let client = proj.join("netclient.py");
@@ -887,7 +883,7 @@ struct MemRow {
 
 /// `n` idle sandboxes at once running `sleep`; the memory of each tree, per sandbox.
 fn idle_sandboxes(bin: &Path, n: usize, allowlist: bool) -> MemRow {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     let mut kids = Vec::new();
@@ -943,10 +939,10 @@ fn idle_sandboxes(bin: &Path, n: usize, allowlist: bool) -> MemRow {
 /// An idle Claude Code TUI under tmux: bare, in claudebox open, in claudebox allowlist
 /// (the mock allowed); the memory of the pane's process tree once the prompt is up.
 fn idle_tui(bin: &Path, c: &Claude, mock: &MockApi) -> Vec<MemRow> {
-    let w = lab::world_with(c);
+    let w = agent::world_with(BIN, c);
     let proj = w.dir("proj");
     init_repo(&proj);
-    lab::seed_claude_json(&w.home(), &[&proj]);
+    agent::seed_claude_json(&w.home(), &[&proj]);
     let sock = format!("claudebox-feel-{}", std::process::id());
     let tmux = |args: &[&str]| {
         let mut t = Command::new("tmux");
@@ -1157,10 +1153,10 @@ fn main() {
         .prefix("claudebox-feel-")
         .tempdir()
         .expect("tempdir");
-    let bin = install(Path::new(common::BIN), tmp.path());
+    let bin = install(Path::new(BIN), tmp.path());
     println!("claudebox feel benchmark");
-    println!("machine: {}", support::machine(Path::new("bwrap")));
-    println!("binary: {} (measured as a copy)", common::BIN);
+    println!("machine: {}", lab::bench::machine(Path::new("bwrap")));
+    println!("binary: {BIN} (measured as a copy)");
     println!("load average at start: {}", load());
 
     let part = |name: &str| o.only.iter().any(|p| p == name);

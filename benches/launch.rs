@@ -25,8 +25,7 @@ use std::time::{Duration, Instant};
 
 use claudebox::host::project;
 
-mod support;
-use support::{argv_from_dry_run, die, install, load, machine, number};
+use lab::bench::{argv_from_dry_run, die, install, load, machine, number};
 
 struct Opts {
     bin: PathBuf,
@@ -70,10 +69,12 @@ impl Opts {
     }
 }
 
-/// The wall times of one case.
+/// The wall times of one case, and for the interleaved launch cases the CPU time (user +
+/// system) of each run's processes, which another program's load moves far less.
 struct Sample {
     name: String,
     times: Vec<Duration>,
+    cpu: Vec<Duration>,
 }
 
 impl Sample {
@@ -97,6 +98,13 @@ impl Sample {
     fn p90(&self) -> Duration {
         let t = self.sorted();
         t[((t.len() * 9).div_ceil(10)).max(1) - 1]
+    }
+    /// The median CPU time of a run (None where it was not measured).
+    fn cpu_median(&self) -> Option<Duration> {
+        let mut c = self.cpu.clone();
+        c.sort();
+        let n = c.len();
+        (n > 0).then(|| c[n / 2])
     }
 }
 
@@ -296,25 +304,44 @@ fn interleaved(cases: &[Case], runs: usize) -> Vec<(&'static str, Sample)> {
             let s = Sample {
                 name: c.name.clone(),
                 times: Vec::with_capacity(runs),
+                cpu: Vec::with_capacity(runs),
             };
             (c.key, s)
         })
         .collect();
+    // bwrap's own processes outlive it by a moment and would be reaped by init, their CPU
+    // time lost to the count: as a subreaper this process reaps them after each run.
+    nix::sys::prctl::set_child_subreaper(true).unwrap();
     let k = cases.len();
     for round in 0..runs {
         for j in 0..k {
             let i = (round + j) % k;
             let mut c = (cases[i].cmd)();
+            let before = children_cpu();
             let t = Instant::now();
             let status = c.status();
             let dt = t.elapsed();
+            while nix::sys::wait::waitpid(None, None).is_ok() {}
+            let cpu = children_cpu().saturating_sub(before);
             match status {
-                Ok(s) if s.success() => samples[i].1.times.push(dt),
+                Ok(s) if s.success() => {
+                    samples[i].1.times.push(dt);
+                    samples[i].1.cpu.push(cpu);
+                }
                 other => die(&format!("{} failed: {other:?}", cases[i].name)),
             }
         }
     }
     samples
+}
+
+/// User + system time of this process's waited-for children so far, with all they waited
+/// for (a launch's processes are each waited for by their parent or reaped here).
+fn children_cpu() -> Duration {
+    let u = nix::sys::resource::getrusage(nix::sys::resource::UsageWho::RUSAGE_CHILDREN).unwrap();
+    let tv =
+        |t: nix::sys::time::TimeVal| Duration::new(t.tv_sec() as u64, (t.tv_usec() * 1000) as u32);
+    tv(u.user_time()) + tv(u.system_time())
 }
 
 fn ms(d: Duration) -> String {
@@ -323,12 +350,13 @@ fn ms(d: Duration) -> String {
 
 fn row(s: &Sample, target: &str) {
     println!(
-        "{:<58} {:>5} {:>9} {:>9} {:>9}  {}",
+        "{:<58} {:>5} {:>9} {:>9} {:>9} {:>9}  {}",
         s.name,
         s.times.len(),
         ms(s.min()),
         ms(s.median()),
         ms(s.p90()),
+        s.cpu_median().map_or_else(|| "-".into(), ms),
         target
     );
 }
@@ -510,7 +538,11 @@ fn main() {
             std::hint::black_box(p);
         }
         let name = format!("project::discover ({name}), in process");
-        discover.push(Sample { name, times });
+        discover.push(Sample {
+            name,
+            times,
+            cpu: Vec::new(),
+        });
     }
 
     // --list and --gc --dry-run over the big state directory.
@@ -534,14 +566,26 @@ fn main() {
                 other => die(&format!("{name} failed: {other:?}")),
             }
         }
-        state_cases.push((name.clone(), Some(Sample { name, times })));
+        state_cases.push((
+            name.clone(),
+            Some(Sample {
+                name,
+                times,
+                cpu: Vec::new(),
+            }),
+        ));
     }
 
     let load_end = load();
     println!();
     println!(
-        "{:<60} {:>5} {:>9} {:>9} {:>9}  target",
-        "case (wall time per run, ms)", "runs", "min", "median", "p90"
+        "{:<60} {:>5} {:>9} {:>9} {:>9} {:>9}  target",
+        "case (wall time per run, ms; cpu: user + system)",
+        "runs",
+        "min",
+        "median",
+        "p90",
+        "cpu med"
     );
     let ratio = |a: &Sample, b: &Sample| a.median().as_secs_f64() / b.median().as_secs_f64();
     let (bw, cb) = (get("bwrap"), get("exec"));
@@ -599,6 +643,30 @@ fn main() {
         "claudebox --exec true - bwrap alone (medians): {} ms",
         ms(cb.median().saturating_sub(bw.median()))
     );
+    // CPU time: what the launcher's own processes cost, little moved by other load (the
+    // step inside runs in both, as part of the same argv).
+    let cpu_diff = |a: &Sample| {
+        a.cpu
+            .iter()
+            .zip(&bw.cpu)
+            .map(|(a, b)| a.as_secs_f64() - b.as_secs_f64())
+            .collect::<Vec<f64>>()
+    };
+    let mut d = cpu_diff(cb);
+    d.sort_by(f64::total_cmp);
+    println!(
+        "claudebox --exec true - bwrap alone, CPU per round (median): {:+.3} ms (bwrap alone {} ms)",
+        d[d.len() / 2] * 1e3,
+        bw.cpu_median().map_or_else(|| "-".into(), ms)
+    );
+    if o.compare.is_some() {
+        let mut d = cpu_diff(get("cmp-exec"));
+        d.sort_by(f64::total_cmp);
+        println!(
+            "compared build --exec true - bwrap alone, CPU per round (median): {:+.3} ms",
+            d[d.len() / 2] * 1e3
+        );
+    }
     if o.compare.is_some() {
         println!(
             "compared build --exec true / bwrap alone (medians): {:.3}x",

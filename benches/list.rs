@@ -25,13 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-// Shared with the other benches; this one needs only part of it.
-#[allow(dead_code)]
-mod support;
-use support::{die, install, load, number};
-
-const MOCK_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/mock_api.py");
-const API_KEY: &str = "sk-ant-api03-claudebox-lab-key-0123456789";
+use lab::agent::{MockApi, API_KEY};
+use lab::bench::{die, install, load, number};
 
 struct Opts {
     bin: PathBuf,
@@ -86,46 +81,19 @@ fn real_state(root: &Path, bin: &Path, claude: &Path) -> PathBuf {
         proj.display()
     );
     fs::write(home.join(".claude.json"), seed).unwrap();
-    fs::write(root.join("script.json"), r#"["hello from the mock"]"#).unwrap();
-    let mut mock = Command::new("python3")
-        .arg(MOCK_API)
-        .arg("--port-file")
-        .arg(root.join("port"))
-        .arg("--script")
-        .arg(root.join("script.json"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| die(&format!("python3 {MOCK_API}: {e}")));
-    let t = Instant::now();
-    let port = loop {
-        if let Some(p) = fs::read_to_string(root.join("port"))
-            .ok()
-            .and_then(|s| s.trim().parse::<u16>().ok())
-        {
-            break p;
-        }
-        if t.elapsed() > Duration::from_secs(15) {
-            let _ = mock.kill();
-            die("the mock API did not start");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let mock = MockApi::start(&serde_json::json!(["hello from the mock"]));
     let mut path = bins.into_os_string();
     path.push(":/usr/local/bin:/usr/bin:/bin");
-    let out = Command::new(bin)
+    let mut launch = Command::new(bin);
+    launch
         .args(["-p", "hi"])
         .current_dir(&proj)
         .env_clear()
         .env("HOME", &home)
         .env("PATH", path)
-        .env("ANTHROPIC_BASE_URL", format!("http://127.0.0.1:{port}"))
-        .env("ANTHROPIC_API_KEY", API_KEY)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap();
-    let _ = mock.kill();
-    let _ = mock.wait();
+        .stdin(Stdio::null());
+    let out = mock.point(&mut launch).output().unwrap();
+    drop(mock);
     if !out.status.success() || !String::from_utf8_lossy(&out.stdout).contains("hello") {
         die(&format!(
             "the real launch failed: {}",
@@ -139,7 +107,7 @@ fn real_state(root: &Path, bin: &Path, claude: &Path) -> PathBuf {
     state
 }
 
-/// Copies a tree (files, directories, symlinks), keeping modes.
+/// Copies a tree (files, directories, symlinks), keeping modes and files' times.
 fn copy_tree(from: &Path, to: &Path) -> usize {
     let mut n = 0;
     fs::create_dir(to).unwrap();
@@ -152,6 +120,11 @@ fn copy_tree(from: &Path, to: &Path) -> usize {
             symlink(fs::read_link(&src).unwrap(), &dst).unwrap();
         } else if t.is_file() {
             fs::copy(&src, &dst).unwrap();
+            // Its times too, as `cp -a` keeps them: the copy is the state that launch left
+            // (`lock`'s time is the one its `list-summary.json` recorded).
+            let mtime = fs::symlink_metadata(&src).unwrap().modified().unwrap();
+            let f = fs::File::open(&dst).unwrap();
+            f.set_modified(mtime).unwrap();
         }
         n += 1;
     }

@@ -117,6 +117,8 @@ fn cross(way: state::crossing::Way, uuid: Option<&str>) -> anyhow::Result<ExitCo
     // Registered as a launch for the copy's length: --gc leaves the project alone, and
     // an import into a project never launched makes its state.
     let in_use = state::inuse::mark(&state_home, &st, &project.root)?;
+    // The copy changes what `--list`'s summary says.
+    crate::state::inventory::forget_summary(&st);
     let host_projects = crate::policy::claude_home::HostClaude::probe(&home)
         .dir
         .join("projects");

@@ -41,6 +41,11 @@ pub fn replace_with<S: AsRef<OsStr>>(argv: &[S]) -> io::Error {
     }
 }
 
+/// How much of each of its outputs (stdout, stderr) [`run_with_timeout`] reads from a
+/// command: the rest is not read, and the command's next write past it fails (EPIPE). The
+/// commands it runs print a line or a key.
+pub const MAX_OUTPUT: u64 = 64 * 1024;
+
 /// What a command run by [`run_with_timeout`] did: `status` is None when it was killed
 /// at the time limit (its output is then not waited for).
 pub struct Ran {
@@ -55,7 +60,8 @@ impl Ran {
     }
 }
 
-/// Runs a command with stdin closed, collecting its output; kills it after `limit`.
+/// Runs a command with stdin closed, collecting its output (up to [`MAX_OUTPUT`] of each);
+/// kills it after `limit`.
 pub fn run_with_timeout(cmd: &mut std::process::Command, limit: Duration) -> anyhow::Result<Ran> {
     let mut child = cmd
         .stdin(Stdio::null())
@@ -66,8 +72,8 @@ pub fn run_with_timeout(cmd: &mut std::process::Command, limit: Duration) -> any
     let reader = |r: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut buf = Vec::new();
-            if let Some(mut r) = r {
-                let _ = r.read_to_end(&mut buf);
+            if let Some(r) = r {
+                let _ = r.take(MAX_OUTPUT).read_to_end(&mut buf);
             }
             buf
         })
@@ -123,5 +129,18 @@ mod tests {
         assert_eq!(none.kind(), io::ErrorKind::InvalidInput);
         let missing = replace_with(&["/nonexistent/claudebox-test-program"]);
         assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+    }
+
+    /// A command that prints without end gets MAX_OUTPUT of each output read and ends
+    /// (its next write fails); its status and its capped output come back.
+    #[test]
+    fn a_command_printing_without_end_is_read_up_to_the_cap() {
+        let mut cmd = std::process::Command::new("/bin/sh");
+        cmd.args(["-c", "yes out & yes err >&2; wait"]);
+        let ran = run_with_timeout(&mut cmd, Duration::from_secs(20)).unwrap();
+        assert!(ran.status.is_some(), "killed at the time limit");
+        assert_eq!(ran.stdout.len() as u64, MAX_OUTPUT);
+        assert_eq!(ran.stderr.len() as u64, MAX_OUTPUT);
+        assert!(ran.stdout.starts_with(b"out\n") && ran.stderr.starts_with(b"err\n"));
     }
 }

@@ -10,7 +10,7 @@
 //! - that process may have been killed in bwrap's first milliseconds, leaving bwrap's
 //!   child blocked for ever in `read()` on an eventfd its dead parent was to write
 //!   (bubblewrap issue #633): nothing runs, and nothing will ever release the lock but
-//!   `kill -KILL` of that child.
+//!   `kill -KILL` of that child, which [`reap`] does (the next launch, `--list`, `--gc`).
 //!
 //! `/proc/locks` names the process that took each flock (in the initial pid namespace it
 //! keeps naming it after it died). A lock counts as a running sandbox only while that
@@ -58,6 +58,38 @@ pub fn of_held(path: &Path) -> Option<Holder> {
     } else {
         Holder::Stuck(stuck)
     })
+}
+
+/// The inode numbers of every file `/proc/locks` shows a lock on (any kind, holders and
+/// waiters, any device), read once: a file whose inode is not among them holds no lock,
+/// so `--list` need not open and try to lock it. `None` when that cannot be trusted: no
+/// `/proc/locks`, or a pid namespace other than the initial one, where the kernel leaves
+/// out the locks whose taker it cannot name there (a launcher outside, or one that died
+/// while bwrap keeps its lock). Devices are not compared: btrfs shows each subvolume's
+/// own device in `stat` but the file system's in `/proc/locks`; an inode number shared
+/// with another device's locked file only costs the usual look.
+pub fn locked_inodes() -> Option<std::collections::HashSet<u64>> {
+    // The initial pid namespace's fixed inode number (PROC_PID_INIT_INO, include/linux/proc_ns.h).
+    const INIT_PID_NS: u64 = 0xEFFF_FFFC;
+    let ns = fs::metadata("/proc/self/ns/pid").ok()?;
+    if ns.ino() != INIT_PID_NS {
+        return None;
+    }
+    let text = fs::read_to_string("/proc/locks").ok()?;
+    Some(locked_inodes_in(&text))
+}
+
+/// [`locked_inodes`] of a `/proc/locks` text: each line's `MAJOR:MINOR:INODE` field.
+fn locked_inodes_in(text: &str) -> std::collections::HashSet<u64> {
+    text.lines()
+        .filter_map(|line| {
+            line.split_whitespace().find_map(|f| {
+                let mut parts = f.split(':');
+                let (_, _, ino, rest) = (parts.next()?, parts.next()?, parts.next()?, parts.next());
+                rest.is_none().then(|| ino.parse::<u64>().ok()).flatten()
+            })
+        })
+        .collect()
 }
 
 /// The pids that took a flock on (dev, ino), waiters excluded; `None` without /proc/locks.
@@ -177,6 +209,82 @@ fn stuck_in_eventfd_read(pid: i32) -> bool {
         .is_ok_and(|l| l.as_os_str() == "anon_inode:[eventfd]")
 }
 
+/// Ends the bwraps stuck at start (bubblewrap #633) among `pids` that hold the lock on
+/// `path`, and returns those it ended. Each is looked at again through a pidfd (so that a
+/// pid reused meanwhile is never signalled) and killed only if it still is one: this
+/// user's, named bwrap, asleep in `read(2)` on an eventfd, holding the lock file, whose
+/// lock's taker is dead (see [`of_held`]). A healthy sandbox never matches: the process
+/// that took its lock lives, and neither of its bwraps sleeps in that `read`. Each is
+/// waited for (at most a second): its lock is free once this returns. Nothing is killed
+/// with `CLAUDEBOX_TEST_NO_REAP` (debug builds only: the controls; the stuck child is then
+/// only named, as before).
+pub fn reap(path: &Path, pids: &[i32]) -> Vec<i32> {
+    if cfg!(debug_assertions) && std::env::var_os("CLAUDEBOX_TEST_NO_REAP").is_some() {
+        return Vec::new();
+    }
+    let mut ended = Vec::new();
+    for &pid in pids {
+        // SAFETY: pidfd_open(2) takes a pid and flags and returns a new descriptor (or -1).
+        let fd = unsafe { nix::libc::syscall(nix::libc::SYS_pidfd_open, pid, 0) };
+        let Ok(fd) = std::os::fd::RawFd::try_from(fd) else {
+            continue;
+        };
+        if fd < 0 {
+            continue;
+        }
+        // SAFETY: pidfd_open just returned this descriptor; nothing else owns it.
+        let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+        // Looked at again with the pidfd held: if the pid names another process now, the
+        // pidfd names the one that died and the signal below fails.
+        if !matches!(of_held(path), Some(Holder::Stuck(now)) if now.contains(&pid)) {
+            continue;
+        }
+        let raw = std::os::fd::AsRawFd::as_raw_fd(&fd);
+        // SAFETY: pidfd_send_signal(2) on a pidfd this process holds, no siginfo.
+        let sent = unsafe {
+            nix::libc::syscall(
+                nix::libc::SYS_pidfd_send_signal,
+                raw,
+                nix::libc::SIGKILL,
+                std::ptr::null::<nix::libc::siginfo_t>(),
+                0,
+            )
+        };
+        if sent != 0 {
+            continue;
+        }
+        // A pidfd turns readable when its process has exited (its descriptors closed).
+        let mut pfd = [nix::poll::PollFd::new(
+            std::os::fd::AsFd::as_fd(&fd),
+            nix::poll::PollFlags::POLLIN,
+        )];
+        let _ = nix::poll::poll(&mut pfd, nix::poll::PollTimeout::from(1000u16));
+        ended.push(pid);
+    }
+    ended
+}
+
+/// Ends the bwraps stuck at start among `pids` that hold `slot` ([`reap`]) and says so;
+/// names them with the command that clears them if none could be ended.
+pub fn reap_or_name(slot: &Path, pids: &[i32], what: &str) -> String {
+    let ended = reap(slot, pids);
+    if ended.is_empty() {
+        stuck_message(pids, what)
+    } else {
+        reaped_message(&ended, what)
+    }
+}
+
+/// The line saying that claudebox ended stuck holders of `what`.
+pub fn reaped_message(pids: &[i32], what: &str) -> String {
+    let list: Vec<String> = pids.iter().map(i32::to_string).collect();
+    format!(
+        "ended a bwrap that got stuck when its launch was killed in its first milliseconds \
+         (pid {}; bubblewrap issue #633: it waited for ever for its dead parent), which held {what}",
+        list.join(", ")
+    )
+}
+
 /// The message naming stuck holders and the command that clears them.
 pub fn stuck_message(pids: &[i32], what: &str) -> String {
     let list: Vec<String> = pids.iter().map(i32::to_string).collect();
@@ -192,6 +300,16 @@ pub fn stuck_message(pids: &[i32], what: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn locked_inodes_are_read_from_every_line() {
+        let text = "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF\n\
+                    1: -> FLOCK  ADVISORY  WRITE 99 fd:01:5678 0 EOF\n\
+                    2: POSIX  ADVISORY  READ 42 00:1f:91 0 EOF\n\
+                    3: OFDLCK ADVISORY  WRITE -1 08:02:7 0 EOF\n";
+        let got = locked_inodes_in(text);
+        assert_eq!(got, [5678, 91, 7].into_iter().collect());
+    }
 
     #[test]
     fn reads_the_state_letter_after_the_command_name() {

@@ -59,11 +59,16 @@ pub fn probe() -> Support {
     };
     loop {
         if writable(&dir) {
-            let is_root = dir == mount;
-            let procs = fs::read_to_string(dir.join("cgroup.procs")).unwrap_or_default();
             // The kernel lets a cgroup with processes of its own (the root aside) hand no
-            // controller to its children: only a process-free one can be the parent.
-            let usable = if is_root || procs.trim().is_empty() {
+            // controller to its children: only a process-free one can be the parent. The
+            // root's list is not read: it names every process of the host on a hybrid
+            // one, and the kernel walks them all for it at every launch.
+            let usable = if dir == mount
+                || fs::read_to_string(dir.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .trim()
+                    .is_empty()
+            {
                 controllers_of(&dir)
             } else {
                 Vec::new()

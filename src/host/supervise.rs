@@ -1,6 +1,8 @@
 //! claudebox as bwrap's small supervising parent: it starts bwrap as its child, forwards
 //! SIGHUP and SIGTERM to it, waits, and then (after the exit review) ends the way bwrap
-//! ended: the same exit status, or killed by the same signal.
+//! ended: the same exit status, or killed by the same signal. One that comes before the
+//! child's pid is known (on any of claudebox's threads) is kept and forwarded once it is
+//! (`PENDING`; test `launch_kills::a_sigterm_in_bwrap_s_first_milliseconds_is_not_lost`).
 //!
 //! What stays as it was when claudebox exec'd bwrap: both stay in the caller's process
 //! group, so Ctrl-C (SIGINT, ignored by both as before; the agent gets it) and Ctrl-Z
@@ -18,7 +20,16 @@
 //! the whole process group (keeper included) is covered by the group itself: bwrap and its
 //! waiting child are in it (never `--new-session` or `setsid` before the sandbox is up), and
 //! a SIGKILL from an ancestor pid namespace reaches a namespace's init (test
-//! `launch_kills::group_killed_while_bwrap_s_child_waits_leaves_nothing`).
+//! `launch_kills::group_killed_while_bwrap_s_child_waits_leaves_nothing`). A kill by name
+//! is covered by the keeper's own name ([`KEEPER_NAME`], no `claudebox` in it): `pkill
+//! claudebox` (a regex on the name) and `killall claudebox` (the exact name) kill claudebox
+//! and spare the keeper, which clears up as above; `pkill -f claudebox` (the command line,
+//! the keeper's still claudebox's) also kills bwrap and its child, whose arguments name
+//! `~/.claudebox` (test `launch_kills::killed_by_name_while_bwrap_s_child_waits_leaves_nothing`).
+//! Not covered: a kill that names the keeper itself with claudebox (both pids, or `killall
+//! /path/to/claudebox`, which matches the executable) in #633's window leaves bwrap's child
+//! stuck, holding the caller's stderr, until the project's next launch (or `--list`,
+//! `--gc`) ends it (`host::holders::reap`).
 //!
 //! With `watch_setup`, bwrap's stderr is a pipe read here until the step inside writes
 //! `UP_MARKER` on it (bwrap's setup is done; it then puts the caller's stderr back for the
@@ -46,9 +57,33 @@ const FORWARDED: [Signal; 2] = [Signal::SIGHUP, Signal::SIGTERM];
 
 static CHILD: AtomicI32 = AtomicI32::new(0);
 
+/// A forwarded signal that came while no child was known (0: none): forwarded as soon as
+/// one is. Blocking the signals across the fork covers only the thread that forks; another
+/// thread of claudebox (it has some by then) took them with no child known, and they were
+/// lost: a SIGTERM in bwrap's first milliseconds left the sandbox running (4 of 150 kills
+/// of a first launch, as root).
+static PENDING: AtomicI32 = AtomicI32::new(0);
+
 extern "C" fn forward(sig: libc::c_int) {
     let pid = CHILD.load(Ordering::SeqCst);
     if pid > 0 {
+        // SAFETY: kill is async-signal-safe.
+        unsafe { libc::kill(pid, sig) };
+        return;
+    }
+    PENDING.store(sig, Ordering::SeqCst);
+    // The child may have become known meanwhile: whichever of this and [`forward_pending`]
+    // takes the signal out of PENDING forwards it.
+    if CHILD.load(Ordering::SeqCst) > 0 {
+        forward_pending();
+    }
+}
+
+/// Forwards the signal left in PENDING, if any, to CHILD (async-signal-safe).
+fn forward_pending() {
+    let sig = PENDING.swap(0, Ordering::SeqCst);
+    let pid = CHILD.load(Ordering::SeqCst);
+    if sig > 0 && pid > 0 {
         // SAFETY: kill is async-signal-safe.
         unsafe { libc::kill(pid, sig) };
     }
@@ -139,6 +174,7 @@ pub fn run<S: AsRef<OsStr>>(
         err_wr,
         status_wr: std::os::fd::AsRawFd::as_raw_fd(&status_wr),
         launcher: me,
+        rename: named_keeper(),
     };
     // SAFETY: the child (the keeper) only makes async-signal-safe calls (see `keep`).
     match unsafe { nix::unistd::fork() }? {
@@ -155,6 +191,7 @@ pub fn run<S: AsRef<OsStr>>(
                 Watcher::start(r)
             });
             CHILD.store(child.as_raw(), Ordering::SeqCst);
+            forward_pending();
             let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
             let mut buf = [0u8; 4];
             let n = read_full(&rd, &mut buf);
@@ -200,6 +237,22 @@ struct Start<'a> {
     err_wr: Option<libc::c_int>,
     status_wr: libc::c_int,
     launcher: Pid,
+    /// The keeper takes [`KEEPER_NAME`] (false only for the control, see [`named_keeper`]).
+    rename: bool,
+}
+
+/// The keeper's own name (`comm`), which holds no `claudebox`: `pkill claudebox` (a regex
+/// on the name) and `killall claudebox` (the exact name) kill claudebox and spare its
+/// keeper, which then kills bwrap and bwrap's orphaned child. Named `claudebox` like the
+/// launcher, the keeper died with it, bwrap died of its parent-death signal and its child
+/// was left blocked (bubblewrap #633), holding the caller's stderr and the run slot.
+pub const KEEPER_NAME: &std::ffi::CStr = c"cbx-keeper";
+
+/// Whether the keeper takes its own name: always, but for the control of
+/// `launch_kills::killed_by_name_while_bwrap_s_child_waits_leaves_nothing`
+/// (`CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX`, debug builds only; a release build ignores it).
+fn named_keeper() -> bool {
+    !(cfg!(debug_assertions) && std::env::var_os("CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX").is_some())
 }
 
 /// The signal the keeper gets when the launching claudebox dies (a parent-death signal).
@@ -227,6 +280,11 @@ fn keep(s: &Start) -> ! {
     // SAFETY: every call below is a plain system call (or libc's thin wrapper of one) on
     // memory made before the fork; nothing allocates or takes a lock.
     unsafe {
+        // The launcher forwards any signal it holds to this process once it knows its pid.
+        PENDING.store(0, Ordering::SeqCst);
+        if s.rename {
+            libc::prctl(libc::PR_SET_NAME, KEEPER_NAME.as_ptr(), 0, 0, 0);
+        }
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         let gone = signal::SigAction::new(
             SigHandler::Handler(launcher_gone),
@@ -287,8 +345,14 @@ fn keep(s: &Start) -> ! {
 /// the watched pipe, `pre_exec`, then bwrap. Its error goes back on the exec-error pipe.
 fn start_bwrap(s: &Start) -> ! {
     for (sig, old_action) in s.previous {
-        // SAFETY: restoring the dispositions claudebox had (default or ignored).
-        let _ = unsafe { signal::sigaction(*sig, old_action) };
+        if matches!(old_action.handler(), SigHandler::SigIgn) {
+            // SAFETY: restoring the disposition claudebox had (ignored).
+            let _ = unsafe { signal::sigaction(*sig, old_action) };
+        } else {
+            // SAFETY: SIG_DFL installs no handler. (A handler here is `forward`, from an
+            // earlier try of the launch: bwrap gets the default, as at the first try.)
+            let _ = unsafe { signal::signal(*sig, SigHandler::SigDfl) };
+        }
     }
     // SAFETY: SIG_DFL installs no handler.
     let _ = unsafe { signal::signal(LAUNCHER_GONE, SigHandler::SigDfl) };

@@ -170,18 +170,16 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     // Claude pointed at another API (a gateway, the lab's mock): the broker serves
     // api.anthropic.com only, so it stays off by default and is refused when asked for.
     let base_url = custom_base_url(&settings);
-    // The user's own apiKeyHelper (never the project's): the broker runs it on the host.
-    // With --writable-claude-setup the agent could write it, so it is not lent then.
-    let api_key_helper = if writable_claude_setup {
-        None
+    // The user's own apiKeyHelper (never the project's), which the broker runs on the
+    // host, and an API key in the `env` block of the user's own settings.json, lent the
+    // same way. With --writable-claude-setup the agent could write them: not lent then.
+    let claude_home::SettingsKeys {
+        api_key_helper,
+        api_key: settings_api_key,
+    } = if writable_claude_setup {
+        claude_home::SettingsKeys::default()
     } else {
-        claude_home::api_key_helper(&claude_home, &project.work_tree)?
-    };
-    // An API key in the `env` block of the user's own settings.json: lent the same way.
-    let settings_api_key = if writable_claude_setup {
-        None
-    } else {
-        claude_home::settings_api_key(&claude_home)
+        claude_home::settings_keys(&claude_home, &project.work_tree)?
     };
     let login_broker = match settings.login_broker {
         Some((false, _)) => false,
@@ -440,6 +438,9 @@ fn exec_registered(
     let areas = writable_areas(inp);
     // Every bind source opened and checked now, and mounted by that descriptor.
     let mut opened = sources::open(plan, &areas)?;
+    // What `--list`'s summary says stops holding once the sandbox starts (removed only
+    // now: a launch that fails before changes nothing in the state).
+    crate::state::inventory::forget_summary(&inp.state);
     drop(setup);
     // bwrap's stderr is the supervisor's pipe until the step inside says the sandbox is up
     // and puts this copy back on 2 (a terminal stays one for the agent).
@@ -602,6 +603,8 @@ fn exec_registered(
     if let Some(line) = resume_line(inp, started) {
         eprintln!("claudebox: to resume this conversation: {line}");
     }
+    // What `--list` shows of the project, while this was its last sandbox.
+    crate::state::inventory::write_summary(&inp.state, in_use.fd());
     drop((in_use, session));
     crate::host::supervise::exit_as(status)
 }
@@ -690,7 +693,20 @@ fn start_credentials_sync(
     let Some(render::Bind::Fd(fd)) = table.get(i) else {
         return None;
     };
-    match state::credsync::start(*fd, host, &inp.instance_id, &inp.state.login_dir()) {
+    // Every mount point of that source inside (the login directory's and ~/.claude's).
+    let targets: Vec<_> = plan
+        .mounts
+        .iter()
+        .filter(|m| m.kind == plan.mounts[i].kind && m.source == plan.mounts[i].source)
+        .map(|m| m.target.clone())
+        .collect();
+    match state::credsync::start(
+        *fd,
+        host,
+        &inp.instance_id,
+        &inp.state.login_dir(),
+        &targets,
+    ) {
         Ok((state::credsync::Watch::Inotify, child)) => Some(child),
         Ok((state::credsync::Watch::Polling(why), child)) => {
             eprintln!(
@@ -714,6 +730,9 @@ pub fn writable_areas(inp: &Inputs) -> Vec<std::path::PathBuf> {
     areas.extend(inp.project.outside_git_dirs());
     areas.push(guard::canonical_lossy(&inp.home.join(".claude")));
     areas.push(guard::canonical_lossy(&inp.state.conversations()));
+    // Written by every unbrokered claude sandbox of every project (its own file is bound
+    // from there when the host has no login).
+    areas.push(guard::canonical_lossy(&inp.state.login_dir()));
     if inp.agent == AgentId::Codex {
         areas.push(guard::canonical_lossy(&inp.state.codex_home()));
         areas.push(guard::canonical_lossy(&inp.state.codex_login_dir()));

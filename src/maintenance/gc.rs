@@ -377,10 +377,9 @@ fn collect(e: &ProjectEntry, dry_run: bool, why: String) -> Result<Outcome> {
         )));
     }
     for (slot, pids) in inuse::stuck(&e.dir) {
-        let what = show(&slot);
         eprintln!(
             "claudebox: gc: {}",
-            crate::host::holders::stuck_message(&pids, &what)
+            crate::host::holders::reap_or_name(&slot, &pids, &show(&slot))
         );
     }
     // Decided under the lock: the root may have come back since the scan.

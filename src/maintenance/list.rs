@@ -91,10 +91,9 @@ pub fn run(json: bool, margin_flag: Option<&str>, sizes: bool) -> Result<ExitCod
             crate::state::review::missed(&st, &mut std::io::stderr());
         }
         for (slot, pids) in &e.stuck {
-            let what = show(slot);
             eprintln!(
                 "claudebox: list: {}",
-                crate::host::holders::stuck_message(pids, &what)
+                crate::host::holders::reap_or_name(slot, pids, &show(slot))
             );
         }
     }

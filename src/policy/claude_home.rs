@@ -198,6 +198,9 @@ pub const WITHIN: &[Within] = &[
     },
 ];
 
+/// The login's credentials file in claude's `CLAUDE_SECURESTORAGE_CONFIG_DIR`.
+pub const LOGIN_FILE: &str = ".credentials.json";
+
 /// Where `claude migrate-installer` puts claude: read-only whatever the options.
 const INSTALLATION: &str = "local";
 
@@ -391,14 +394,33 @@ pub fn overlays(
               locks (claude's CLAUDE_SECURESTORAGE_CONFIG_DIR)"
             .into(),
     });
-    if let Some(c) = host.credentials.as_ref().filter(|c| !c.starts_with(&login)) {
-        v.push(Overlay::Bind {
+    let file = login.join(LOGIN_FILE);
+    match &host.credentials {
+        Some(c) if !c.starts_with(&login) => v.push(Overlay::Bind {
             source: c.clone(),
-            target: login.join(".credentials.json"),
+            target: file,
             writable: true,
             file: true,
             why: "the login's OAuth tokens, shared with the host".into(),
-        });
+        }),
+        // Your opt-in (the host's own CLAUDE_SECURESTORAGE_CONFIG_DIR is this directory):
+        // the very file the host reads, by path, so that its renames reach every sandbox.
+        Some(_) => {}
+        // No login on the host: the directory's own file, bound onto itself so that it is
+        // a mount point in every sandbox. Otherwise one project's agent could put a FIFO
+        // in its place (and hold its write end): every other project's claude reads that
+        // name at its start, with an API key too, and would block on it for ever (measured,
+        // 2.1.197 and 2.1.330), or a symlink it would follow. A login made inside
+        // (`/login`) is still written there, in place, for every sandbox.
+        None => v.push(Overlay::Bind {
+            source: file.clone(),
+            target: file,
+            writable: true,
+            file: true,
+            why: "the login directory's own credentials file (you have none on the host), \
+                  bound onto itself so that no sandbox can put anything else in its place"
+                .into(),
+        }),
     }
     v
 }

@@ -2,12 +2,14 @@
 //! policy; the process is `state::credsync`).
 //!
 //! The host's `.credentials.json` is bound into a sandbox as a single file: the sandbox
-//! holds that inode (B) for its life. Claude on the host refreshes by temp file + rename,
-//! so after a host refresh the host's file is a new inode (H) and B keeps a spent,
-//! single-use refresh token; and a sandbox refreshing in place afterwards writes into B,
-//! which the host no longer reads. A small host-side process per sandbox watches both and
-//! copies the newer content across; [`decide`] says which way, from the two contents and
-//! the content both last agreed on.
+//! holds that inode (B) for its life, until the sync mounts a file of its own over it.
+//! Claude on the host refreshes by temp file + rename, so after a host refresh the host's
+//! file is a new inode (H) and B keeps a spent, single-use refresh token; and a sandbox
+//! refreshing in place afterwards writes into B, which the host no longer reads. A small
+//! host-side process per sandbox watches both and copies the newer content across (into
+//! the sandbox as a new file mounted over B, so that no reader inside sees a file being
+//! written); [`decide`] says which way, from the two contents and the content both last
+//! agreed on.
 
 use crate::policy::mount::MountKind;
 use crate::policy::plan::Plan;
@@ -132,14 +134,19 @@ pub fn decide(host: Option<&Side>, bound: &Side, last: &[u8]) -> Action {
     }
 }
 
-/// The plan's mount of the login's credentials file (a read-write single-file bind of a
-/// `.credentials.json`), by index: the sync process holds that mount's inode.
+/// The plan's mount of the host's credentials file (a read-write single-file bind of a
+/// `.credentials.json` from outside claudebox's state), by index: the sync process holds
+/// that mount's inode. The login directory's own file, bound onto itself when the host
+/// has none (see `claude_home::overlays`), is no host's: nothing to keep in step.
 pub fn bound_index(plan: &Plan) -> Option<usize> {
     let name = Some(std::ffi::OsStr::new(".credentials.json"));
+    let state_home = plan.state_dir.parent().and_then(std::path::Path::parent);
     plan.mounts.iter().position(|m| {
         m.kind == MountKind::File
             && m.target.file_name() == name
-            && m.source.as_deref().and_then(|s| s.file_name()) == name
+            && m.source.as_deref().is_some_and(|s| {
+                s.file_name() == name && !state_home.is_some_and(|h| s.starts_with(h))
+            })
     })
 }
 
@@ -229,6 +236,28 @@ mod tests {
         // head followed by the rest of the old one: with padding, every whole state
         // (before, after) is valid.
         assert!(valid(&padded(OLD.as_bytes(), NEW.len() as u64 + 40)));
+    }
+
+    /// Only the host's file is kept in step: the login directory's own file, bound onto
+    /// itself when the host has none, is no bound host file.
+    #[test]
+    fn the_bound_host_file_is_found_the_login_dirs_own_is_not() {
+        use crate::policy::plan::{build, tests::test_inputs};
+        let mut inp = test_inputs();
+        let plan = build(&inp);
+        let own = std::path::Path::new("/h/.claudebox/login/.credentials.json");
+        assert!(plan
+            .mounts
+            .iter()
+            .any(|m| m.kind == MountKind::File && m.source.as_deref() == Some(own)));
+        assert_eq!(bound_index(&plan), None);
+        inp.claude_home.credentials = Some("/h/.claude/.credentials.json".into());
+        let plan = build(&inp);
+        let i = bound_index(&plan).expect("the host's file is bound");
+        assert_eq!(
+            plan.mounts[i].source.as_deref(),
+            Some(std::path::Path::new("/h/.claude/.credentials.json"))
+        );
     }
 
     #[test]

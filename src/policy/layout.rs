@@ -28,6 +28,9 @@ pub const LOCAL_SETTINGS_FILE: &str = "claude-settings.local.json";
 /// The mount point of the file system the project's root was on at its last launch (raw
 /// bytes): `--gc` counts a missing root as unknown while that file system is not mounted.
 pub const ROOT_MOUNT_FILE: &str = "root-mount";
+/// What `--list` shows of the project that only its sandboxes change, as the last one to
+/// end left it (`inventory::Summary`).
+pub const LIST_SUMMARY_FILE: &str = "list-summary.json";
 /// When `--gc` first found the project's root missing (seconds since the epoch).
 pub const MISSING_FILE: &str = "root-missing-since";
 /// Prefix of a project directory being made (renamed into place when whole).

@@ -452,7 +452,7 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
         if let Some(src) = &plan.mounts[i].source {
             out.extend_from_slice(&escape_bytes(src.as_os_str().as_bytes()));
         }
-        out.extend_from_slice(b": copies a refresh by the host (which replaces that file by rename) into the bound file, and a refresh inside into the host's file (in place, under claude's refresh lock, JSON objects up to 64 KiB only)\n");
+        out.extend_from_slice(b": copies a refresh by the host (which replaces that file by rename) into the sandbox as a new file mounted over the bound one (in place where the kernel cannot, before Linux 6.5), and a refresh inside into the host's file (in place, under claude's refresh lock, JSON objects up to 64 KiB only)\n");
     }
     out.extend_from_slice(
         b"# the launch opens each bind source once, checks it, and has bwrap mount that \

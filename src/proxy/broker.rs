@@ -780,9 +780,8 @@ impl Broker {
 /// The user's `apiKeyHelper`, run on the host as claude runs it (`sh -c`), its key kept
 /// as long as claude keeps one (`CLAUDE_CODE_API_KEY_HELPER_TTL_MS`, 5 minutes unset).
 mod helper {
-    use std::io::Read;
     use std::path::Path;
-    use std::process::{Command, Stdio};
+    use std::process::Command;
     use std::sync::Mutex;
     use std::time::{Duration, Instant};
 
@@ -793,7 +792,6 @@ mod helper {
     const DEFAULT_TTL: Duration = Duration::from_secs(5 * 60);
     /// A helper that has not answered by then is taken as failed.
     const LIMIT: Duration = Duration::from_secs(60);
-    const MAX_OUT: u64 = 64 * 1024;
 
     pub struct Helper {
         command: String,
@@ -850,45 +848,17 @@ mod helper {
     /// Runs `sh -c command` (stdin empty, stderr kept for the reason) and returns its
     /// first line of output.
     fn run(command: &str) -> Result<String> {
-        let mut child = Command::new("/bin/sh")
-            .arg("-c")
-            .arg(command)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .context("apiKeyHelper: cannot start /bin/sh")?;
-        let mut out = child.stdout.take().context("apiKeyHelper: no stdout")?;
-        let mut err = child.stderr.take().context("apiKeyHelper: no stderr")?;
-        let reader = std::thread::spawn(move || {
-            let mut o = Vec::new();
-            let _ = Read::by_ref(&mut out).take(MAX_OUT).read_to_end(&mut o);
-            o
-        });
-        let errs = std::thread::spawn(move || {
-            let mut e = Vec::new();
-            let _ = Read::by_ref(&mut err).take(MAX_OUT).read_to_end(&mut e);
-            e
-        });
-        let end = Instant::now() + LIMIT;
-        let status = loop {
-            if let Some(s) = child.try_wait()? {
-                break s;
-            }
-            if Instant::now() > end {
-                let _ = child.kill();
-                let _ = child.wait();
-                bail!(
-                    "your apiKeyHelper (run on the host) gave no key within {} s",
-                    LIMIT.as_secs()
-                );
-            }
-            std::thread::sleep(Duration::from_millis(20));
+        let mut sh = Command::new("/bin/sh");
+        sh.arg("-c").arg(command);
+        let ran = crate::host::exec::run_with_timeout(&mut sh, LIMIT).context("apiKeyHelper")?;
+        let Some(status) = ran.status else {
+            bail!(
+                "your apiKeyHelper (run on the host) gave no key within {} s",
+                LIMIT.as_secs()
+            );
         };
-        let out = reader.join().unwrap_or_default();
-        let err = errs.join().unwrap_or_default();
         if !status.success() {
-            let why = String::from_utf8_lossy(&err);
+            let why = String::from_utf8_lossy(&ran.stderr);
             let why = why.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
             let code = status
                 .code()
@@ -899,7 +869,7 @@ mod helper {
                 crate::policy::escape::shown(why)
             );
         }
-        let key = String::from_utf8_lossy(&out).trim().to_string();
+        let key = String::from_utf8_lossy(&ran.stdout).trim().to_string();
         if key.is_empty() || key.contains(char::is_whitespace) {
             bail!("your apiKeyHelper (run on the host) printed no key (one line, no spaces)");
         }

@@ -204,49 +204,51 @@ use claude_json::{filter_for_project, held_by_a_dead_launch, is_this_project, me
 #[cfg(test)]
 mod tests;
 
-/// The user's own `settings.json` when it names an `apiKeyHelper` (the login broker runs
-/// that on the host). Refused when the file lies in the project (a symlink into a
-/// dotfiles project, say): the agent could write the command the host would run.
-pub fn api_key_helper(host: &HostClaude, work_tree: &Path) -> Result<Option<PathBuf>> {
-    if !host.entries.iter().any(|(n, _)| n == "settings.json") {
-        return Ok(None);
-    }
-    let path = host.dir.join("settings.json");
-    let Ok(text) = fs::read_to_string(&path) else {
-        return Ok(None);
-    };
-    let helper = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v["apiKeyHelper"].as_str().map(str::to_string))
-        .filter(|c| !c.trim().is_empty());
-    if helper.is_none() {
-        return Ok(None);
-    }
-    let real = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
-    let tree = fs::canonicalize(work_tree).unwrap_or_else(|_| work_tree.to_path_buf());
-    if real.starts_with(&tree) {
-        anyhow::bail!(
-            "your apiKeyHelper is in {}, which lies in the project (the agent can write it) \
-             and the login broker would run it on the host; move it, or use --no-login-broker",
-            real.shown()
-        );
-    }
-    Ok(Some(path))
+/// What the user's own `settings.json` gives the login broker to lend (each field its
+/// path, `None` when it does not): an `apiKeyHelper` (run on the host), an
+/// `ANTHROPIC_API_KEY` in its `env` block (claude applies it over its environment).
+#[derive(Debug, Default)]
+pub struct SettingsKeys {
+    pub api_key_helper: Option<PathBuf>,
+    pub api_key: Option<PathBuf>,
 }
 
-/// The user's own `settings.json` when its `env` block sets `ANTHROPIC_API_KEY` (claude
-/// applies it over its environment): the login broker lends that key.
-pub fn settings_api_key(host: &HostClaude) -> Option<PathBuf> {
+/// Reads the user's own `settings.json` once for [`SettingsKeys`]. Its helper is refused
+/// when the file lies in the project (a symlink into a dotfiles project, say): the agent
+/// could write the command the host would run.
+pub fn settings_keys(host: &HostClaude, work_tree: &Path) -> Result<SettingsKeys> {
     if !host.entries.iter().any(|(n, _)| n == "settings.json") {
-        return None;
+        return Ok(SettingsKeys::default());
     }
     let path = host.dir.join("settings.json");
-    let text = fs::read_to_string(&path).ok()?;
-    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
-    v["env"][crate::policy::network::SETTINGS_KEY_ENV]
+    let Some(v) = fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| serde_json::from_str::<serde_json::Value>(&text).ok())
+    else {
+        return Ok(SettingsKeys::default());
+    };
+    let helper = v["apiKeyHelper"]
         .as_str()
-        .is_some_and(|k| !k.is_empty())
-        .then_some(path)
+        .is_some_and(|c| !c.trim().is_empty());
+    let key = v["env"][crate::policy::network::SETTINGS_KEY_ENV]
+        .as_str()
+        .is_some_and(|k| !k.is_empty());
+    if helper {
+        let real = fs::canonicalize(&path).unwrap_or_else(|_| path.clone());
+        let tree = fs::canonicalize(work_tree).unwrap_or_else(|_| work_tree.to_path_buf());
+        if real.starts_with(&tree) {
+            anyhow::bail!(
+                "your apiKeyHelper is in {}, which lies in the project (the agent can write \
+                 it) and the login broker would run it on the host; move it, or use \
+                 --no-login-broker",
+                real.shown()
+            );
+        }
+    }
+    Ok(SettingsKeys {
+        api_key_helper: helper.then(|| path.clone()),
+        api_key: key.then_some(path),
+    })
 }
 
 /// Writes the project's copy of the user's `settings.json` for a launch whose broker

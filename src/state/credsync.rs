@@ -1,8 +1,7 @@
 //! The credentials sync process (the hidden `--internal-credentials-sync` role): for the
-//! life of one sandbox, keeps the login's `.credentials.json` bound into it (the inode
-//! bwrap mounted, held here by descriptor) in step with the host's file, which the host's
-//! claude replaces by rename at each refresh. The policy (which way, when not) is
-//! `policy::credsync::decide`; this is the edge.
+//! life of one sandbox, keeps the login's `.credentials.json` bound into it in step with
+//! the host's file, which the host's claude replaces by rename at each refresh. The
+//! policy (which way, when not) is `policy::credsync::decide`; this is the edge.
 //!
 //! Started by the launch like the network proxy: forked and exec'd from claudebox right
 //! before it starts bwrap, in its own session, with the death signal armed (it ends with
@@ -15,10 +14,16 @@
 //! instead. Copies are coalesced: at most one per 500 ms, however fast a side is written.
 //!
 //! What it writes, and how strictly:
-//! - into the bound file: the host's content, in place (one write at 0, padded with spaces
-//!   to the old length, never truncated: no reader sees a torn file), so a
-//!   running claude in the sandbox sees the rotated pair at its next request;
-//! - into the host's file: the bound file's content, in place, under claude's own refresh
+//! - into the sandbox: the host's content as a new file mounted over the bound one at
+//!   each of its mount points inside (`remount`: from a fresh tmpfs attached nowhere,
+//!   through the sandbox's own namespaces), so that a reader inside opens either the old
+//!   file or the new one, each whole, and nothing writes a file a reader may be reading
+//!   (no reader sees a torn file; an in-place write could interleave with a read of the
+//!   same page: 1 in 846,778 reads was seen so). The sync then holds and watches the new
+//!   file. Where that cannot be done (Linux before 6.5 has no `MOVE_MOUNT_BENEATH`, needed
+//!   to replace the host's unlinked inode; a namespace that cannot be joined), in place
+//!   as before: one write at 0, padded with spaces to the old length, never truncated;
+//! - into the host's file: the sandbox's content, in place, under claude's own refresh
 //!   lock (`mkdir <dir>/.oauth_refresh.lock`), only into the inode it just read there:
 //!   opened with `O_NOFOLLOW|O_NONBLOCK`, a regular file, the same device and inode. In
 //!   place rather than temp + rename so that sandboxes started since the host's last
@@ -27,6 +32,14 @@
 //!   never copied either way. A sync killed while it holds the lock (SIGKILL: nothing
 //!   else can end it then) leaves no lock: the launcher, told over a pipe which directory
 //!   it holds, removes that one as soon as the sync is gone.
+//!
+//! Why not a regular file renamed into the shared login directory (measured and
+//! rejected): claude reads and writes it by path with temp + rename there (both pinned
+//! versions), but that directory is writable by every unbrokered sandbox of every
+//! project, so the name would no longer be a mount point: an agent can put a FIFO in its
+//! place and hold its write end, and every other claude that starts blocks on it for ever
+//! (also with an API key); a sync that notices and puts the file back cannot release a
+//! reader already blocked while the agent holds that write end.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -46,6 +59,8 @@ use crate::policy::credsync::{
     MIN_INTERVAL, POLL_INTERVAL,
 };
 use crate::state::beneath;
+
+mod remount;
 use crate::state::claude_home::LOGIN_LOCKS;
 use std::os::fd::AsFd;
 
@@ -181,6 +196,7 @@ pub fn start(
     host: &Path,
     instance: &str,
     login: &Path,
+    targets: &[PathBuf],
 ) -> Result<(Watch, std::process::Child)> {
     // The very inode bwrap mounts: reopened through the descriptor, not by name.
     let bound = std::fs::OpenOptions::new()
@@ -209,6 +225,9 @@ pub fn start(
         .arg(login)
         .arg("--watch")
         .arg(if ino.is_some() { "inotify" } else { "poll" });
+    for t in targets {
+        cmd.arg("--target").arg(t);
+    }
     for name in [TRUNCATE_ENV, HOLD_MS_ENV] {
         if let Some(v) = std::env::var_os(name) {
             cmd.env(name, v);
@@ -274,16 +293,33 @@ pub fn start(
 
 /// Runs the sync role: `args` are those after `--internal-credentials-sync`.
 pub fn main(args: &[OsString]) -> ExitCode {
-    let (host, login, inotify) = match args {
-        [i, _, h, path, l, login, w, mode]
+    let (host, login, inotify, rest) = match args {
+        [i, _, h, path, l, login, w, mode, rest @ ..]
             if i == "--instance" && h == "--host" && l == "--login" && w == "--watch" =>
         {
-            (PathBuf::from(path), PathBuf::from(login), mode == "inotify")
+            (
+                PathBuf::from(path),
+                PathBuf::from(login),
+                mode == "inotify",
+                rest,
+            )
         }
         _ => {
             eprintln!("claudebox: internal credentials sync: bad arguments");
             return ExitCode::from(2);
         }
+    };
+    // `--target PATH`, once per mount point of the bound file inside.
+    let Some(targets) = rest
+        .chunks(2)
+        .map(|c| match c {
+            [t, p] if t == "--target" => Some(PathBuf::from(p)),
+            _ => None,
+        })
+        .collect::<Option<Vec<_>>>()
+    else {
+        eprintln!("claudebox: internal credentials sync: bad arguments");
+        return ExitCode::from(2);
     };
     let _ = nix::sys::prctl::set_name(c"claudebox-creds");
     REPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
@@ -305,7 +341,7 @@ pub fn main(args: &[OsString]) -> ExitCode {
     let bound = File::from(unsafe { OwnedFd::from_raw_fd(BOUND_FD) });
     // SAFETY: likewise the inotify instance, when it says so.
     let ino = inotify.then(|| unsafe { Inotify::from_raw_fd(INOTIFY_FD) });
-    match run(&bound, &host, &login, ino) {
+    match run(bound, &host, &login, ino, targets) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("claudebox: credentials sync: {e:#}");
@@ -340,7 +376,20 @@ fn stamps(bound: &File, host: &Path) -> (Stamp, Stamp) {
     )
 }
 
-fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<()> {
+fn run(
+    bound: File,
+    host: &Path,
+    login: &Path,
+    ino: Option<Inotify>,
+    targets: Vec<PathBuf>,
+) -> Result<()> {
+    let mut bound = Bound {
+        file: bound,
+        targets,
+        parent: nix::unistd::getppid().as_raw(),
+        ino: ino.as_ref().map(|i| i.as_fd().as_raw_fd()),
+        wd: None,
+    };
     let (Some(dir), Some(name)) = (host.parent(), host.file_name()) else {
         bail!("no directory in {}", host.display());
     };
@@ -353,7 +402,9 @@ fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<
         }
     };
     sweep();
-    let mut last = read_bound(bound).map(|s| s.content).unwrap_or_default();
+    let mut last = read_bound(&bound.file)
+        .map(|s| s.content)
+        .unwrap_or_default();
     // The host may have renamed between the launch's open and now.
     // The control of the torn-read test copies as before: at every event.
     let interval = if TRUNCATE.load(std::sync::atomic::Ordering::Relaxed) {
@@ -361,7 +412,7 @@ fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<
     } else {
         MIN_INTERVAL
     };
-    let first = sync_once(bound, host, dir, &mut last);
+    let first = sync_once(&mut bound, host, dir, &mut last);
     let mut due = (first == Round::Blocked).then(|| Instant::now() + MIN_INTERVAL);
     // A copy is made at once when none was made for MIN_INTERVAL (only copies count).
     let mut last_copy = match first {
@@ -370,7 +421,7 @@ fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<
             .checked_sub(interval)
             .unwrap_or_else(Instant::now),
     };
-    let mut seen = stamps(bound, host);
+    let mut seen = stamps(&bound.file, host);
     loop {
         // Waiting: for an event (inotify, nothing owed), or for the time a copy is owed
         // (events meanwhile pile up in the kernel's queue, merged, and are read at once:
@@ -395,7 +446,7 @@ fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<
         let changed = match &ino {
             Some(ino) => drain(ino, name)?,
             None => {
-                let s = stamps(bound, host);
+                let s = stamps(&bound.file, host);
                 s != seen
             }
         };
@@ -404,7 +455,7 @@ fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<
             due = Some((last_copy + interval).max(now));
         }
         if due.is_some_and(|d| d <= now) {
-            let round = sync_once(bound, host, dir, &mut last);
+            let round = sync_once(&mut bound, host, dir, &mut last);
             let now = Instant::now();
             due = None;
             match round {
@@ -412,7 +463,7 @@ fn run(bound: &File, host: &Path, login: &Path, ino: Option<Inotify>) -> Result<
                 Round::Blocked => due = Some(now + MIN_INTERVAL),
                 Round::Idle => {}
             }
-            seen = stamps(bound, host);
+            seen = stamps(&bound.file, host);
         }
     }
 }
@@ -453,8 +504,8 @@ enum Round {
 }
 
 /// One round: read both sides, decide, copy. Errors leave both files as they were.
-fn sync_once(bound: &File, host: &Path, dir: &Path, last: &mut Vec<u8>) -> Round {
-    let Some(b) = read_bound(bound) else {
+fn sync_once(bound: &mut Bound, host: &Path, dir: &Path, last: &mut Vec<u8>) -> Round {
+    let Some(b) = read_bound(&bound.file) else {
         return Round::Idle;
     };
     let h = read_host(host);
@@ -466,7 +517,7 @@ fn sync_once(bound: &File, host: &Path, dir: &Path, last: &mut Vec<u8>) -> Round
             };
             // Under the lock, both again: a refresh on the host may just have renamed its
             // file; whatever is decided now is done before the lock goes.
-            let (Some(b), h) = (read_bound(bound), read_host(host)) else {
+            let (Some(b), h) = (read_bound(&bound.file), read_host(host)) else {
                 return Round::Idle;
             };
             let act = decide(h.as_ref(), &b, last);
@@ -484,14 +535,14 @@ fn sync_once(bound: &File, host: &Path, dir: &Path, last: &mut Vec<u8>) -> Round
 /// Does what [`decide`] said for `h` and `b` (read just before).
 fn apply(
     act: Action,
-    bound: &File,
+    bound: &mut Bound,
     host: &Path,
     h: Option<Side>,
     b: Side,
     last: &mut Vec<u8>,
 ) -> Round {
     let copied = match (act, h) {
-        (Action::ToBound, Some(h)) => write_in_place(bound, &h.content).ok().map(|()| h.content),
+        (Action::ToBound, Some(h)) => bound.write(&h.content).ok().map(|()| h.content),
         (Action::ToHost, Some(h)) => write_host(host, h.inode, &b.content)
             .ok()
             .map(|()| b.content),
@@ -506,6 +557,63 @@ fn apply(
         *last = c;
     }
     round
+}
+
+/// The sandbox's credentials file as the sync holds it: at first the inode bwrap bound
+/// (the host's at the launch), after the first copy from the host a file of the sync's
+/// own mounted over it ([`remount`]).
+struct Bound {
+    file: File,
+    /// Where the file is mounted inside the sandbox (the plan's targets of that source).
+    targets: Vec<PathBuf>,
+    /// The process that started the sync and bwrap.
+    parent: i32,
+    /// The inotify instance, to watch each new file.
+    ino: Option<RawFd>,
+    /// The watch of the file mounted last (removed with it: a watch keeps its inode).
+    wd: Option<i32>,
+}
+
+impl Bound {
+    /// Puts `content` in the sandbox: a new file mounted over the old one, so that no
+    /// reader inside ever reads a file being written; where that cannot be done (the
+    /// sandbox not started yet, no new mount API, a namespace that cannot be joined), in
+    /// place as before ([`write_in_place`]: padded, never truncated).
+    fn write(&mut self, content: &[u8]) -> std::io::Result<()> {
+        if !valid(content) {
+            return Err(std::io::Error::other("not a JSON object"));
+        }
+        let truncate = TRUNCATE.load(std::sync::atomic::Ordering::Relaxed);
+        let init = (!truncate && !self.targets.is_empty())
+            .then(|| remount::sandbox_init(self.parent))
+            .flatten();
+        if let Some(init) = init {
+            let m = self.file.metadata()?;
+            if let Ok(f) = remount::remount(init, &self.targets, (m.dev(), m.ino()), content) {
+                if let Some(ino) = self.ino {
+                    let path = std::ffi::CString::new(format!("/proc/self/fd/{}", f.as_raw_fd()))
+                        .map_err(std::io::Error::other)?;
+                    // SAFETY: watches of this process's own instance; a failure only
+                    // leaves that file unwatched (the poll of the host's side goes on).
+                    let wd = unsafe {
+                        libc::inotify_add_watch(
+                            ino,
+                            path.as_ptr(),
+                            libc::IN_CLOSE_WRITE | libc::IN_MODIFY,
+                        )
+                    };
+                    if let Some(old) = self.wd.take() {
+                        // SAFETY: as above.
+                        unsafe { libc::inotify_rm_watch(ino, old) };
+                    }
+                    self.wd = (wd >= 0).then_some(wd);
+                }
+                self.file = f;
+                return Ok(());
+            }
+        }
+        write_in_place(&self.file, content)
+    }
 }
 
 /// Reads at most [`MAX_SIZE`] + 1 bytes from the start of `f`; `None` past the cap.

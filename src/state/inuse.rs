@@ -123,6 +123,25 @@ pub fn mark(home: &StateHome, state: &ProjectState, root: &Path) -> Result<InUse
     )
 }
 
+/// The project's `lock` (in the state directory open at `pd`), taken exclusively if
+/// nobody holds it now; `None` otherwise.
+pub fn try_lock_at(pd: std::os::fd::RawFd) -> Option<Flock<File>> {
+    let flags = nix::fcntl::OFlag::O_RDONLY
+        | nix::fcntl::OFlag::O_NOFOLLOW
+        | nix::fcntl::OFlag::O_NONBLOCK
+        | nix::fcntl::OFlag::O_CLOEXEC;
+    let raw = nix::fcntl::openat(
+        Some(pd),
+        state::LOCK_FILE,
+        flags,
+        nix::sys::stat::Mode::empty(),
+    )
+    .ok()?;
+    // SAFETY: `openat` just returned this descriptor; nothing else owns it.
+    let f = unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(raw) };
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).ok()
+}
+
 /// Holds the project's `lock` while a registered launch prepares the state files it binds
 /// and opens its bind sources: a sibling launch that checks a file and then replaces it
 /// (the settings copy, a mount point) must not do so between this launch's check and its
@@ -154,8 +173,13 @@ fn register(state: &ProjectState) -> Result<Flock<File>> {
         };
         let file = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
             Ok(file) => file,
-            // A running sandbox holds it (or `--list` is looking at it): the next one.
-            Err((_, Errno::EWOULDBLOCK)) => continue,
+            // A running sandbox holds it (or `--list` is looking at it): the next one. A
+            // bwrap stuck at start (bubblewrap #633) is ended and its slot taken: that
+            // frees whatever pipe it held (a caller's stderr) at this launch.
+            Err((f, Errno::EWOULDBLOCK)) => match reap_and_lock(f, &path) {
+                Some(file) => file,
+                None => continue,
+            },
             Err((_, e)) => return Err(e).with_context(|| format!("cannot lock {}", path.shown())),
         };
         // std opens files close-on-exec; clear it so that bwrap inherits the lock.
@@ -171,6 +195,24 @@ fn register(state: &ProjectState) -> Result<Flock<File>> {
         "stop some first"
     )
     .at(&state.dir))
+}
+
+/// The lock of the slot `f` (open on `path`, held by someone else) once the bwraps stuck
+/// at start that held it are ended (`holders::reap`; said on stderr); `None` when a
+/// running sandbox (or anything else) holds it.
+fn reap_and_lock(f: File, path: &Path) -> Option<Flock<File>> {
+    let Some(Holder::Stuck(pids)) = holders::of_held(path) else {
+        return None;
+    };
+    let ended = holders::reap(path, &pids);
+    if ended.is_empty() {
+        return None;
+    }
+    eprintln!(
+        "claudebox: {}",
+        holders::reaped_message(&ended, &path.shown())
+    );
+    Flock::lock(f, FlockArg::LockExclusiveNonblock).ok()
 }
 
 /// Whether a file is locked by a running sandbox. A lock still held after the launch that

@@ -54,8 +54,8 @@ use crate::policy::escape::Shown;
 use anyhow::{bail, Context, Result};
 
 use crate::policy::layout::{
-    ProjectState, CLAUDE_CONFIG_DIR, CLAUDE_JSON_BASE, CONVERSATIONS_DIR, LOCK_FILE, MISSING_FILE,
-    NEW_PREFIX, ROOT_FILE, ROOT_MOUNT_FILE,
+    ProjectState, CLAUDE_CONFIG_DIR, CLAUDE_JSON_BASE, CONVERSATIONS_DIR, LIST_SUMMARY_FILE,
+    LOCK_FILE, MISSING_FILE, NEW_PREFIX, ROOT_FILE, ROOT_MOUNT_FILE,
 };
 
 /// The paths of one state directory.

@@ -9,8 +9,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::{stderr, stdout, World};
 use crate::vm;
+use crate::BIN;
+use lab::{stderr, stdout, World};
 
 const SHIPPED: &str = include_str!("../../packaging/apparmor/claudebox-bwrap");
 
@@ -63,7 +64,7 @@ fn shipped_profile_compiles_with_apparmor_4_and_typos_do_not() {
         "{}",
         stdout(&version)
     );
-    let w = World::new();
+    let w = World::new(BIN);
     let out = parse(&parser, &w.root(), SHIPPED, &["-Q"]);
     assert!(out.status.success(), "{}", stderr(&out));
     // The controls: the same invocation rejects a misspelt rule, flag or abi.
@@ -90,7 +91,7 @@ fn shipped_profile_compiles_with_apparmor_4_and_typos_do_not() {
 #[test]
 fn printed_profile_attaches_to_the_bwrap_in_use() {
     let Some(parser) = parser() else { return };
-    let w = World::new();
+    let w = World::new(BIN);
     let real = fs::canonicalize(which::which("bwrap").unwrap()).unwrap();
     let dir = w.root().join("my tools");
     fs::create_dir_all(&dir).unwrap();
@@ -136,7 +137,7 @@ fn printed_profile_attaches_to_the_bwrap_in_use() {
 /// A bwrap whose path the profile language cannot name literally: one line, no profile.
 #[test]
 fn a_bwrap_path_it_cannot_name_is_refused() {
-    let w = World::new();
+    let w = World::new(BIN);
     let real = fs::canonicalize(which::which("bwrap").unwrap()).unwrap();
     let dir = w.root().join("glob*dir");
     fs::create_dir_all(&dir).unwrap();

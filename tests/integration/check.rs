@@ -6,8 +6,9 @@ use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
 use std::process::Output;
 
-use crate::common::maintenance::*;
-use crate::common::{stdout, World};
+use crate::BIN;
+use lab::maintenance::*;
+use lab::{stdout, World};
 
 fn check(w: &World, f: impl FnOnce(&mut std::process::Command)) -> Output {
     let mut c = w.cmd(&w.root());
@@ -54,16 +55,12 @@ fn path_without_bwrap(w: &World) -> std::ffi::OsString {
 
 #[test]
 fn passes_on_this_machine_and_leaves_nothing_behind() {
-    let w = World::new();
+    let w = World::new(BIN);
     fs::write(w.home().join(".claude.json"), "{}\n").unwrap();
     let before = snapshot(&w.root());
     let out = check(&w, |_| {});
     let text = stdout(&out);
-    assert!(
-        out.status.success(),
-        "{text}\n{}",
-        crate::common::stderr(&out)
-    );
+    assert!(out.status.success(), "{text}\n{}", lab::stderr(&out));
     for name in [
         "bwrap",
         "sandbox",
@@ -101,7 +98,7 @@ fn passes_on_this_machine_and_leaves_nothing_behind() {
 
 #[test]
 fn no_bwrap_fails_with_the_install_hint() {
-    let w = World::new();
+    let w = World::new(BIN);
     let path = path_without_bwrap(&w);
     let out = check(&w, |c| {
         c.env("PATH", &path);
@@ -117,7 +114,7 @@ fn no_bwrap_fails_with_the_install_hint() {
 
 #[test]
 fn an_apparmor_style_failure_is_recognised_end_to_end() {
-    let w = World::new();
+    let w = World::new(BIN);
     let fake = w.root().join("fakebwrap");
     fs::create_dir_all(&fake).unwrap();
     let bwrap = fake.join("bwrap");
@@ -163,7 +160,7 @@ fn an_apparmor_style_failure_is_recognised_end_to_end() {
 
 #[test]
 fn no_claude_fails() {
-    let w = World::new();
+    let w = World::new(BIN);
     fs::remove_file(w.bin().join("claude")).unwrap();
     let out = check(&w, |_| {});
     let text = stdout(&out);
@@ -180,7 +177,7 @@ fn no_claude_fails() {
 
 #[test]
 fn a_state_dir_that_cannot_be_made_fails() {
-    let w = World::new();
+    let w = World::new(BIN);
     // Under a regular file: not creatable, even for root.
     let file = w.root().join("afile");
     fs::write(&file, "").unwrap();
@@ -200,7 +197,7 @@ fn a_state_dir_that_cannot_be_made_fails() {
 /// writable (...)").
 #[test]
 fn a_state_dir_path_holding_a_semicolon_comes_out_whole() {
-    let w = World::new();
+    let w = World::new(BIN);
     let dir = w.dir("a; b");
     let file = dir.join("afile");
     fs::write(&file, "").unwrap();
@@ -244,7 +241,7 @@ fn an_unwritable_state_dir_fails_for_a_user() {
         eprintln!("skipped as root: chmod does not stop root (covered by the non-root run)");
         return;
     }
-    let w = World::new();
+    let w = World::new(BIN);
     let ro = w.dir("ro");
     fs::set_permissions(&ro, fs::Permissions::from_mode(0o555)).unwrap();
     let out = check(&w, |c| {
@@ -258,7 +255,7 @@ fn an_unwritable_state_dir_fails_for_a_user() {
 
 #[test]
 fn credentials_are_found_but_never_printed() {
-    let w = World::new();
+    let w = World::new(BIN);
     let secret = "sk-ant-test-SECRET-0123456789";
     let out = check(&w, |c| {
         c.env("ANTHROPIC_API_KEY", secret);
@@ -290,7 +287,7 @@ fn credentials_are_found_but_never_printed() {
 
 #[test]
 fn shows_the_network_mode_in_force_and_fails_on_a_bad_config() {
-    let w = World::new();
+    let w = World::new(BIN);
     let xdg = w.root().join("xdg");
     fs::create_dir_all(xdg.join("claudebox")).unwrap();
     fs::write(

@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread;
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 fn env_num(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -56,11 +57,11 @@ fn servers(path: &Path) -> Vec<String> {
 
 #[test]
 fn sandboxes_and_the_host_add_mcp_servers_at_once_nothing_lost_nothing_invalid() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     // The newest in CI (2.1.197 loses updates to its own siblings even bare: its config
     // lock does not wait); `CLAUDEBOX_CONCURRENCY_VERSION=pinned` for 2.1.197.
     let want = std::env::var("CLAUDEBOX_CONCURRENCY_VERSION").unwrap_or_else(|_| "latest".into());
-    let Some(c) = crate::common::lab::claude_versions()
+    let Some(c) = lab::agent::claude_versions()
         .into_iter()
         .find(|c| c.label == want)
     else {
@@ -68,7 +69,7 @@ fn sandboxes_and_the_host_add_mcp_servers_at_once_nothing_lost_nothing_invalid()
     };
     let rounds = env_num("CLAUDEBOX_CONCURRENCY_ROUNDS", 3);
     let n = env_num("CLAUDEBOX_CONCURRENCY_SANDBOXES", 4);
-    let w = World::new();
+    let w = World::new(BIN);
     fs::remove_file(w.bin().join("claude")).unwrap();
     symlink(&c.bin, w.bin().join("claude")).unwrap();
     let host_json = w.home().join(".claude.json");

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::lab::*;
-use crate::common::tmux::Tmux;
-use crate::common::*;
+use crate::BIN;
+use lab::agent::*;
+use lab::tmux::Tmux;
+use lab::*;
 
 /// How long the TUI gets to show each thing.
 const SCREEN_LIMIT: Duration = Duration::from_secs(40);
@@ -85,8 +86,8 @@ fn state_copy(w: &World) -> PathBuf {
 
 #[test]
 fn always_allow_lands_in_the_state_copy_and_holds_in_the_next_sandbox() {
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);
         seed_claude_json(&w.home(), &[&p]);
@@ -129,7 +130,7 @@ fn always_allow_lands_in_the_state_copy_and_holds_in_the_next_sandbox() {
 /// (measured by reverting `rewrite_in_place` to `write_atomic`: "from-A" missing).
 #[test]
 fn a_rule_saved_after_a_later_launch_rebuilt_the_copy_reaches_the_next_sandbox() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("proj");
     init_repo(&p);
     let host_file = p.join(".claude/settings.local.json");

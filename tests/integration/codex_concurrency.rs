@@ -17,8 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use crate::common::lab::{codex_versions, MockApi};
-use crate::common::*;
+use crate::BIN;
+use lab::agent::{codex_versions, MockApi};
+use lab::*;
 
 fn env_num(name: &str, default: usize) -> usize {
     std::env::var(name)
@@ -148,7 +149,7 @@ fn many_codex_sandboxes_share_one_login_nothing_lost_nothing_corrupted() {
     }) else {
         return;
     };
-    let w = World::new_in(Path::new("/var/tmp"));
+    let w = World::new_in(BIN, Path::new("/var/tmp"));
     symlink(&c.bin, w.bin().join("codex")).unwrap();
     let a = w.dir("alpha");
     init_repo(&a);
@@ -365,7 +366,7 @@ fn codex_daemons_of_many_sandboxes_of_one_project_never_meet() {
     let Some(c) = codex_versions().into_iter().next() else {
         return;
     };
-    let w = World::new_in(Path::new("/var/tmp"));
+    let w = World::new_in(BIN, Path::new("/var/tmp"));
     symlink(&c.bin, w.bin().join("codex")).unwrap();
     let p = w.dir("proj");
     init_repo(&p);

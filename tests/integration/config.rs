@@ -9,7 +9,8 @@ use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 /// `XDG_CONFIG_HOME` for these tests: outside the World's HOME.
 fn xdg(w: &World) -> PathBuf {
@@ -77,7 +78,7 @@ fn data_dir(w: &World, name: &str) -> PathBuf {
 
 #[test]
 fn ro_path_is_visible_and_not_writable() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let a = data_dir(&w, "a");
     let b = data_dir(&w, "b");
@@ -100,7 +101,7 @@ fn ro_path_is_visible_and_not_writable() {
 #[test]
 fn without_ro_the_path_is_invisible() {
     // The same directory as above is not there unless listed: the test can fail.
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let a = data_dir(&w, "a");
     let out = inside(
@@ -117,7 +118,7 @@ fn without_ro_the_path_is_invisible() {
 
 #[test]
 fn rw_path_is_writable() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let a = data_dir(&w, "a");
     let b = data_dir(&w, "b");
@@ -135,7 +136,7 @@ fn rw_path_is_writable() {
 
 #[test]
 fn hidden_paths_show_nothing() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     fs::create_dir_all(p.join("secret")).unwrap();
     fs::write(p.join("secret/key"), "SECRET-KEY\n").unwrap();
@@ -180,7 +181,7 @@ fn hidden_paths_show_nothing() {
 
 #[test]
 fn environment_set_and_passed() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     write_config(
         &w,
@@ -233,7 +234,7 @@ fn environment_set_and_passed() {
 
 #[test]
 fn claudebox_variables_cannot_be_overridden() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let o = run(&w, &p, &["--env", "CLAUDEBOX_PROJECT_ROOT=/etc"], "");
     refused(
@@ -255,7 +256,7 @@ fn connect_script(port: u16) -> String {
 fn network_switch() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let script = connect_script(listener.local_addr().unwrap().port());
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let net = |args: &[&str]| {
         let out = inside(&w, &p, args, &script);
@@ -275,7 +276,7 @@ fn network_switch() {
 
 #[test]
 fn no_network_and_network_conflict() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let o = run(&w, &p, &["--no-network", "--network", "open"], "");
     assert!(!o.status.success());
@@ -285,7 +286,7 @@ fn no_network_and_network_conflict() {
 
 #[test]
 fn command_line_replaces_the_config_entry_for_the_same_path() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let a = data_dir(&w, "a");
     write_config(&w, &format!("rw = [{}]\n", q(&a)));
@@ -301,7 +302,7 @@ fn command_line_replaces_the_config_entry_for_the_same_path() {
 
 #[test]
 fn a_parent_of_the_project_read_only_keeps_the_project_writable() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("src/p");
     let sibling = data_dir(&w, "src/other");
     let vendor = w.dir("src/p/vendor");
@@ -326,7 +327,7 @@ fn a_parent_of_the_project_read_only_keeps_the_project_writable() {
 
 #[test]
 fn claude_args_come_first() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     write_config(
         &w,
@@ -353,7 +354,7 @@ fn claude_args_come_first() {
 
 #[test]
 fn per_project_sections_apply_only_to_their_project() {
-    let w = World::new();
+    let w = World::new(BIN);
     let a = w.work().join("a");
     init_repo(&a);
     fs::create_dir_all(a.join("sub")).unwrap();
@@ -413,7 +414,7 @@ fn per_project_sections_apply_only_to_their_project() {
 
 #[test]
 fn a_project_section_can_name_the_git_dir() {
-    let w = World::new();
+    let w = World::new(BIN);
     let a = w.work().join("a");
     init_repo(&a);
     write_config(
@@ -437,7 +438,7 @@ fn a_project_section_can_name_the_git_dir() {
 fn a_planted_git_file_does_not_join_a_configured_project() {
     // A downloaded directory whose `.git` file points at the configured repository is
     // not one of its work trees: the section's grants do not apply.
-    let w = World::new();
+    let w = World::new(BIN);
     let a = w.work().join("a");
     init_repo(&a);
     let evil = w.dir("evil");
@@ -459,7 +460,7 @@ fn a_planted_git_file_does_not_join_a_configured_project() {
 #[test]
 fn files_inside_the_project_are_never_read_as_configuration() {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let w = World::new();
+    let w = World::new(BIN);
     let ssh = w.home().join(".ssh");
     fs::create_dir_all(&ssh).unwrap();
     fs::write(ssh.join("id_ed25519"), "PRIVATE-KEY\n").unwrap();
@@ -503,7 +504,7 @@ fn files_inside_the_project_are_never_read_as_configuration() {
 
 #[test]
 fn the_agent_cannot_read_or_change_its_own_configuration() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     // The default location, ~/.config/claudebox, in the real home.
     let default_cfg = w.home().join(".config/claudebox/config.toml");
@@ -535,7 +536,7 @@ fn the_agent_cannot_read_or_change_its_own_configuration() {
 
 #[test]
 fn a_config_file_the_sandbox_could_write_is_refused() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.work().join("dotfiles");
     init_repo(&p);
     let o = w
@@ -548,7 +549,7 @@ fn a_config_file_the_sandbox_could_write_is_refused() {
 
 #[test]
 fn mounts_that_would_break_the_sandbox_are_refused() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let home = w.home();
     fs::create_dir_all(home.join(".config/claudebox")).unwrap();
@@ -595,7 +596,7 @@ fn mounts_that_would_break_the_sandbox_are_refused() {
 
 #[test]
 fn a_symlink_the_agent_could_have_planted_is_refused() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.work().join("p");
     init_repo(&p);
     let ssh = w.home().join(".ssh");
@@ -623,7 +624,7 @@ fn a_symlink_the_agent_could_have_planted_is_refused() {
 
 #[test]
 fn invalid_config_files_name_file_line_and_column() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let cfg = config_path(&w);
     let c = cfg.display();
@@ -692,7 +693,7 @@ fn invalid_config_files_name_file_line_and_column() {
 
 #[test]
 fn dry_run_shows_where_everything_came_from() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let a = data_dir(&w, "a");
     let b = data_dir(&w, "b");
@@ -754,7 +755,7 @@ fn dry_run_shows_where_everything_came_from() {
 
 #[test]
 fn the_printed_command_runs_with_the_extras() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let a = data_dir(&w, "a");
     write_config(&w, &format!("ro = [{}]\n", q(&a)));
@@ -791,7 +792,7 @@ fn the_printed_command_runs_with_the_extras() {
 
 #[test]
 fn xdg_config_home_is_honoured_and_relative_ignored() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     write_config(&w, "network = \"none\"\n");
     let dry = ok(&cmd(&w, &p).arg("--dry-run").output().unwrap());
@@ -824,7 +825,7 @@ fn xdg_config_home_is_honoured_and_relative_ignored() {
 
 #[test]
 fn completions_and_man_page() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     for (shell, marker) in [
         ("bash", "complete -F"),
@@ -857,7 +858,7 @@ fn completions_and_man_page() {
 
 #[test]
 fn the_config_file_sets_the_allowlist_and_the_opt_ins_per_project() {
-    let w = World::new();
+    let w = World::new(BIN);
     let a = w.work().join("a");
     init_repo(&a);
     let b = w.dir("b");

@@ -1,6 +1,6 @@
 //! Real conversations: the real Claude Code (both the pinned and the newest version) runs
 //! through claudebox against the lab's mock Messages API (`tests/lab/mock_api.py`, see
-//! `common::lab`): `-p` runs whose Bash and Write tool calls change the project, named
+//! `lab::lab`): `-p` runs whose Bash and Write tool calls change the project, named
 //! sessions resumed from elsewhere in the project, the TUI under tmux, and allowlist mode
 //! with the API reached only through claudebox's proxy.
 //!
@@ -17,9 +17,10 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::lab::*;
-use crate::common::tmux::Tmux;
-use crate::common::*;
+use crate::BIN;
+use lab::agent::*;
+use lab::tmux::Tmux;
+use lab::*;
 
 /// How long one claudebox run may take before the test fails (and kills it).
 const RUN_LIMIT: Duration = Duration::from_secs(60);
@@ -220,8 +221,8 @@ fn mock_api_plays_its_script_and_logs_every_request() {
 /// is in claudebox's state, not in the host's `~/.claude/projects`.
 #[test]
 fn print_mode_bash_tool_call_changes_the_project() {
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);
         let mock = MockApi::start(&json!([
@@ -290,8 +291,8 @@ fn print_mode_bash_tool_call_changes_the_project() {
 /// A Write tool call: the file appears in the work tree on the host, with its content.
 #[test]
 fn print_mode_write_tool_call_writes_into_the_project() {
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);
         let target = p.join("sub dir").join("written by claude.txt");
@@ -325,8 +326,8 @@ fn print_mode_write_tool_call_writes_into_the_project() {
 /// a linked worktree: each resumed run sends claude's earlier messages to the API.
 #[test]
 fn named_session_resumes_from_root_subdirectory_and_worktree() {
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let repo = w.dir("repo");
         init_repo(&repo);
         let sub = repo.join("src").join("deep");
@@ -393,8 +394,8 @@ fn has_rule_of_width(screen: &str, n: usize) -> bool {
 /// stays), `/exit`, and claudebox's exit status is 0.
 #[test]
 fn tui_under_tmux_answers_resizes_interrupts_and_exits_zero() {
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);
         seed_claude_json(&w.home(), &[&p]);
@@ -491,8 +492,8 @@ fn sh_quote(path: &Path) -> String {
 /// Control: without `--allow-host`, nothing from inside reaches the mock.
 #[test]
 fn allowlist_reaches_a_loopback_api_only_through_the_proxy() {
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);
         let mock = MockApi::start(&json!(["ANSWER-THROUGH-THE-PROXY"]));

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::lab::*;
-use crate::common::*;
+use crate::BIN;
+use lab::agent::*;
+use lab::*;
 
 const LIMIT: Duration = Duration::from_secs(90);
 
@@ -73,8 +74,8 @@ fn uuid_in_line(stderr: &str) -> Option<String> {
 /// import, the same resume fails.
 #[test]
 fn a_bare_claude_conversation_is_imported_and_resumed_in_claudebox() {
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);
         seed_claude_json(&w.home(), &[&p]);
@@ -173,8 +174,8 @@ fn a_bare_claude_conversation_is_imported_and_resumed_in_claudebox() {
 /// fails.
 #[test]
 fn a_claudebox_conversation_resumes_by_its_exit_line_and_is_exported_to_bare_claude() {
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);
         seed_claude_json(&w.home(), &[&p]);
@@ -270,7 +271,7 @@ fn a_claudebox_conversation_resumes_by_its_exit_line_and_is_exported_to_bare_cla
 /// `fs::copy`) of the same directory reads the secret through the link.
 #[test]
 fn export_does_not_follow_an_agent_planted_symlink() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("proj");
     init_repo(&p);
     let secret = w.root().join("host-secret");
@@ -320,7 +321,7 @@ fn export_does_not_follow_an_agent_planted_symlink() {
 /// same path lands in the host's directory.
 #[test]
 fn import_does_not_write_through_an_agent_planted_directory_link() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("proj");
     init_repo(&p);
     let target = w.root().join("host-dir");
@@ -367,7 +368,7 @@ fn import_does_not_write_through_an_agent_planted_directory_link() {
 /// none was written, nor for `--exec`.
 #[test]
 fn the_exit_line_names_the_session_or_the_conversation_written() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("proj");
     init_repo(&p);
     let u = "7d2e0c2d-7b3f-4c55-9e21-0123456789ab";

@@ -10,7 +10,8 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -105,7 +106,7 @@ fn options_differ(help: &str, reference: &str) -> Vec<String> {
 }
 
 fn help() -> String {
-    let w = World::new();
+    let w = World::new(BIN);
     ok(&w.cmd(&w.work()).arg("--help").output().unwrap())
 }
 
@@ -184,7 +185,7 @@ fn the_hidden_roles_are_documented_and_not_in_help() {
 
 /// The keys serde accepts at the top level, from the error for an unknown one.
 fn config_keys() -> BTreeSet<String> {
-    let w = World::new();
+    let w = World::new(BIN);
     let xdg = w.root().join("xdg");
     fs::create_dir_all(xdg.join("claudebox")).unwrap();
     fs::write(xdg.join("claudebox/config.toml"), "zz_not_a_key = 1\n").unwrap();
@@ -397,7 +398,7 @@ fn the_readme_stays_short() {
 /// reference, and groff reads it without a warning.
 #[test]
 fn the_man_page_has_files_environment_exit_status_examples() {
-    let w = World::new();
+    let w = World::new(BIN);
     let man = ok(&w.cmd(&w.work()).arg("manpage").output().unwrap());
     let heads: Vec<&str> = man.lines().filter(|l| l.starts_with(".SH ")).collect();
     for h in [

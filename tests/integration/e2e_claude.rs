@@ -12,11 +12,12 @@ use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 /// A world whose `claude` is the real CLI, linked the way npm links it.
 fn world_with_real_claude(claude: &PathBuf) -> World {
-    let w = World::new();
+    let w = World::new(BIN);
     fs::remove_file(w.bin().join("claude")).unwrap();
     symlink(claude, w.bin().join("claude")).unwrap();
     w
@@ -24,7 +25,7 @@ fn world_with_real_claude(claude: &PathBuf) -> World {
 
 #[test]
 fn real_claude_mcp_config_is_the_projects_and_follows_the_host() {
-    for c in crate::common::lab::each_claude() {
+    for c in lab::agent::each_claude() {
         mcp_config_is_the_projects(&c.bin);
     }
 }
@@ -99,8 +100,8 @@ fn mcp_config_is_the_projects(claude: &PathBuf) {
 /// skill from `~/.claude/skills/` is offered to the model.
 #[test]
 fn real_claude_runs_the_users_hooks_and_commands_from_the_read_only_setup() {
-    use crate::common::lab::{MockApi, API_KEY};
-    for c in crate::common::lab::each_claude() {
+    use lab::agent::{MockApi, API_KEY};
+    for c in lab::agent::each_claude() {
         let w = world_with_real_claude(&c.bin);
         let p = w.dir("proj");
         init_repo(&p);
@@ -157,7 +158,7 @@ fn real_claude_runs_the_users_hooks_and_commands_from_the_read_only_setup() {
             c.label
         );
         assert!(
-            crate::common::lab::messages_text(first).contains("USER-COMMAND-BODY-7731"),
+            lab::agent::messages_text(first).contains("USER-COMMAND-BODY-7731"),
             "[{}] the user's slash command did not expand",
             c.label
         );

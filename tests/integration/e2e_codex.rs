@@ -14,8 +14,9 @@ use std::os::unix::fs::symlink;
 use std::path::Path;
 use std::process::Stdio;
 
-use crate::common::lab::{codex_config, codex_versions, MockApi, OPENAI_KEY, OPENAI_KEY_VAR};
-use crate::common::*;
+use crate::BIN;
+use lab::agent::{codex_config, codex_versions, MockApi, OPENAI_KEY, OPENAI_KEY_VAR};
+use lab::*;
 
 /// Every file under `dir` whose text contains `needle`.
 fn files_containing(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
@@ -49,7 +50,7 @@ fn real_codex_holds_a_conversation_with_a_shell_call_inside_the_sandbox() {
         "workspace-write"
     };
     for c in codex_versions() {
-        let w = World::new_in(Path::new("/var/tmp"));
+        let w = World::new_in(BIN, Path::new("/var/tmp"));
         symlink(&c.bin, w.bin().join("codex")).unwrap();
         let p = w.dir("proj");
         init_repo(&p);
@@ -182,7 +183,7 @@ fn real_codex_holds_a_conversation_with_a_shell_call_inside_the_sandbox() {
 /// `--exec` runs without it.
 #[test]
 fn the_agent_is_chosen_by_flag_or_config_and_shown() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("proj");
     init_repo(&p);
     let xdg = w.root().join("xdg");
@@ -266,7 +267,7 @@ fn the_agent_is_chosen_by_flag_or_config_and_shown() {
 fn codex_named_sessions_resume_their_own_thread_from_a_worktree() {
     let _heavy = heavy();
     for c in codex_versions() {
-        let w = World::new_in(Path::new("/var/tmp"));
+        let w = World::new_in(BIN, Path::new("/var/tmp"));
         symlink(&c.bin, w.bin().join("codex")).unwrap();
         let p = w.dir("proj");
         init_repo(&p);

@@ -21,7 +21,8 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 const HELPERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/helpers");
 const MARK: &str = "ESCAPED";
@@ -123,7 +124,7 @@ fn write(p: &Path, s: &str) {
 
 impl Arena {
     fn new() -> Arena {
-        let w = World::new();
+        let w = World::new(BIN);
         let home = w.home();
         for (i, rel) in SECRETS.iter().enumerate() {
             write(&home.join(rel), &format!("SECRET-{i}\n"));
@@ -726,7 +727,7 @@ fn run_attempt(a: &Arena, at: &Attempt) -> (bool, String) {
 
 #[test]
 fn escape_suite() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let arena = Arena::new();
     let attempts = attempts(&arena);
     let mut succeeded = Vec::new();
@@ -752,7 +753,7 @@ fn escape_suite() {
             succeeded.push(name);
         }
     }
-    crate::common::figure!(
+    lab::figure!(
         "{} escape attempts, {} succeeded",
         attempts.len() + more.len(),
         succeeded.len()
@@ -764,7 +765,7 @@ fn escape_suite() {
 /// protection turned off. Each must succeed, or the suite above proves nothing.
 #[test]
 fn controls_show_the_attempts_can_succeed() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let arena = Arena::new();
     let host = |script: &str| -> String {
         let o = Command::new("sh")
@@ -846,7 +847,7 @@ fn controls_show_the_attempts_can_succeed() {
 /// off) would make the next launch bind whatever it points at: the launch refuses.
 #[test]
 fn a_symlink_at_a_protected_path_is_refused() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     write(&w.home().join(".ssh/id_ed25519"), "SECRET-ssh\n");

@@ -18,8 +18,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant, SystemTime};
 
-use crate::common::maintenance::*;
-use crate::common::{ok, stderr, World};
+use crate::BIN;
+use lab::maintenance::*;
+use lab::{ok, stderr, World};
 
 /// A small deterministic generator (xorshift), seeded from the clock and printed.
 struct Rng(u64);
@@ -150,7 +151,7 @@ fn half_made(w: &World) -> Vec<PathBuf> {
 /// `--gc` removes every leftover of the killed runs.
 #[test]
 fn kills_at_random_points_of_a_launch_leave_nothing_that_blocks() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let mut rng = Rng::new("launch kills");
     let rounds = 60;
     let (mut stuck_named, mut relaunched, mut half) = (0, 0, 0);
@@ -198,7 +199,7 @@ fn kills_at_random_points_of_a_launch_leave_nothing_that_blocks() {
     let out = run(&w, &["--gc"]);
     assert!(out.status.success(), "{}", stderr(&out));
     let after = leftovers(&w.state());
-    crate::common::figure!(
+    lab::figure!(
         "launch kills: {rounds} kills in {:.1}s, {half} half-made project directories, \
          {stuck_named} stuck bwraps named and cleared, {relaunched} sessions started again, \
          {} leftovers removed by --gc, {} left",
@@ -249,7 +250,7 @@ fn diagnose(w: &World) -> String {
 /// and the temporary files of killed writes are removed by `--gc`.
 #[test]
 fn kills_during_session_record_writes_leave_whole_records() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let dir = w.dir("p");
     launch(&w, &dir);
     let mut rng = Rng::new("record kills");
@@ -287,7 +288,7 @@ fn kills_during_session_record_writes_leave_whole_records() {
     }
     let err = stderr(&run(&w, &["--gc"]));
     let after = leftovers(&w.state());
-    crate::common::figure!(
+    lab::figure!(
         "record kills: {rounds} kills, {} records written whole, {} unreadable, {} temporary \
          files left by killed writes ({relaunch_cleaned} removed by its name's next launch, the \
          rest by --gc), {} after --gc, {stuck} stuck bwraps named and cleared",
@@ -305,7 +306,7 @@ fn kills_during_session_record_writes_leave_whole_records() {
 /// (moved aside first), and the next `--gc` finishes the job.
 #[test]
 fn kills_during_gc_never_leave_a_project_half_removed() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let mut rng = Rng::new("gc kills");
     let rounds = 15;
     let per_round = 8;
@@ -348,7 +349,7 @@ fn kills_during_gc_never_leave_a_project_half_removed() {
     }
     let err = stderr(&run(&w, &["--gc", "--gc-margin", "0"]));
     let left: Vec<_> = fs::read_dir(projects(&w)).unwrap().flatten().collect();
-    crate::common::figure!(
+    lab::figure!(
         "gc kills: {rounds} kills over {} projects, {killed_mid} killed between two \
          projects, {half} project directories half removed, {} entries left after the next --gc",
         rounds * per_round,
@@ -412,24 +413,30 @@ fn children(pid: u32) -> Vec<u32> {
     out
 }
 
-/// Issue 15 (bubblewrap #633): claudebox and its keeper both killed (SIGKILL, as a
-/// `kill -KILL` of the whole process group would) while bwrap's child waits for bwrap
-/// leave that child stuck for ever, holding the in-use slot (not the session's lock,
-/// which stays in claudebox). `--list` names the pid and the command that clears it and
-/// does not count it as running; the session starts meanwhile. (claudebox alone killed
-/// leaves nothing: `launch_kills::claudebox_killed_while_bwrap_s_child_waits_leaves_nothing`.)
-#[test]
-fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
-    let w = World::heavy();
-    let dir = w.dir("p");
-    launch(&w, &dir);
-    let (wrapper, _fifo) = blocking_bwrap(&w);
-    let mut c = w.cmd(&dir);
-    c.env("CLAUDEBOX_BWRAP", &wrapper).args(["--session", "s"]);
-    let mut child = spawn_quiet(&mut c);
+/// A launch held in bubblewrap #633's window (`blocking_bwrap`), its stderr a pipe read
+/// by a thread, then claudebox and its keeper both killed by pid (SIGKILL; the keeper
+/// stopped first, so that it cannot act on claudebox's death; a kill of the whole process
+/// group would reach bwrap's child too, a kill by name spares the keeper): bwrap dies with
+/// them, its child is left to init, stuck, holding the in-use slot (not the session's
+/// lock, which stays in claudebox) and the pipe. Returns the stuck pid, a guard that
+/// kills it, and the channel that says the pipe closed.
+fn stuck_launch(w: &World, dir: &Path) -> (i32, Guard, std::sync::mpsc::Receiver<()>) {
+    let (wrapper, _fifo) = blocking_bwrap(w);
+    let mut c = w.cmd(dir);
+    c.env("CLAUDEBOX_BWRAP", &wrapper)
+        .args(["--session", "s"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = c.spawn().unwrap();
+    let mut err = child.stderr.take().unwrap();
+    let (tx, closed) = std::sync::mpsc::channel();
+    thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = err.read_to_end(&mut sink);
+        let _ = tx.send(());
+    });
     let stuck = blocked_child(child.id());
-    // claudebox and the keeper killed (the keeper stopped first, so that it cannot act
-    // on claudebox's death): bwrap dies with them, its child is left to init, stuck.
     let keeper = children(child.id())
         .into_iter()
         .find(|p| children(*p).contains(&stuck[0]))
@@ -441,19 +448,81 @@ fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
     sigkill(child.id());
     sigkill(keeper);
     child.wait().unwrap();
-    let stuck = stuck[1] as i32;
-    let cleanup = scopeguard(stuck);
+    let pid = stuck[1] as i32;
+    (pid, scopeguard(pid), closed)
+}
 
-    // The name's lock stays in claudebox (never in bwrap): the stuck child does not hold
-    // the session, which starts again at once; it holds the in-use slot, which --list
-    // names and does not count.
-    ok(&w
+/// Issue 22 (4): claudebox and its keeper both killed by pid in #633's window leave
+/// bwrap's child stuck, holding the caller's stderr pipe; the next launch of the project
+/// ends it (it takes the slot the child holds: `holders::reap`, checked again through a
+/// pidfd) and says so: the pipe closes, no bwrap is left, `--list` names nothing. The
+/// control is the next test (`CLAUDEBOX_TEST_NO_REAP`: the child stays, only named).
+#[test]
+fn a_bwrap_stuck_at_start_is_ended_by_the_next_launch() {
+    let w = World::heavy(BIN);
+    let dir = w.dir("p");
+    launch(&w, &dir);
+    let (stuck, _guard, closed) = stuck_launch(&w, &dir);
+    assert!(
+        closed.recv_timeout(Duration::from_secs(1)).is_err(),
+        "the pipe closed with the child stuck"
+    );
+    assert!(fs::read_to_string(format!("/proc/{stuck}/stat")).is_ok_and(|s| s.contains("(bwrap)")));
+    let next = w
         .cmd(&dir)
         .args(["--session", "s"])
         .stdin(Stdio::null())
         .output()
-        .unwrap());
+        .unwrap();
+    ok(&next);
+    let said = stderr(&next);
+    assert!(
+        said.contains("ended a bwrap that got stuck") && said.contains(&stuck.to_string()),
+        "{said}"
+    );
+    assert!(
+        closed.recv_timeout(Duration::from_secs(1)).is_ok(),
+        "the pipe stayed open after the next launch"
+    );
+    let stat = fs::read_to_string(format!("/proc/{stuck}/stat")).unwrap_or_default();
+    assert!(!stat.contains("(bwrap) S"), "still there: {stat}");
     let list = run(&w, &["--list", "--json"]);
+    assert!(
+        named_stuck_pids(&stderr(&list)).is_empty(),
+        "{}",
+        stderr(&list)
+    );
+    assert!(!stderr(&list).contains("#633"), "{}", stderr(&list));
+    lab::figure!("stuck bwrap: pid {stuck} ended by the next launch");
+}
+
+/// The control of the test above, and what claudebox says where it cannot end the child
+/// (`CLAUDEBOX_TEST_NO_REAP`, debug builds: nothing is killed): the session starts
+/// meanwhile (the child holds a slot, not the name), the pipe stays open, `--list` names
+/// the pid and the command that clears it and does not count it as running.
+#[test]
+fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
+    let w = World::heavy(BIN);
+    let dir = w.dir("p");
+    launch(&w, &dir);
+    let (stuck, cleanup, closed) = stuck_launch(&w, &dir);
+    ok(&w
+        .cmd(&dir)
+        .env("CLAUDEBOX_TEST_NO_REAP", "1")
+        .args(["--session", "s"])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap());
+    assert!(
+        closed.recv_timeout(Duration::from_secs(1)).is_err(),
+        "control: the pipe closed"
+    );
+    let list = w
+        .cmd(&dir)
+        .env("CLAUDEBOX_TEST_NO_REAP", "1")
+        .args(["--list", "--json"])
+        .output()
+        .unwrap();
     let rows: serde_json::Value = serde_json::from_slice(&list.stdout).unwrap();
     assert_eq!(rows[0]["running"], 0, "{rows}");
     assert_eq!(
@@ -463,7 +532,7 @@ fn a_bwrap_stuck_at_start_is_named_with_the_command_that_clears_it() {
         stderr(&list)
     );
     assert!(stderr(&list).contains("bubblewrap issue #633"));
-    crate::common::figure!("stuck bwrap: pid {stuck} named by --list");
+    lab::figure!("stuck bwrap: pid {stuck} named by --list");
 
     clear_stuck(stuck);
     drop(cleanup);
@@ -509,7 +578,7 @@ fn blocked_child(launcher: u32) -> Vec<u32> {
 /// the child stuck.
 #[test]
 fn bwrap_killed_at_start_leaves_no_stuck_child() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let dir = w.dir("p");
     launch(&w, &dir);
     let (wrapper, _fifo) = blocking_bwrap(&w);
@@ -555,7 +624,7 @@ impl Drop for Guard {
 /// process). Before: 64 of 200 immediate checks counted it.
 #[test]
 fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let dir = w.dir("p");
     let n = 100;
     let mut counted = 0;
@@ -564,9 +633,7 @@ fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
         let rows = list_json(&w);
         counted += usize::from(rows[0]["running"] != 0);
     }
-    crate::common::figure!(
-        "immediate --list after a launch returned: {counted} of {n} counted it running"
-    );
+    lab::figure!("immediate --list after a launch returned: {counted} of {n} counted it running");
     assert_eq!(counted, 0);
 }
 
@@ -574,7 +641,7 @@ fn a_sandbox_whose_launch_returned_is_not_counted_as_running() {
 /// project directory without its `project-root` (made whole, then renamed into place).
 #[test]
 fn gc_never_sees_a_first_launch_half_way() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     fs::create_dir_all(projects(&w)).unwrap();
     let stop = Arc::new(AtomicUsize::new(0));
     let seen = Arc::new(AtomicUsize::new(0));
@@ -586,7 +653,7 @@ fn gc_never_sees_a_first_launch_half_way() {
         let path = w.path_var();
         thread::spawn(move || {
             while stop.load(Ordering::Relaxed) == 0 {
-                let out = Command::new(crate::common::BIN)
+                let out = Command::new(BIN)
                     .current_dir(&root)
                     .env_clear()
                     .env("HOME", &home)
@@ -612,7 +679,7 @@ fn gc_never_sees_a_first_launch_half_way() {
     stop.store(1, Ordering::Relaxed);
     gc.join().unwrap();
     let (seen, runs) = (seen.load(Ordering::Relaxed), runs.load(Ordering::Relaxed));
-    crate::common::figure!("first launches vs --gc: {n} first launches, {runs} --gc runs, {seen} saw a half-made project");
+    lab::figure!("first launches vs --gc: {n} first launches, {runs} --gc runs, {seen} saw a half-made project");
     assert_eq!(seen, 0);
 }
 
@@ -625,7 +692,7 @@ fn with_small_tmpfs(w: &World, mount: &Path, size: u64, script: &str) -> std::pr
         .arg("--tmpfs")
         .arg(mount)
         .args(["sh", "-c", script, "sh"])
-        .arg(crate::common::BIN)
+        .arg(BIN)
         .current_dir(w.root())
         .env_clear()
         .env("HOME", w.home())
@@ -641,7 +708,7 @@ fn with_small_tmpfs(w: &World, mount: &Path, size: u64, script: &str) -> std::pr
 /// launch with room to spare creates the project's state.
 #[test]
 fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let seeded = w.dir("seeded");
     let fresh = w.dir("fresh");
     // A project made normally, copied into the small file system inside.
@@ -677,7 +744,7 @@ fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
         && stderr(&out).contains("bwrap")
         && !Path::new(&w.root().join("first.rc")).exists()
     {
-        crate::common::figure!(
+        lab::figure!(
             "SKIP: bwrap cannot make a user and mount namespace here: {}",
             stderr(&out)
         );
@@ -686,8 +753,8 @@ fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
     let read = |f: &str| fs::read_to_string(w.root().join(f)).unwrap_or_default();
     let first = read("first.err");
     let named = read("named.err");
-    crate::common::figure!("full disk, first launch: {}", first.trim());
-    crate::common::figure!("full disk, named session: {}", named.trim());
+    lab::figure!("full disk, first launch: {}", first.trim());
+    lab::figure!("full disk, named session: {}", named.trim());
     assert_ne!(read("first.rc").trim(), "0");
     assert_eq!(first.lines().count(), 1, "{first}");
     assert!(first.contains("No space left on device"), "{first}");
@@ -733,7 +800,7 @@ fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
 /// the proxy's bound. Before: `502 Too many open files` or a reset past ~20 tunnels.
 #[test]
 fn the_proxy_queues_connections_beyond_its_descriptors() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     const N: usize = 100;
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = l.local_addr().unwrap().port();
@@ -788,7 +855,7 @@ ts = [threading.Thread(target=one, args=(i,)) for i in range({N})]
 print("TUNNELS-OK", len(ok))
 "#
     );
-    let w = World::new();
+    let w = World::new(BIN);
     let dir = w.dir("p");
     let mut c = w.cmd(&dir);
     c.args([
@@ -814,7 +881,7 @@ print("TUNNELS-OK", len(ok))
         .find_map(|l| l.strip_prefix("TUNNELS-OK "))
         .and_then(|n| n.trim().parse().ok())
         .unwrap_or(0);
-    crate::common::figure!(
+    lab::figure!(
         "proxy at NOFILE 128: {through} of {N} tunnels through in {:.1}s, at most {} at once upstream",
         started.elapsed().as_secs_f64(),
         peak.load(Ordering::SeqCst)
@@ -827,7 +894,7 @@ print("TUNNELS-OK", len(ok))
 /// written one line each. Before: 13.4 MB in 10 s.
 #[test]
 fn a_flood_of_denials_keeps_the_denied_log_bounded() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let py = r#"
 import socket, threading
 def run(hosts):
@@ -843,7 +910,7 @@ ts = [threading.Thread(target=run, args=(p,)) for p in parts]
 [t.start() for t in ts]; [t.join() for t in ts]
 print("FLOOD-DONE")
 "#;
-    let w = World::new();
+    let w = World::new(BIN);
     let dir = w.dir("p");
     let started = Instant::now();
     let out = w
@@ -867,7 +934,7 @@ print("FLOOD-DONE")
         .chain(old.lines())
         .filter(|l| l.contains("same.flood"))
         .count();
-    crate::common::figure!(
+    lab::figure!(
         "denied flood: 9000 denials in {:.1}s, log {} bytes + {} rotated, {same} lines for 3000 repeats of one host",
         started.elapsed().as_secs_f64(),
         log.len(),
@@ -886,7 +953,7 @@ print("FLOOD-DONE")
 /// sandbox gets it as HOME.
 #[test]
 fn odd_homes_are_refused_or_completed_before_anything_is_made() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let dir = w.dir("p");
     let base = |c: &mut Command| {
         c.env_remove("HOME");
@@ -916,7 +983,7 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
         .unwrap()
         .dir;
     if !passwd.join(".claude/projects").is_dir() || !passwd.join(".claude.json").exists() {
-        crate::common::figure!(
+        lab::figure!(
             "SKIP unset HOME: {} has no ~/.claude/projects or ~/.claude.json, and this test \
              creates nothing in a real home",
             passwd.display()
@@ -941,7 +1008,7 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
 /// before any state is made. Control: a long path within the limit launches.
 #[test]
 fn a_path_too_long_for_bwrap_is_refused_before_any_state() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let deep = |total: usize| -> PathBuf {
         let mut p = w.work();
         let mut i = 0;
@@ -967,5 +1034,5 @@ fn a_path_too_long_for_bwrap_is_refused_before_any_state() {
     assert!(!w.state().exists(), "state was made");
     let fine = deep(3900);
     ok(&w.cmd(&fine).args(["--exec", "true"]).output().unwrap());
-    crate::common::figure!("long paths: 4092 bytes refused before any state, 3900 bytes launched");
+    lab::figure!("long paths: 4092 bytes refused before any state, 3900 bytes launched");
 }

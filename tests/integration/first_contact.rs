@@ -3,7 +3,8 @@
 //! `~/.claude`, the read-only notice, near-misses of claudebox's options, `--dry-run`'s
 //! summary, session-name completion (bash, zsh, fish), a worktree outside the project.
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 use std::fs;
 use std::os::unix::fs::symlink;
 use std::path::PathBuf;
@@ -19,7 +20,7 @@ fn linked(w: &World) -> (PathBuf, PathBuf) {
 
 #[test]
 fn a_home_and_a_project_reached_through_a_symlink_launch() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (home, proj) = linked(&w);
     // A source under ~/.claude, named through the link: what was refused as tampering.
     fs::write(
@@ -76,7 +77,7 @@ fn a_home_and_a_project_reached_through_a_symlink_launch() {
 /// covers it, and `~/.claude` is the project's own as in every launch.
 #[test]
 fn yes_in_the_home_launches_without_showing_or_writing_the_real_claude_json() {
-    let w = World::new();
+    let w = World::new(BIN);
     let home = w.home();
     let real = r#"{"projects":{"/elsewhere":{"mcpServers":{"s":{"env":{"TOKEN":"OTHER-PROJECT-SECRET"}}}}}}"#;
     fs::write(home.join(".claude.json"), real).unwrap();
@@ -114,7 +115,7 @@ fn yes_in_the_home_launches_without_showing_or_writing_the_real_claude_json() {
 /// none once that flag opens it (the control), nor in open mode.
 #[test]
 fn an_unreachable_base_url_gets_one_warning_line_and_an_opened_one_none() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("gw");
     init_repo(&proj);
     let launch = |url: &str, args: &[&str]| {
@@ -175,9 +176,9 @@ fn an_unreachable_base_url_gets_one_warning_line_and_an_opened_one_none() {
 /// setup, read-only) fails inside.
 #[test]
 fn a_hooks_own_log_under_dot_claude_stays_writable_and_the_setup_does_not() {
-    use crate::common::lab::{ok_run, world_with, MockApi, API_KEY};
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    use lab::agent::{ok_run, world_with, MockApi, API_KEY};
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);
         let claude = w.home().join(".claude");
@@ -227,7 +228,7 @@ fn a_hooks_own_log_under_dot_claude_stays_writable_and_the_setup_does_not() {
 /// not protected succeeds.
 #[test]
 fn a_rename_over_a_read_only_file_fails_ebusy_and_the_note_says_it_means_read_only() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("ro");
     init_repo(&p);
     fs::write(p.join("plain"), "x\n").unwrap();
@@ -253,7 +254,7 @@ echo t > p.tmp; mv p.tmp plain && echo CONTROL-RENAMED
 /// own options.
 #[test]
 fn a_near_miss_of_a_claudebox_option_is_refused_with_did_you_mean() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("typo");
     init_repo(&p);
     let o = w.run_claude(&p, ["--no-netwrok"], "echo RAN");
@@ -279,7 +280,7 @@ fn a_near_miss_of_a_claudebox_option_is_refused_with_did_you_mean() {
 /// prints below: each first column of the listing has its line in the legend.
 #[test]
 fn dry_run_starts_with_a_summary_and_explains_every_kind_it_prints() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("dry");
     init_repo(&p);
     let extra = w.dir("extra");
@@ -360,7 +361,7 @@ fn dry_run_starts_with_a_summary_and_explains_every_kind_it_prints() {
 /// fish is installed). The control: `--ro <TAB>` in the same shell completes file names.
 #[test]
 fn session_names_complete_in_bash_zsh_and_fish() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("comp");
     init_repo(&p);
     for name in ["alpha", "beta-2"] {
@@ -495,7 +496,7 @@ fn which_fish() -> Result<PathBuf, ()> {
 /// the host's git lists a prunable worktree.
 #[test]
 fn a_worktree_outside_the_project_fails_at_once_and_leaves_no_entry() {
-    let w = World::new();
+    let w = World::new(BIN);
     let var_tmp = tempfile::Builder::new()
         .prefix("claudebox-test-")
         .tempdir_in("/var/tmp")
@@ -570,7 +571,7 @@ fn a_worktree_outside_the_project_fails_at_once_and_leaves_no_entry() {
 /// are not named.
 #[test]
 fn a_worktree_lost_with_the_scratch_home_is_named_at_exit() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.home().join("proj");
     init_repo(&proj);
     // An entry left dangling before this launch: not this launch's to name.

@@ -17,7 +17,8 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 /// A host service on 127.0.0.1: answers every connection with `HELLO <name>` and the first
 /// line it got, and records those lines (the bytes the agent sent, as the host saw them).
@@ -93,7 +94,7 @@ fn args(list: &[&str]) -> Vec<String> {
 
 #[test]
 fn a_forwarded_port_is_the_hosts_service_and_nothing_else_answers() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (a, b) = (HostPort::start("A"), HostPort::start("B"));
     let (pa, pb) = (a.port.to_string(), b.port.to_string());
     // Through the proxy in allowlist mode: CONNECT to the port that is not forwarded.
@@ -169,7 +170,7 @@ print(\"VIA-PROXY\", s.recv(100).decode().splitlines()[0])
 
 #[test]
 fn one_address_forms_bring_that_address_only() {
-    let w = World::new();
+    let w = World::new(BIN);
     let a = HostPort::start("A");
     let spec = format!("127.0.0.1:{}", a.port);
     let script = [probe("A4", "127.0.0.1", a.port), probe("A6", "::1", a.port)].concat();
@@ -204,7 +205,7 @@ fn dry(w: &World, cwd: &Path, extra: &[&str], xdg: Option<&Path>) -> Output {
 
 #[test]
 fn dry_run_shows_each_forward_as_a_hole_with_its_source() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = project(&w);
     let out = ok(&dry(
         &w,
@@ -280,7 +281,7 @@ fn write_config(xdg: &Path, text: &str) -> PathBuf {
 
 #[test]
 fn config_file_forwards_accumulate_per_project_and_work() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = project(&w);
     let other = w.dir("other");
     let (a, b, c) = (
@@ -382,7 +383,7 @@ fn refused(w: &World, o: &Output, want: &str) {
 
 #[test]
 fn bad_forwards_are_one_line_refusals() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = project(&w);
     let launch = |a: &[&str]| {
         w.cmd(&proj)
@@ -505,9 +506,9 @@ fn bad_forwards_are_one_line_refusals() {
 /// mock is never reached from inside.
 #[test]
 fn real_claude_code_works_in_none_mode_through_a_forwarded_gateway() {
-    use crate::common::lab::*;
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    use lab::agent::*;
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);
         let mock = MockApi::start(&serde_json::json!(["ANSWER-THROUGH-A-FORWARDED-PORT"]));
@@ -546,7 +547,7 @@ fn real_claude_code_works_in_none_mode_through_a_forwarded_gateway() {
 /// the agent ran, and no process of that instance is left afterwards.
 #[test]
 fn the_forwarder_is_gone_after_the_sandbox_exits() {
-    let w = World::new();
+    let w = World::new(BIN);
     let a = HostPort::start("A");
     let script = format!(
         "{}echo INSTANCE=$CLAUDEBOX_INSTANCE_ID\n",

@@ -8,8 +8,9 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use crate::common::maintenance::*;
-use crate::common::{ok, stderr, World};
+use crate::BIN;
+use lab::maintenance::*;
+use lab::{ok, stderr, World};
 
 /// A project directory under `work/` that has been launched in once.
 fn project(w: &World, name: &OsStr) -> (PathBuf, String) {
@@ -23,7 +24,7 @@ fn project(w: &World, name: &OsStr) -> (PathBuf, String) {
 
 #[test]
 fn removes_only_state_whose_root_is_gone_and_dry_run_removes_nothing() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (live, live_id) = project(&w, OsStr::new("live"));
     let (gone, gone_id) = project(&w, OsStr::new("gone"));
     fs::remove_dir_all(&gone).unwrap();
@@ -70,7 +71,7 @@ fn removes_only_state_whose_root_is_gone_and_dry_run_removes_nothing() {
 
 #[test]
 fn never_follows_symlinks_and_keeps_what_it_cannot_vouch_for() {
-    let w = World::new();
+    let w = World::new(BIN);
     // Things outside the state that a careless gc could destroy.
     let outside = w.dir("outside");
     fs::write(outside.join("precious"), "keep me\n").unwrap();
@@ -238,7 +239,7 @@ fn unreadable_project_root_is_kept() {
         eprintln!("skipped as root: chmod 000 does not stop root (covered by the non-root run)");
         return;
     }
-    let w = World::new();
+    let w = World::new(BIN);
     let (dir, id) = project(&w, OsStr::new("p"));
     fs::remove_dir_all(&dir).unwrap();
     let rf = projects(&w).join(&id).join("project-root");
@@ -256,7 +257,7 @@ fn a_root_whose_existence_cannot_be_checked_is_kept() {
         eprintln!("skipped as root: permissions do not stop root's lstat");
         return;
     }
-    let w = World::new();
+    let w = World::new(BIN);
     let locked = w.dir("locked");
     let (dir, id) = project(&w, OsStr::new("locked/p"));
     assert!(dir.is_dir());
@@ -270,7 +271,7 @@ fn a_root_whose_existence_cannot_be_checked_is_kept() {
 
 #[test]
 fn works_through_a_symlinked_state_home() {
-    let w = World::new();
+    let w = World::new(BIN);
     let real = w.dir("real-state");
     fs::write(real.join("mine"), "not claudebox's\n").unwrap();
     let link = w.root().join("state-link");
@@ -321,7 +322,7 @@ fn works_through_a_symlinked_state_home() {
 
 #[test]
 fn a_projects_dir_that_is_a_symlink_is_refused() {
-    let w = World::new();
+    let w = World::new(BIN);
     let elsewhere = w.dir("elsewhere");
     let (gone, id) = project(&w, OsStr::new("gone"));
     fs::remove_dir_all(&gone).unwrap();
@@ -351,7 +352,7 @@ fn wait_until_idle(w: &World, id: &str) {
 
 #[test]
 fn keeps_state_in_use_by_a_running_sandbox() {
-    let w = World::new();
+    let w = World::new(BIN);
     let dir = w.dir("busy");
     let id = id_of(&w, &dir);
     let sandbox = Running::start(&w, &dir);
@@ -418,7 +419,7 @@ fn a_launch_waiting_while_gc_removes_its_state_starts_over() {
     // --gc's side of the protocol, played by the test: hold `lock`, let a launch block on
     // it, move the directory away and delete it, release. The launch must notice and make
     // a fresh state directory that its sandbox really writes to.
-    let w = World::new();
+    let w = World::new(BIN);
     let dir = w.dir("p");
     launch(&w, &dir);
     let state = projects(&w).join(id_of(&w, &dir));
@@ -451,7 +452,7 @@ fn a_launch_waiting_while_gc_removes_its_state_starts_over() {
 #[test]
 fn gc_skips_a_project_whose_lock_is_held() {
     // A launch registering holds `lock`: --gc must not wait for it, nor remove.
-    let w = World::new();
+    let w = World::new(BIN);
     let dir = w.dir("p");
     launch(&w, &dir);
     let state = projects(&w).join(id_of(&w, &dir));
@@ -492,7 +493,7 @@ fn age(path: &Path, secs: u64) {
 /// did before.
 #[test]
 fn a_missing_root_is_waited_for_before_its_state_is_removed() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (dir, id) = project(&w, OsStr::new("away"));
     let state = projects(&w).join(&id);
     fs::write(state.join("claude-projects/conversation.jsonl"), "{}\n").unwrap();
@@ -583,7 +584,7 @@ fn a_missing_root_is_waited_for_before_its_state_is_removed() {
 /// The margin from the config file, and a bad one named by file, line and column.
 #[test]
 fn the_margin_comes_from_the_config_file_too() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (dir, id) = project(&w, OsStr::new("cfg"));
     fs::remove_dir_all(&dir).unwrap();
     let cfg = w.home().join(".config/claudebox");
@@ -613,7 +614,7 @@ fn the_margin_comes_from_the_config_file_too() {
 /// margin loses the project's conversations the first time `--gc` sees the root away.
 #[test]
 fn a_root_deleted_and_recreated_while_gc_runs_loses_nothing() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (dir, id) = project(&w, OsStr::new("reclone"));
     let state = projects(&w).join(&id);
     let n = 57;
@@ -675,7 +676,7 @@ fn a_root_under_an_empty_mount_point_is_unknown_not_gone() {
         println!("SKIP: unshare -rm (user and mount namespaces) is not available here");
         return;
     }
-    let w = World::new();
+    let w = World::new(BIN);
     let parent = w.dir("netdisk");
     let (proj, id) = project(&w, &parent.join("proj").into_os_string());
     let state = projects(&w).join(&id);
@@ -721,8 +722,7 @@ impl Unshare for std::process::Command {
     /// Runs claudebox (this command's program) through `unshare -rm sh -c SCRIPT BIN ARG`.
     fn arg0_unshare(&mut self, script: &str, arg: &Path) -> &mut Self {
         let mut c = std::process::Command::new("unshare");
-        c.args(["-rm", "sh", "-c", script, crate::common::BIN])
-            .arg(arg);
+        c.args(["-rm", "sh", "-c", script, BIN]).arg(arg);
         c.current_dir(self.get_current_dir().unwrap());
         c.env_clear();
         for (k, v) in self.get_envs() {
@@ -741,7 +741,7 @@ impl Unshare for std::process::Command {
 /// (std's `remove_dir_all`) fails on it as an ordinary user.
 #[test]
 fn gc_removes_what_the_agent_locked_with_chmod_000() {
-    let w = World::new();
+    let w = World::new(BIN);
     let dir = w.dir("locked");
     let script = "mkdir -p ~/.claude/projects/trap/inner/deeper && echo x > ~/.claude/projects/trap/inner/deeper/f \
                   && chmod 000 ~/.claude/projects/trap/inner/deeper ~/.claude/projects/trap/inner \
@@ -822,7 +822,7 @@ fn a_root_on_a_file_system_mounted_by_hand_and_unmounted_is_unknown_not_gone() {
         println!("SKIP: mounting a tmpfs on the host needs root (the root run covers this)");
         return;
     }
-    let w = World::new();
+    let w = World::new(BIN);
     let disk = w.dir("disk");
     let m = Tmpfs::mount(&disk);
     let (proj, id) = project(&w, &disk.join("proj").into_os_string());

@@ -20,7 +20,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{env_in_dry_run, init_repo, stderr, stdout, World, BIN};
+use crate::BIN;
+use lab::{env_in_dry_run, init_repo, stderr, stdout, World};
 
 fn golden_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration/golden")
@@ -31,7 +32,7 @@ const SYSTEM_WHY: &[&str] = &["system, read-only", "system symlink, as on the ho
 
 /// `--dry-run ARGS` in a fresh world's project, normalized (see the module's comment).
 fn normalized_dry_run(args: &[&str]) -> String {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.work().join("proj");
     init_repo(&proj);
     let o = w.cmd(&proj).args(args).arg("--dry-run").output().unwrap();

@@ -9,8 +9,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use crate::common::maintenance::is_root;
-use crate::common::*;
+use crate::BIN;
+use lab::maintenance::is_root;
+use lab::*;
 
 /// A numbered NVIDIA node no driver makes (nvidia0.. count GPUs) and a render node far
 /// above the 128.. that DRM hands out.
@@ -132,7 +133,7 @@ fn get<'a>(seen: &'a [(String, String)], key: &str) -> &'a str {
 
 #[test]
 fn gpu_nodes_work_inside_with_the_opt_in_and_sys_is_read_only_and_minimal() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let proj = w.dir("proj");
     let nodes = FakeNodes::make();
     if nodes.is_none() {
@@ -310,7 +311,7 @@ fn check(w: &World, args: &[&str]) -> String {
 
 #[test]
 fn check_says_which_gpu_nodes_exist_when_the_opt_in_is_set() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     // No opt-in: no row.
     let out = check(&w, &[]);
     assert_eq!(gpu_row(&out), None, "{out}");
@@ -355,7 +356,7 @@ fn check_says_which_gpu_nodes_exist_when_the_opt_in_is_set() {
 /// `[[project]]` section over it, the command line over both; off when none says so.
 #[test]
 fn the_opt_in_layers_like_the_other_opt_ins() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     let other = w.dir("other");
     let cfg = w.home().join(".config/claudebox/config.toml");

@@ -7,7 +7,8 @@ use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 const HELPERS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/helpers");
 
@@ -31,7 +32,7 @@ print("SIZE-AFTER %d %d" % got[-1])
 
 #[test]
 fn terminal_resize_and_dev_tty_work_inside() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     let mut c = Command::new("python3");
     c.arg(format!("{HELPERS}/pty_run.py"))
@@ -52,7 +53,7 @@ fn terminal_resize_and_dev_tty_work_inside() {
 
 #[test]
 fn git_commit_works_and_the_projects_hooks_still_run() {
-    let w = World::new();
+    let w = World::new(BIN);
     fs::write(
         w.home().join(".gitconfig"),
         "[user]\n\tname = T\n\temail = t@example.com\n",
@@ -91,7 +92,7 @@ fn nested_bwrap_runs_inside() {
         eprintln!("nested bwrap: skipped as root (see comment), checked as a normal user");
         return;
     }
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     // What Claude Code's Bash sandbox does: a new user, pid and network namespace, a
     // read-only root, its own /proc and /dev.
@@ -113,7 +114,7 @@ fn nested_bwrap_runs_inside() {
 
 #[test]
 fn a_missing_hooks_dir_becomes_an_empty_read_only_one() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     fs::remove_dir_all(proj.join(".git/hooks")).unwrap();
@@ -134,7 +135,7 @@ fn a_missing_hooks_dir_becomes_an_empty_read_only_one() {
 
 #[test]
 fn dry_run_shows_the_restrictions_and_opt_ins_and_its_line_runs() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     let before = listing(&w.root());
@@ -182,14 +183,14 @@ fn dry_run_shows_the_restrictions_and_opt_ins_and_its_line_runs() {
 
 #[test]
 fn ssh_agent_is_forwarded_only_on_request() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     let run = w.root().join("run");
     let markers = w.root().join("markers");
     fs::create_dir_all(&run).unwrap();
     fs::create_dir_all(&markers).unwrap();
     let sock = run.join("agent.sock");
-    let mut listener = crate::common::Reaped(
+    let mut listener = lab::Reaped(
         Command::new("python3")
             .arg(format!("{HELPERS}/listeners.py"))
             .arg(&markers)

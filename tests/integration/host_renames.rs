@@ -16,7 +16,8 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::{stderr, World};
+use crate::BIN;
+use lab::{stderr, World};
 
 const LAUNCHES: usize = 100;
 const EVERY: Duration = Duration::from_millis(50);
@@ -56,7 +57,7 @@ fn renamer(files: [PathBuf; 3]) -> (Arc<AtomicBool>, Arc<AtomicUsize>, thread::J
 }
 
 fn world() -> (World, PathBuf) {
-    let w = World::new();
+    let w = World::new(BIN);
     for f in host_files(&w) {
         fs::write(&f, "{}\n").unwrap();
     }
@@ -72,7 +73,7 @@ fn is_race(err: &str) -> bool {
 
 #[test]
 fn host_renames_during_launches_never_fail_one() {
-    let _heavy = crate::common::heavy_alone();
+    let _heavy = lab::heavy_alone();
     let (w, dir) = world();
     // The project exists before the loop starts (its first launch makes the state).
     let out = w.cmd(&dir).args(["--exec", "true"]).output().unwrap();
@@ -186,7 +187,7 @@ fn open_path(p: &Path) -> OwnedFd {
 /// no review for the next launch (no sandbox came up).
 #[test]
 fn a_host_that_keeps_renaming_gets_one_line_naming_the_file() {
-    let _heavy = crate::common::heavy_alone();
+    let _heavy = lab::heavy_alone();
     let (w, dir) = world();
     let out = w.cmd(&dir).args(["--exec", "true"]).output().unwrap();
     assert!(out.status.success(), "{}", stderr(&out));

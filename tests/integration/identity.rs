@@ -6,7 +6,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::symlink;
 use std::path::Path;
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 use sha2::{Digest, Sha256};
 
 /// The root claudebox reports (CLAUDEBOX_PROJECT_ROOT in --dry-run) for `cwd`.
@@ -29,7 +30,7 @@ fn assert_agrees_with_git(w: &World, cwd: &Path) -> String {
 
 #[test]
 fn plain_repo_top_and_deep_subdirectory() {
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.work().join("repo");
     init_repo(&repo);
     let deep = repo.join("a/b/c/d");
@@ -41,7 +42,7 @@ fn plain_repo_top_and_deep_subdirectory() {
 
 #[test]
 fn linked_worktrees_share_one_id_and_clones_differ() {
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.work().join("repo");
     init_repo(&repo);
     git(&repo, &["worktree", "add", "-q", "../wt1", "-b", "wt1"]);
@@ -58,7 +59,7 @@ fn linked_worktrees_share_one_id_and_clones_differ() {
 
 #[test]
 fn worktree_with_relative_paths_and_a_worktree_of_a_worktree() {
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.work().join("repo");
     init_repo(&repo);
     // git >= 2.48 can record relative worktree links; older git ignores the option.
@@ -86,7 +87,7 @@ fn worktree_with_relative_paths_and_a_worktree_of_a_worktree() {
 
 #[test]
 fn submodule_is_its_own_project() {
-    let w = World::new();
+    let w = World::new(BIN);
     let lib = w.work().join("lib");
     init_repo(&lib);
     let sup = w.work().join("super");
@@ -102,7 +103,7 @@ fn submodule_is_its_own_project() {
 
 #[test]
 fn nested_repository_inside_another_is_its_own_project() {
-    let w = World::new();
+    let w = World::new(BIN);
     let outer = w.work().join("outer");
     init_repo(&outer);
     let inner = outer.join("inner");
@@ -116,7 +117,7 @@ fn nested_repository_inside_another_is_its_own_project() {
 
 #[test]
 fn paths_through_symlinks_resolve() {
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.work().join("real/repo");
     init_repo(&repo);
     fs::create_dir_all(repo.join("src")).unwrap();
@@ -147,7 +148,7 @@ fn paths_through_symlinks_resolve() {
 
 #[test]
 fn separate_git_dir() {
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.work().join("sep");
     fs::create_dir_all(&repo).unwrap();
     let gd = w.work().join("sep-gitdir");
@@ -171,7 +172,7 @@ fn separate_git_dir() {
 
 #[test]
 fn inside_the_git_dir_and_a_bare_repository() {
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.work().join("repo");
     init_repo(&repo);
     assert_agrees_with_git(&w, &repo.join(".git"));
@@ -182,7 +183,7 @@ fn inside_the_git_dir_and_a_bare_repository() {
 
 #[test]
 fn outside_git_is_the_real_cwd() {
-    let w = World::new();
+    let w = World::new(BIN);
     let d = w.dir("plain/dir with space");
     symlink(&d, w.work().join("alias")).unwrap();
     let (root, _) = claudebox_root(&w, &w.work().join("alias"));
@@ -191,7 +192,7 @@ fn outside_git_is_the_real_cwd() {
 
 #[test]
 fn a_planted_git_file_cannot_hand_the_sandbox_another_repository() {
-    let w = World::new();
+    let w = World::new(BIN);
     let victim = w.work().join("victim");
     init_repo(&victim);
     // what an agent could write inside a project it can edit

@@ -10,8 +10,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::lab::*;
-use crate::common::*;
+use crate::BIN;
+use lab::agent::*;
+use lab::*;
 
 const RUN_LIMIT: Duration = Duration::from_secs(90);
 
@@ -59,8 +60,8 @@ fn cited_paths(transcript: &str, home: &Path) -> Vec<String> {
 /// that path still resolves inside the sandbox.
 #[test]
 fn paths_a_moved_conversation_cites_still_resolve() {
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let repo = w.dir("repo");
         init_repo(&repo);
         let sub = repo.join("sub");
@@ -141,8 +142,8 @@ fn paths_a_moved_conversation_cites_still_resolve() {
 fn ctrl_c_in_print_mode_gives_claudes_own_status() {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     use std::time::Instant;
-    for c in crate::common::lab::each_claude() {
-        let w = world_with(&c);
+    for c in lab::agent::each_claude() {
+        let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);
         let interrupted = |mut cmd: std::process::Command, mock: &MockApi| {

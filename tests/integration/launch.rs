@@ -7,7 +7,8 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
@@ -30,7 +31,7 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
 
 #[test]
 fn two_projects_do_not_see_each_others_conversations_and_host_projects_untouched() {
-    let w = World::new();
+    let w = World::new(BIN);
     let host_projects = w.home().join(".claude/projects/-host-proj");
     fs::create_dir_all(&host_projects).unwrap();
     fs::write(host_projects.join("host-session.jsonl"), "{\"host\":1}\n").unwrap();
@@ -65,7 +66,7 @@ fn two_projects_do_not_see_each_others_conversations_and_host_projects_untouched
 
 #[test]
 fn a_worktree_shares_conversations_with_its_main_checkout() {
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.work().join("repo");
     init_repo(&repo);
     git(&repo, &["worktree", "add", "-q", "../wt", "-b", "wt"]);
@@ -85,7 +86,7 @@ fn a_worktree_shares_conversations_with_its_main_checkout() {
 
 #[test]
 fn skills_plugins_settings_and_credentials_are_visible_and_writes_stay_with_the_project() {
-    let w = World::new();
+    let w = World::new(BIN);
     let c = w.home().join(".claude");
     fs::create_dir_all(c.join("skills/my-skill")).unwrap();
     fs::write(c.join("skills/my-skill/SKILL.md"), "skill-body").unwrap();
@@ -130,7 +131,7 @@ fn skills_plugins_settings_and_credentials_are_visible_and_writes_stay_with_the_
 
 #[test]
 fn history_is_per_project_and_the_host_history_untouched() {
-    let w = World::new();
+    let w = World::new(BIN);
     fs::write(w.home().join(".claude/history.jsonl"), "host-history\n").unwrap();
     let a = w.dir("a");
     let b = w.dir("b");
@@ -153,7 +154,7 @@ fn history_is_per_project_and_the_host_history_untouched() {
 
 #[test]
 fn sessions_registry_is_private_to_each_launch() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     ok(&w.run_script(&p, "echo x > ~/.claude/sessions/2.json"));
     assert!(!w.home().join(".claude/sessions/2.json").exists());
@@ -163,7 +164,7 @@ fn sessions_registry_is_private_to_each_launch() {
 
 #[test]
 fn claude_json_is_the_projects_own_and_follows_the_host() {
-    let w = World::new();
+    let w = World::new(BIN);
     let host = w.home().join(".claude.json");
     fs::write(
         &host,
@@ -207,7 +208,7 @@ fn claude_json_is_the_projects_own_and_follows_the_host() {
 
 #[test]
 fn nothing_else_of_the_home_is_visible_but_the_home_is_writable() {
-    let w = World::new();
+    let w = World::new(BIN);
     fs::create_dir_all(w.home().join(".ssh")).unwrap();
     fs::write(w.home().join(".ssh/id_ed25519"), "PRIVATE").unwrap();
     fs::write(w.home().join(".bash_history"), "secret-cmd").unwrap();
@@ -245,7 +246,7 @@ fn nothing_else_of_the_home_is_visible_but_the_home_is_writable() {
 
 #[test]
 fn project_is_read_write_system_read_only_and_cwd_kept() {
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.work().join("repo");
     init_repo(&repo);
     fs::write(
@@ -273,7 +274,7 @@ fn project_is_read_write_system_read_only_and_cwd_kept() {
 
 #[test]
 fn environment_names_project_and_a_fresh_instance_each_launch() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let script = "echo ROOT=$CLAUDEBOX_PROJECT_ROOT; echo ID=$CLAUDEBOX_PROJECT_ID; echo INST=$CLAUDEBOX_INSTANCE_ID; echo HOSTVAR=$MY_HOST_VAR";
     let run = || {
@@ -303,7 +304,7 @@ fn environment_names_project_and_a_fresh_instance_each_launch() {
 
 #[test]
 fn arguments_pass_through_unchanged_and_exit_status_returns() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let args = [
         "--model",
@@ -340,7 +341,7 @@ fn arguments_pass_through_unchanged_and_exit_status_returns() {
 
 #[test]
 fn exec_runs_another_command_in_the_same_sandbox() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let out = w
         .cmd(&p)
@@ -365,7 +366,7 @@ fn exec_runs_another_command_in_the_same_sandbox() {
 
 #[test]
 fn dry_run_creates_nothing_and_its_printed_command_runs() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("we'ird \"dir\" $x");
     let before = snapshot(&w.root());
     let out = w
@@ -416,7 +417,7 @@ fn dry_run_creates_nothing_and_its_printed_command_runs() {
 
 #[test]
 fn refuses_home_and_root_without_yes() {
-    let w = World::new();
+    let w = World::new(BIN);
     for dir in [w.home(), PathBuf::from("/")] {
         let out = w.cmd(&dir).args(["--exec", "true"]).output().unwrap();
         assert!(!out.status.success());
@@ -445,7 +446,7 @@ fn refuses_home_and_root_without_yes() {
 
 #[test]
 fn clear_errors_and_nothing_created() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     // no bwrap on PATH
     let o = w.cmd(&p).env("PATH", w.bin()).output().unwrap();
@@ -506,7 +507,7 @@ fn clear_errors_and_nothing_created() {
 
 #[test]
 fn odd_project_paths_work() {
-    let w = World::new();
+    let w = World::new(BIN);
     let name = OsStr::from_bytes(b"odd \xff name\nwith 'quotes'");
     let p = w.work().join(name);
     fs::create_dir_all(&p).unwrap();
@@ -533,7 +534,7 @@ fn odd_project_paths_work() {
 
 #[test]
 fn state_layout_is_private() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     ok(&w.cmd(&p).args(["--exec", "true"]).output().unwrap());
     assert_eq!(
@@ -557,7 +558,7 @@ fn state_layout_is_private() {
 #[test]
 fn claude_installed_in_the_home_is_found_inside() {
     // the native installer's layout: ~/.local/bin/claude -> ~/.local/share/claude/versions/X
-    let w = World::new();
+    let w = World::new(BIN);
     let versions = w.home().join(".local/share/claude/versions");
     fs::create_dir_all(&versions).unwrap();
     fs::write(versions.join("9.9.9"), FAKE_CLAUDE).unwrap();
@@ -581,7 +582,7 @@ fn claude_installed_in_the_home_is_found_inside() {
     );
 
     // an npm prefix: bin/claude -> ../lib/node_modules/pkg/cli.sh, which needs a sibling file
-    let w = World::new();
+    let w = World::new(BIN);
     let pkg = w
         .root()
         .join("npm/lib/node_modules/@anthropic-ai/claude-code");
@@ -614,7 +615,7 @@ fn the_agent_gets_sigpipe_at_its_default_and_a_pipe_closing_ends_the_writer() {
     // an ignored signal survives exec, so it must put it back before it execs bwrap and
     // before its own step inside execs the agent. Otherwise `yes | head -1` never ends
     // the `yes` with SIGPIPE (status 141), it gets EPIPE instead and reports an error.
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let out = ok(&w
         .cmd(&p)
@@ -641,7 +642,7 @@ fn the_agent_gets_sigpipe_at_its_default_and_a_pipe_closing_ends_the_writer() {
 /// lock `.oauth_refresh.lock` with `mkdir`), with the host's credentials in it.
 #[test]
 fn every_project_shares_the_login_directory_and_its_locks() {
-    let w = World::new();
+    let w = World::new(BIN);
     fs::write(w.home().join(".claude/.credentials.json"), "tokens-v1").unwrap();
     let a = w.dir("a");
     let b = w.dir("b");
@@ -673,7 +674,7 @@ fn every_project_shares_the_login_directory_and_its_locks() {
 /// claudebox turns it off unless the user chose (host environment or `--env`).
 #[test]
 fn the_auto_updater_is_off_inside_unless_the_user_set_it() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     let inside = |c: &mut Command| {
@@ -708,7 +709,7 @@ fn the_auto_updater_is_off_inside_unless_the_user_set_it() {
 /// into the project's copy); inside, `CLAUDE_CONFIG_DIR` is `~/.claude`.
 #[test]
 fn a_host_claude_config_dir_is_the_real_config_dir() {
-    let w = World::new();
+    let w = World::new(BIN);
     let d = w.root().join("cfg");
     fs::create_dir_all(d.join("commands")).unwrap();
     fs::write(d.join("settings.json"), "{\"from\":\"cfg-dir\"}").unwrap();
@@ -748,13 +749,13 @@ fn a_host_claude_config_dir_is_the_real_config_dir() {
 /// or the sandbox's check of `.claude/settings.local.json`).
 #[test]
 fn twenty_first_launches_of_a_new_project_at_once_all_start() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     const ROUNDS: usize = 3;
     const N: usize = 20;
     let mut failed = Vec::new();
     for round in 0..ROUNDS {
         // A fresh state home and project each round: every launch is a first one.
-        let w = World::new();
+        let w = World::new(BIN);
         let repo = w.work().join("repo");
         init_repo(&repo);
         let children: Vec<_> = (0..N)

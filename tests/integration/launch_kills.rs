@@ -1,6 +1,6 @@
 //! Issue 22, item 4: no stuck children, no hung pipes. A launch is killed at a random
-//! point of its first 200 ms (half of them in bwrap's first 3 ms) (SIGKILL or SIGTERM to claudebox, or SIGINT to its process
-//! group as a terminal's Ctrl-C), for a plain launch, a named session and the first
+//! point of its first 200 ms (half of them in bwrap's first 3 ms) (SIGKILL or SIGTERM to claudebox, SIGINT to its process
+//! group as a terminal's Ctrl-C, or `pkill -KILL claudebox` within that group), for a plain launch, a named session and the first
 //! launch of a new project, with its stderr read through a pipe. Counted: bwrap
 //! processes of the launch still there a second after the kill (a zombie holds nothing
 //! and is not counted), and pipes not closed within a second of it.
@@ -24,7 +24,8 @@ use std::time::{Duration, Instant, SystemTime};
 use nix::sys::signal::{kill, Signal};
 use nix::unistd::Pid;
 
-use crate::common::World;
+use crate::BIN;
+use lab::World;
 
 struct Rng(u64);
 
@@ -65,6 +66,9 @@ enum How {
     /// SIGINT to the process group; a Ctrl-C that came before the agent existed is
     /// ignored by design (the agent's, not claudebox's): such a launch is then SIGKILLed.
     Int,
+    /// `pkill -KILL -g GROUP claudebox`: claudebox by name (its keeper, `cbx-keeper`, is
+    /// spared), confined to the launch's own process group.
+    Named,
 }
 
 /// Live (not zombie) bwrap processes whose command line names this world's directory.
@@ -118,6 +122,9 @@ struct Tally {
     hung_pipes: usize,
     int_ignored: usize,
     worst_close_ms: u128,
+    /// The rounds whose pipe stayed open past a second: kind, signal, timing, and when it
+    /// closed at last.
+    hung: Vec<String>,
 }
 
 /// When the kill comes: after a delay from the spawn, or a delay after bwrap appeared
@@ -182,6 +189,22 @@ fn round(w: &World, kind: Kind, how: How, delay: When, n: usize, t: &mut Tally) 
     match how {
         How::Kill => drop(kill(pid, Signal::SIGKILL)),
         How::Term => drop(kill(pid, Signal::SIGTERM)),
+        How::Named => {
+            // Until it matches: right after the spawn the child may not have exec'd
+            // claudebox yet (it has the test's name), and a kill by name misses it.
+            let group = pid.as_raw().to_string();
+            let until = Instant::now() + Duration::from_secs(2);
+            loop {
+                killed_at = Instant::now();
+                let matched = Command::new("pkill")
+                    .args(["-KILL", "-g", &group, "claudebox"])
+                    .status()
+                    .is_ok_and(|s| s.success());
+                if matched || Instant::now() > until {
+                    break;
+                }
+            }
+        }
         How::Int => {
             let _ = kill(Pid::from_raw(-pid.as_raw()), Signal::SIGINT);
             if closed.recv_timeout(Duration::from_secs(1)).is_err() {
@@ -191,14 +214,15 @@ fn round(w: &World, kind: Kind, how: How, delay: When, n: usize, t: &mut Tally) 
                 let _ = kill(pid, Signal::SIGKILL);
             } else {
                 let _ = child.wait();
-                finish(w, killed_at, None, t);
+                finish(w, killed_at, None, String::new(), t);
                 return;
             }
         }
     }
     let got = closed.recv_timeout(Duration::from_secs(1)).ok();
     let _ = child.wait();
-    finish(w, killed_at, Some((got, closed)), t);
+    let what = format!("{kind:?} {how:?} {delay:?}");
+    finish(w, killed_at, Some((got, closed)), what, t);
 }
 
 /// After the kill: the pipe closed within a second, and no bwrap of the world lives a
@@ -207,6 +231,7 @@ fn finish(
     w: &World,
     killed_at: Instant,
     pipe: Option<(Option<()>, mpsc::Receiver<()>)>,
+    what: String,
     t: &mut Tally,
 ) {
     t.rounds += 1;
@@ -228,7 +253,14 @@ fn finish(
                 let _ = kill(Pid::from_raw(p), Signal::SIGKILL);
             }
         }
-        let _ = closed.recv_timeout(Duration::from_secs(10));
+        let late = closed.recv_timeout(Duration::from_secs(10)).is_ok();
+        if got.is_none() {
+            t.hung.push(format!(
+                "{what}: {} after {} ms",
+                if late { "closed" } else { "still open" },
+                killed_at.elapsed().as_millis()
+            ));
+        }
     } else {
         t.worst_close_ms = t.worst_close_ms.max(killed_at.elapsed().as_millis());
     }
@@ -243,13 +275,13 @@ fn finish(
 /// anywhere in the first 200 ms, half in the first 3 ms of bwrap (seen as a child or
 /// grandchild of claudebox).
 fn run_kills(rounds: usize) -> Tally {
-    let w = World::new();
+    let w = World::new(BIN);
     let mut rng = Rng::new();
     let mut t = Tally::default();
     let started = Instant::now();
     for n in 0..rounds {
         let kind = [Kind::Plain, Kind::Named, Kind::First][rng.below(3) as usize];
-        let how = [How::Kill, How::Kill, How::Term, How::Int][rng.below(4) as usize];
+        let how = [How::Kill, How::Kill, How::Term, How::Int, How::Named][rng.below(5) as usize];
         let when = if rng.below(2) == 0 {
             When::AtBwrap(Duration::from_micros(rng.below(3_000)))
         } else {
@@ -281,7 +313,7 @@ fn rounds_from_env(default: usize) -> usize {
 
 #[test]
 fn kills_at_random_points_leave_no_bwrap_and_no_open_pipe() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let t = run_kills(rounds_from_env(60));
     assert_eq!(t.leftover_bwraps, 0, "{t:?}");
     assert_eq!(t.hung_pipes, 0, "{t:?}");
@@ -291,7 +323,7 @@ fn kills_at_random_points_leave_no_bwrap_and_no_open_pipe() {
 #[test]
 #[ignore]
 fn kills_at_random_points_leave_no_bwrap_and_no_open_pipe_at_scale() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let t = run_kills(rounds_from_env(1000));
     assert_eq!(t.leftover_bwraps, 0, "{t:?}");
     assert_eq!(t.hung_pipes, 0, "{t:?}");
@@ -305,8 +337,12 @@ fn kills_at_random_points_leave_no_bwrap_and_no_open_pipe_at_scale() {
 /// the direct parent of bwrap) left the child stuck for ever, holding the pipe.
 #[test]
 fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
-    let _heavy = crate::common::heavy();
-    assert_eq!(kill_while_child_waits(false, false, 3), 0, "3 rounds");
+    let _heavy = lab::heavy();
+    assert_eq!(
+        kill_while_child_waits(Kill::Launcher, false, 3, &[]),
+        0,
+        "3 rounds"
+    );
 }
 
 /// The same window, then the whole process group SIGKILLed at once (claudebox and its
@@ -319,21 +355,74 @@ fn claudebox_killed_while_bwrap_s_child_waits_leaves_nothing() {
 /// SIGKILLed by pid, bwrap spared, leaves the child stuck 3 of 3, holding the pipe.
 #[test]
 fn group_killed_while_bwrap_s_child_waits_leaves_nothing() {
-    let _heavy = crate::common::heavy();
-    assert_eq!(kill_while_child_waits(true, false, 3), 0, "3 rounds");
+    let _heavy = lab::heavy();
+    assert_eq!(
+        kill_while_child_waits(Kill::Group, false, 3, &[]),
+        0,
+        "3 rounds"
+    );
     // Control: bwrap started in a session of its own (as `--new-session` or a `setsid`
     // before it would do) is outside the group; its child is left stuck, holding the pipe.
     assert!(
-        kill_while_child_waits(true, true, 1) > 0,
+        kill_while_child_waits(Kill::Group, true, 1, &[]) > 0,
         "control left nothing"
     );
 }
 
-/// Rounds of a launch held in bubblewrap #633's window, then SIGKILLed (`group`: its whole
-/// process group; `own_session`: bwrap started through `setsid`, the control): how many
-/// bwraps were left and pipes not closed within a second.
-fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usize {
-    let w = World::new();
+/// The same window, then `pkill -STOP claudebox` and `pkill -KILL claudebox` (a regex on
+/// the process name, as `killall claudebox` matches the exact name): claudebox dies, its
+/// keeper (named `cbx-keeper`) is spared and kills bwrap and bwrap's orphaned child. Then
+/// the same with `-f` (the command line: claudebox, its keeper, and bwrap and its child,
+/// whose arguments name `~/.claudebox`). Each pkill is confined to the launch's own process
+/// group (`-g`): the test kills nothing of anyone else's. Control
+/// (`CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX`): a keeper named `claudebox` is stopped and dies
+/// with claudebox, bwrap dies of its parent-death signal, and its child is left stuck
+/// holding the pipe. (Without the stop, pkill's one-by-one kills let that keeper act
+/// between two of them at times: as claudebox-test it cleared up 2 of 2.)
+#[test]
+fn killed_by_name_while_bwrap_s_child_waits_leaves_nothing() {
+    let _heavy = lab::heavy();
+    assert_eq!(
+        kill_while_child_waits(Kill::Named(false), false, 3, &[]),
+        0,
+        "3 rounds"
+    );
+    assert_eq!(
+        kill_while_child_waits(Kill::Named(true), false, 2, &[]),
+        0,
+        "2 rounds"
+    );
+    // This machine's init (which adopts the orphaned child) at times kills it: the control
+    // tries up to six rounds for one stuck child (2 to 4 of 6 were cleared so, as root).
+    let control = [("CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX", "1")];
+    assert!(
+        (0..6).any(|_| kill_while_child_waits(Kill::Named(false), false, 1, &control) > 0),
+        "control left nothing"
+    );
+}
+
+/// How a launch held in bubblewrap #633's window is SIGKILLed.
+#[derive(Clone, Copy, Debug)]
+enum Kill {
+    /// claudebox alone, by pid.
+    Launcher,
+    /// Its whole process group.
+    Group,
+    /// `pkill -KILL -g GROUP claudebox` (`true`: with `-f`, the command line).
+    Named(bool),
+}
+
+/// Rounds of a launch held in bubblewrap #633's window, then SIGKILLed (`how`;
+/// `own_session`: bwrap started through `setsid`, the group kill's control; `env`: more
+/// variables for claudebox): how many bwraps were left and pipes not closed within a
+/// second.
+fn kill_while_child_waits(
+    how: Kill,
+    own_session: bool,
+    rounds: usize,
+    env: &[(&str, &str)],
+) -> usize {
+    let w = World::new(BIN);
     let dir = w.dir("p");
     let fifo = w.root().join("block.fifo");
     nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
@@ -360,11 +449,12 @@ fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usiz
     for _ in 0..rounds {
         let mut c = launcher(&w, &dir);
         c.env("CLAUDEBOX_BWRAP", &wrapper)
+            .envs(env.iter().copied())
             .args(["--session", "s"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped());
-        if group {
+        if !matches!(how, Kill::Launcher) {
             c.process_group(0);
         }
         let mut child = c.spawn().unwrap();
@@ -384,11 +474,25 @@ fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usiz
         thread::sleep(Duration::from_millis(50));
         let t = Instant::now();
         let target = child.id() as i32;
-        kill(
-            Pid::from_raw(if group { -target } else { target }),
-            Signal::SIGKILL,
-        )
-        .unwrap();
+        match how {
+            Kill::Launcher => kill(Pid::from_raw(target), Signal::SIGKILL).unwrap(),
+            Kill::Group => kill(Pid::from_raw(-target), Signal::SIGKILL).unwrap(),
+            Kill::Named(full) => {
+                // Stopped by name first, then killed by name: the matched processes die
+                // at once as far as they can tell (pkill's kills, one after another, may
+                // otherwise let a matched keeper act between two of them).
+                let group = target.to_string();
+                for sig in ["-STOP", "-KILL"] {
+                    let mut pkill = Command::new("pkill");
+                    pkill.args([sig, "-g", &group]);
+                    if full {
+                        pkill.arg("-f");
+                    }
+                    let st = pkill.arg("claudebox").status().unwrap();
+                    assert!(st.success(), "pkill {sig} matched nothing: {st}");
+                }
+            }
+        }
         child.wait().unwrap();
         let pipe_closed = closed.recv_timeout(Duration::from_secs(1)).is_ok();
         while t.elapsed() < Duration::from_secs(1) && !bwraps_of(&w.root()).is_empty() {
@@ -396,9 +500,9 @@ fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usiz
         }
         let left = bwraps_of(&w.root());
         println!(
-            "{} killed while bwrap's child waits: pipe closed: {pipe_closed} ({} ms), \
+            "{how:?} killed while bwrap's child waits{}: pipe closed: {pipe_closed} ({} ms), \
              bwraps left: {left:?}",
-            if group { "process group" } else { "claudebox" },
+            if env.is_empty() { "" } else { " (control)" },
             t.elapsed().as_millis()
         );
         stuck_total += left.len() + usize::from(!pipe_closed);
@@ -408,4 +512,57 @@ fn kill_while_child_waits(group: bool, own_session: bool, rounds: usize) -> usiz
         let _ = closed.recv_timeout(Duration::from_secs(5));
     }
     stuck_total
+}
+
+/// SIGTERM to claudebox 0 to 3 ms after bwrap appeared, on first launches of new projects
+/// (`CLAUDEBOX_KILL_ROUNDS`, 150 unless set): the sandbox must end, and the pipe close,
+/// within a second. Before the fix (`supervise::PENDING`) a SIGTERM taken by another
+/// thread of claudebox while no child was known was lost and the agent ran on: 2 and 4 of
+/// 150 as root; the random kills above saw it once in 1,000 as claudebox-test.
+#[test]
+#[ignore]
+fn a_sigterm_in_bwrap_s_first_milliseconds_is_not_lost() {
+    let _heavy = lab::heavy();
+    let w = World::new(BIN);
+    let mut rng = Rng::new();
+    let rounds = rounds_from_env(150);
+    let mut lost = Vec::new();
+    for n in 0..rounds {
+        let dir = w.dir(&format!("first-{n}"));
+        let mut c = launcher(&w, &dir);
+        c.env("FAKE_CLAUDE_SCRIPT", "exec sleep 5")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = c.spawn().unwrap();
+        let pid = child.id();
+        let mut err = child.stderr.take().unwrap();
+        let (tx, closed) = mpsc::channel();
+        thread::spawn(move || {
+            let mut sink = Vec::new();
+            let _ = err.read_to_end(&mut sink);
+            let _ = tx.send(());
+        });
+        let until = Instant::now() + Duration::from_secs(2);
+        while !has_bwrap_below(pid) && Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        thread::sleep(Duration::from_micros(rng.below(3000)));
+        let t = Instant::now();
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGTERM);
+        if closed.recv_timeout(Duration::from_secs(1)).is_err() {
+            let _ = closed.recv_timeout(Duration::from_secs(10));
+            lost.push(format!(
+                "round {n}: closed after {} ms",
+                t.elapsed().as_millis()
+            ));
+        }
+        let _ = child.wait();
+    }
+    println!(
+        "SIGTERM in bwrap's first 3 ms: {} of {rounds} lost {lost:?}",
+        lost.len()
+    );
+    assert!(lost.is_empty(), "{lost:?}");
 }

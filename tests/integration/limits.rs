@@ -9,8 +9,9 @@ use std::fs;
 use std::path::Path;
 use std::sync::OnceLock;
 
-use crate::common::{stderr, stdout, World};
 use crate::vm;
+use crate::BIN;
+use lab::{stderr, stdout, World};
 
 /// The `limits` row of `claudebox --check` on this host: (status, detail).
 fn check_row(w: &World, cwd: &Path) -> (String, String) {
@@ -31,13 +32,13 @@ const TREE: &str = "f() { if [ $1 -gt 0 ]; then f $(($1-1)) & f $(($1-1)); fi; s
 
 #[test]
 fn on_this_host_limits_apply_or_a_requested_one_refuses() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let (status, detail) = check_row(&w, &p);
     if status == "ok" {
         // This host delegates cgroup v2 to this user (root on a cgroup v2 host): the
         // limit holds a fork tree, and the control without it reaches far more.
-        let _heavy = crate::common::heavy();
+        let _heavy = lab::heavy();
         let run = |pids: &str| {
             let out = w
                 .cmd(&p)
@@ -118,7 +119,7 @@ fn on_this_host_limits_apply_or_a_requested_one_refuses() {
     assert!(again.status.success());
     assert!(!stderr(&again).contains("limits"), "{}", stderr(&again));
     // The control: `--pids max` in a fresh world never warns.
-    let w2 = World::new();
+    let w2 = World::new(BIN);
     let p2 = w2.dir("p");
     let out = w2
         .cmd(&p2)
@@ -131,7 +132,7 @@ fn on_this_host_limits_apply_or_a_requested_one_refuses() {
 
 #[test]
 fn values_are_checked_and_dry_run_shows_the_limits() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     for (args, msg) in [
         (&["--pids", "3"][..], "--pids 3: `3` is too few"),

@@ -8,8 +8,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::process::Command;
 
-use crate::common::maintenance::*;
-use crate::common::{git, init_repo, ok, stderr, stdout, World};
+use crate::BIN;
+use lab::maintenance::*;
+use lab::{git, init_repo, ok, stderr, stdout, World};
 
 /// `du -s -B1`: bytes used on disk, hard links once, symlinks not followed.
 fn du(path: &Path) -> u64 {
@@ -60,7 +61,7 @@ fn by_paths(p: &Path) -> u64 {
 /// misses the 4 MiB.
 #[test]
 fn sizes_count_data_nested_deeper_than_path_max() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("deep");
     let plant = r#"
 import os
@@ -97,7 +98,7 @@ print("PLANTED")
 
 #[test]
 fn one_row_per_project_with_root_existence_size_and_last_use() {
-    let w = World::new();
+    let w = World::new(BIN);
     let repo = w.work().join("repo");
     init_repo(&repo);
     let wt = w.work().join("repo-wt");
@@ -171,7 +172,7 @@ fn one_row_per_project_with_root_existence_size_and_last_use() {
 
 #[test]
 fn a_launch_updates_last_used() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     launch(&w, &p);
     let id = id_of(&w, &p);
@@ -192,7 +193,7 @@ fn a_launch_updates_last_used() {
 
 #[test]
 fn odd_roots_are_exact_in_json_and_one_line_in_the_table() {
-    let w = World::new();
+    let w = World::new(BIN);
     let odd = w.work().join(OsStr::from_bytes(b"caf\xe9\tx"));
     let nl = w.work().join("two\nlines");
     for d in [&odd, &nl] {
@@ -215,7 +216,7 @@ fn odd_roots_are_exact_in_json_and_one_line_in_the_table() {
 
 #[test]
 fn counts_running_sandboxes_and_ignores_stale_registrations() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let id = id_of(&w, &p);
     let sandboxes = [Running::start(&w, &p), Running::start(&w, &p)];
@@ -284,7 +285,7 @@ fn counts_running_sandboxes_and_ignores_stale_registrations() {
 
 #[test]
 fn empty_or_missing_state_and_bad_arguments() {
-    let w = World::new();
+    let w = World::new(BIN);
     let o = run(&w, &["--list", "--json"]);
     assert_eq!(ok(&o).trim(), "[]");
     let o = run(&w, &["--list"]);
@@ -314,7 +315,7 @@ fn empty_or_missing_state_and_bad_arguments() {
 
 #[test]
 fn list_and_gc_need_no_claude() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     launch(&w, &p);
     fs::remove_file(w.bin().join("claude")).unwrap();
@@ -328,8 +329,8 @@ fn list_and_gc_need_no_claude() {
 /// regular `<uuid>.jsonl` counts: names the agent plants are never printed.
 #[test]
 fn the_last_conversation_of_each_project_is_listed() {
-    let w = World::new();
-    w.install_claude(crate::common::FAKE_CLAUDE_SESSIONS);
+    let w = World::new(BIN);
+    w.install_claude(lab::FAKE_CLAUDE_SESSIONS);
     let repo = w.work().join("repo");
     init_repo(&repo);
     let first = "11111111-1111-4111-8111-111111111111";
@@ -372,4 +373,102 @@ fn the_last_conversation_of_each_project_is_listed() {
     ok(&w.cmd(&plain).args(["--exec", "true"]).output().unwrap());
     let rows = list_json(&w);
     assert!(row(&rows, &id_of(&w, &plain)).unwrap()["last_conversation"].is_null());
+}
+
+/// Issue 22: `--list` reads the summary the launcher of a project's last sandbox left
+/// (`list-summary.json`) instead of its conversations directory, only while it holds.
+/// That it is read at all: a summary changed on disk (same `lock` time) is what `--list`
+/// shows, so an invalidation that failed would show a stale conversation. It stops
+/// holding when `lock` is touched (a launch by a claudebox that does not know the file),
+/// for `--list --sizes` (which reads everything), while a sandbox runs (its registration
+/// removed it), and after a launch killed mid-way (none is written): then the
+/// directories are read and the new conversation shows.
+#[test]
+fn the_list_summary_holds_until_the_next_launch_and_no_longer() {
+    let w = World::new(BIN);
+    w.install_claude(lab::FAKE_CLAUDE_SESSIONS);
+    let repo = w.work().join("repo");
+    init_repo(&repo);
+    let [a, b, d, forged] = [
+        "aaaaaaaa-aaaa-4aaa-8aaa-aaaaaaaaaaaa",
+        "bbbbbbbb-bbbb-4bbb-8bbb-bbbbbbbbbbbb",
+        "dddddddd-dddd-4ddd-8ddd-dddddddddddd",
+        "ffffffff-ffff-4fff-8fff-ffffffffffff",
+    ];
+    let launch_session = |u: &str| {
+        ok(&w
+            .cmd(&repo)
+            .args(["--session-id", u, "-p", "hi"])
+            .output()
+            .unwrap());
+    };
+    let last = |args: &[&str]| -> String {
+        let rows = json_of(&w, args);
+        row(&rows, &id_of(&w, &repo)).unwrap()["last_conversation"]["uuid"]
+            .as_str()
+            .unwrap_or("none")
+            .to_string()
+    };
+    launch_session(a);
+    let state = projects(&w).join(id_of(&w, &repo));
+    let summary = state.join("list-summary.json");
+    let forge = |real: &str| {
+        let text = fs::read_to_string(&summary).unwrap();
+        assert!(text.contains(real), "{text}");
+        // Written in place: `lock` keeps its time, so the summary still holds.
+        fs::write(&summary, text.replace(real, forged)).unwrap();
+    };
+    assert_eq!(last(&["--list", "--json"]), a);
+    forge(a);
+    assert_eq!(
+        last(&["--list", "--json"]),
+        forged,
+        "the summary is not read"
+    );
+    // --sizes reads the directories.
+    assert_eq!(last(&["--list", "--json", "--sizes"]), a);
+    // `lock` touched: the summary no longer holds.
+    let lock = fs::File::open(state.join("lock")).unwrap();
+    lock.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(1))
+        .unwrap();
+    assert_eq!(last(&["--list", "--json"]), a);
+
+    // The next launch: a new summary, with its conversation.
+    launch_session(b);
+    assert_eq!(last(&["--list", "--json"]), b);
+    forge(b);
+    assert_eq!(last(&["--list", "--json"]), forged);
+    // A launch killed once its conversation is written: its registration removed the
+    // summary and nothing wrote one again, so the directories are read.
+    let mut child = w
+        .cmd(&repo)
+        .args(["--session-id", d, "-p", "hi"])
+        .env("FAKE_CLAUDE_SCRIPT", "sleep 600")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let transcript = fs::read_dir(state.join("claude-projects"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path()
+        .join(format!("{d}.jsonl"));
+    let t = std::time::Instant::now();
+    while !transcript.exists() {
+        assert!(t.elapsed().as_secs() < 60, "the killed launch never wrote");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!summary.exists(), "a summary while a sandbox runs");
+    assert_ne!(last(&["--list", "--json"]), forged);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let t = std::time::Instant::now();
+    while row(&list_json(&w), &id_of(&w, &repo)).unwrap()["running"] != 0 {
+        assert!(t.elapsed().as_secs() < 30, "the killed sandbox still runs");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert!(!summary.exists());
+    assert_eq!(last(&["--list", "--json"]), d);
 }

@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::lab::{self, Claude, MockApi};
-use crate::common::{self, World};
+use crate::BIN;
+use lab::agent::{self, Claude, MockApi};
+use lab::World;
 
 mod dumps;
 mod lifetimes;
@@ -57,7 +58,7 @@ fn log_in(w: &World, p: &Path, login: &Value) {
         login.to_string(),
     )
     .unwrap();
-    let mut seed = lab::claude_json_seed(&[p]);
+    let mut seed = agent::claude_json_seed(&[p]);
     seed.as_object_mut()
         .unwrap()
         .remove("customApiKeyResponses");
@@ -94,7 +95,7 @@ fn upstream_env(mock: &MockApi) -> Vec<(String, String)> {
 fn run(w: &World, p: &Path, mock: &MockApi, args: &[&str]) -> Output {
     let mut cmd = w.cmd(p);
     cmd.envs(upstream_env(mock)).args(args);
-    lab::output_within(&mut cmd, LIMIT).unwrap_or_else(|e| {
+    agent::output_within(&mut cmd, LIMIT).unwrap_or_else(|e| {
         let seen: Vec<String> = mock
             .log()
             .iter()
@@ -118,8 +119,8 @@ fn tail4(s: &str) -> String {
 
 #[test]
 fn claude_talks_and_runs_tools_with_the_login_kept_outside() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
+    let _g = lab::heavy();
+    for c in agent::claude_versions() {
         // "default": no flag, open mode (the broker is the default).
         for mode in ["none", "allowlist", "open", "default"] {
             conversation(&c, mode);
@@ -143,12 +144,12 @@ fn talk(c: &Claude, w: &World, p: &Path, mock: &MockApi, run: Run, mode: &str, d
     let mut args = broker_args(mode);
     args.extend(["-p", "hello", "--allowedTools", "Bash"]);
     let o = run(w, p, mock, &args);
-    let out = lab::ok_run(c, &o, mock);
+    let out = agent::ok_run(c, &o, mock);
     assert!(
         out.contains(done),
         "[{} {mode}] no final answer: {out}\n{}",
         c.label,
-        common::stderr(&o)
+        lab::stderr(&o)
     );
     assert_eq!(
         fs::read_to_string(p.join("marker")).unwrap_or_default(),
@@ -159,7 +160,7 @@ fn talk(c: &Claude, w: &World, p: &Path, mock: &MockApi, run: Run, mode: &str, d
 }
 
 fn conversation(c: &Claude, mode: &str) {
-    let w = lab::world_with(c);
+    let w = agent::world_with(BIN, c);
     let (p, mock) = setup(&w, &tool_call_then("broker says done"));
     talk(c, &w, &p, &mock, run, mode, "broker says done");
     let conv = mock.conversation(0);
@@ -227,17 +228,17 @@ fn search(w: &World, p: &Path, mock: &MockApi, run: Run, flags: &[&str], script:
 /// Whether a search found its needle, or did not run (which counts as found: nothing
 /// shows it was not).
 fn found(o: &Output) -> bool {
-    let out = common::stdout(o);
+    let out = lab::stdout(o);
     !out.contains("SEARCH-DONE") || out.contains("FOUND")
 }
 
 /// Asserts that a search ran and found nothing; its stdout.
 fn found_nothing(o: &Output, what: &str) -> String {
-    let out = common::stdout(o);
+    let out = lab::stdout(o);
     assert!(
         out.contains("SEARCH-DONE"),
         "[{what}] the search did not run: {out}\n{}",
-        common::stderr(o)
+        lab::stderr(o)
     );
     assert!(!out.contains("FOUND"), "[{what}] readable inside:\n{out}");
     out
@@ -245,17 +246,17 @@ fn found_nothing(o: &Output, what: &str) -> String {
 
 /// Asserts that a search (the control, without the broker) ran and found its needle.
 fn found_it(o: &Output) {
-    let out = common::stdout(o);
+    let out = lab::stdout(o);
     assert!(
         out.contains("SEARCH-DONE") && out.contains("FOUND"),
         "control: the search finds nothing without the broker:\n{out}\n{}",
-        common::stderr(o)
+        lab::stderr(o)
     );
 }
 
 #[test]
 fn the_real_token_is_nowhere_inside() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock) = setup(&w, &json!([]));
     // "default": no flag (the broker is the default), open mode.
     for mode in ["none", "allowlist", "open", "default"] {
@@ -275,7 +276,7 @@ fn the_real_token_is_nowhere_inside() {
     let no_broker = ["--no-login-broker", "--network", "none"];
     let o = search(&w, &p, &mock, run, &no_broker, &search_script(REAL_ACCESS));
     found_it(&o);
-    assert!(common::stdout(&o).contains("FOUND file"));
+    assert!(lab::stdout(&o).contains("FOUND file"));
 }
 
 /// Python inside: requests through the proxy `HTTPS_PROXY` names (127.0.0.1:3128, or a
@@ -354,11 +355,11 @@ fn probe_in(
     let mut args = broker_args(mode);
     args.extend(["--exec", "python3", "-c", PROBE, other, &target]);
     let o = run(w, p, mock, &args);
-    let out = common::stdout(&o);
+    let out = lab::stdout(&o);
     assert!(
         o.status.success(),
         "the probe failed: {out}\n{}",
-        common::stderr(&o)
+        lab::stderr(&o)
     );
     let mut stand_in = String::new();
     let mut results = Vec::new();
@@ -417,12 +418,12 @@ print(c.getresponse().status)
         .arg(token)
         .output()
         .unwrap();
-    common::stdout(&o).trim().to_string()
+    lab::stdout(&o).trim().to_string()
 }
 
 #[test]
 fn the_stand_in_is_worthless_outside_its_sandbox_and_the_broker_goes_nowhere_else() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock) = setup(&w, &json!([]));
     // Sandbox A: its own stand-in works through its broker (the control for the rest).
     let (a, r) = probe(&w, &p, &mock, "");
@@ -457,7 +458,7 @@ fn the_stand_in_is_worthless_outside_its_sandbox_and_the_broker_goes_nowhere_els
 /// refusals as in the other modes.
 #[test]
 fn in_open_mode_the_broker_serves_api_anthropic_com_and_the_rest_goes_through() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock) = setup(&w, &json!([]));
     let (a, r) = probe_in(&w, &p, &mock, "", "open");
     assert!(a.starts_with("sk-ant-oat01-claudebox-stand-in-"), "{a}");
@@ -482,14 +483,14 @@ fn in_open_mode_the_broker_serves_api_anthropic_com_and_the_rest_goes_through() 
 
 #[test]
 fn the_broker_is_refused_without_a_login_and_launches_in_every_mode() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("proj");
     let o = w
         .cmd(&p)
         .args(["--login-broker", "--network", "none", "--exec", "true"])
         .output()
         .unwrap();
-    let err = common::stderr(&o);
+    let err = lab::stderr(&o);
     assert!(
         !o.status.success() && err.contains("no login to keep outside"),
         "{err}"
@@ -506,13 +507,13 @@ fn the_broker_is_refused_without_a_login_and_launches_in_every_mode() {
             .args(["--login-broker", "--network", mode, "--exec", "true"])
             .output()
             .unwrap();
-        assert!(o.status.success(), "[{mode}] {}", common::stderr(&o));
+        assert!(o.status.success(), "[{mode}] {}", lab::stderr(&o));
     }
 }
 
 #[test]
 fn dry_run_shows_the_broker_and_binds_no_login() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("proj");
     let creds = w.home().join(".claude/.credentials.json");
     fs::write(&creds, real_login().to_string()).unwrap();
@@ -528,8 +529,8 @@ fn dry_run_shows_the_broker_and_binds_no_login() {
         ])
         .output()
         .unwrap();
-    let out = common::stdout(&o);
-    assert!(o.status.success(), "{}", common::stderr(&o));
+    let out = lab::stdout(&o);
+    assert!(o.status.success(), "{}", lab::stderr(&o));
     assert!(out.contains("login broker: api.anthropic.com"), "{out}");
     assert!(
         out.contains("# login broker: in the proxy process"),
@@ -551,7 +552,7 @@ fn dry_run_shows_the_broker_and_binds_no_login() {
         ])
         .output()
         .unwrap();
-    let out = common::stdout(&o);
+    let out = lab::stdout(&o);
     assert!(
         out.contains(&bound) && out.contains("# credentials sync"),
         "{out}"
@@ -592,9 +593,9 @@ fn host_claude(w: &World, p: &Path, mock: &MockApi) -> std::process::Command {
 
 #[test]
 fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
-        let w = lab::world_with(&c);
+    let _g = lab::heavy();
+    for c in agent::claude_versions() {
+        let w = agent::world_with(BIN, &c);
         let p = w.dir("proj");
         let mock =
             MockApi::start_oauth(&json!({"turns": [], "token_delay_ms": 1500}), SEED_REFRESH);
@@ -611,7 +612,7 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
         let mut last = SEED_REFRESH.to_string();
         for round in 1..=3u32 {
             let o = ask(if round % 2 == 0 { "allowlist" } else { "none" });
-            let out = lab::ok_run(&c, &o, &mock);
+            let out = agent::ok_run(&c, &o, &mock);
             assert!(
                 out.contains("MOCK: the script is over."),
                 "[{}] {out}",
@@ -658,16 +659,16 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
         for round in 0..rounds {
             let before = mock.refreshes().len();
             let mut host = host_claude(&w, &p, &mock);
-            let host = std::thread::spawn(move || lab::output_within(&mut host, LIMIT));
+            let host = std::thread::spawn(move || agent::output_within(&mut host, LIMIT));
             std::thread::sleep(Duration::from_millis(200 * (round % 2)));
             let o = ask("none");
-            lab::ok_run(&c, &o, &mock);
+            agent::ok_run(&c, &o, &mock);
             let h = host.join().unwrap().unwrap();
             assert!(
                 h.status.success(),
                 "[{}] host: {}",
                 c.label,
-                common::stderr(&h)
+                lab::stderr(&h)
             );
             let spent = &mock.refreshes()[before..];
             assert_eq!(spent.len(), 1, "[{}] race {round}: {spent:?}", c.label);
@@ -680,7 +681,7 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
             v["claudeAiOauth"]["expiresAt"] = 1000.into();
             fs::write(&creds, v.to_string()).unwrap();
         }
-        common::figure!(
+        lab::figure!(
             "login broker refresh race, the host's claude and a sandbox ({}, as {}): the \
              token spent once in {rounds} of {rounds} rounds",
             c.label,
@@ -709,7 +710,7 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
             let before = mock.refreshes().len();
             let mut host = host_claude(&w, &p, &mock);
             host.env("CLAUDE_CONFIG_DIR", &x);
-            let host = std::thread::spawn(move || lab::output_within(&mut host, LIMIT));
+            let host = std::thread::spawn(move || agent::output_within(&mut host, LIMIT));
             // The loser is logged out (the broker answers 401 and spends the dead token
             // no more); how claude reports that is not the point here.
             let mut sandbox = w.cmd(&p);
@@ -720,7 +721,7 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
                 "-p",
                 "hello",
             ]);
-            let _ = lab::output_within(&mut sandbox, LIMIT);
+            let _ = agent::output_within(&mut sandbox, LIMIT);
             let _ = host.join().unwrap();
             spent = mock.refreshes()[before..].to_vec();
             eprintln!("[{}] control {attempt}, locks apart: {spent:?}", c.label);
@@ -740,7 +741,7 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
 /// The attacks above as escape attempts (`escape::escape_suite` counts them): each is
 /// `true` when it got what it was after. Their controls are the tests above.
 pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock) = setup(&w, &json!([]));
     let mut v = Vec::new();
     for (name, mode) in [
@@ -799,7 +800,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         "login broker: a sandbox's stand-in used through an open-mode sandbox's broker on the shared loopback",
         !refused(&r3, "other", "401"),
     ));
-    let wk = World::new();
+    let wk = World::new(BIN);
     let (pk, mk) = setup_api_key(&wk, &json!([]));
     for (name, mode) in [
         ("login broker: an API-key user's key anywhere inside (files, environ, cmdline, fds), none mode", "none"),
@@ -809,7 +810,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         let o = search(&wk, &pk, &mk, run_with_key, &broker_args(mode), &search_script(REAL_KEY));
         v.push((name, found(&o)));
     }
-    let wh = World::new();
+    let wh = World::new(BIN);
     let (ph, mh, _) = setup_helper(&wh, &json!([]));
     for (name, mode) in [
         ("login broker: an apiKeyHelper user's key anywhere inside (settings, files, environ, cmdline, fds), none mode", "none"),
@@ -823,7 +824,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
             &mh,
             &["--login-broker", "--network", mode, "--exec", "sh", "-c", &script],
         );
-        let out = common::stdout(&o);
+        let out = lab::stdout(&o);
         v.push((name, !out.contains("SEARCH-DONE") || out.contains("FOUND")));
     }
     v.push((
@@ -855,7 +856,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         "login broker: see or signal the broker from inside",
         d.broker_reached_inside,
     ));
-    let ws = World::new();
+    let ws = World::new(BIN);
     let (ps, ms) = setup_settings_key(&ws, &json!([]));
     for (name, mode) in [
         (
@@ -882,12 +883,12 @@ fn setup_api_key(w: &World, script: &Value) -> (PathBuf, MockApi) {
     let p = w.dir("proj");
     let mock = MockApi::start_oauth_live(script, REAL_REFRESH, REAL_ACCESS);
     let _ = fs::remove_file(w.home().join(".claude/.credentials.json"));
-    lab::seed_claude_json(&w.home(), &[&p]);
+    agent::seed_claude_json(&w.home(), &[&p]);
     (p, mock)
 }
 
 fn run_with_key(w: &World, p: &Path, mock: &MockApi, args: &[&str]) -> Output {
-    lab::output_within(&mut run_with_key_cmd(w, p, mock, args), LIMIT).unwrap()
+    agent::output_within(&mut run_with_key_cmd(w, p, mock, args), LIMIT).unwrap()
 }
 
 fn run_with_key_cmd(w: &World, p: &Path, mock: &MockApi, args: &[&str]) -> std::process::Command {
@@ -909,10 +910,10 @@ fn api_keys(mock: &MockApi) -> Vec<String> {
 /// API-key users: claude inside gets a stand-in key; the broker sends the real one.
 #[test]
 fn api_key_users_talk_with_the_key_kept_outside() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
+    let _g = lab::heavy();
+    for c in agent::claude_versions() {
         for mode in ["none", "allowlist", "open"] {
-            let w = lab::world_with(&c);
+            let w = agent::world_with(BIN, &c);
             let done = "key broker says done";
             let (p, mock) = setup_api_key(&w, &tool_call_then(done));
             talk(&c, &w, &p, &mock, run_with_key, mode, done);
@@ -941,7 +942,7 @@ fn api_key_users_talk_with_the_key_kept_outside() {
 /// command lines, open files); control: without it, it is in claude's environment.
 #[test]
 fn the_api_key_is_nowhere_inside() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock) = setup_api_key(&w, &json!([]));
     let script = format!(
         "{}\necho \"KEY-INSIDE $ANTHROPIC_API_KEY\"",
@@ -965,7 +966,7 @@ fn the_api_key_is_nowhere_inside() {
 /// another API it stays off, and asking for it then is refused.
 #[test]
 fn the_broker_is_the_default_and_the_opt_out_shares_the_login() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("proj");
     let dry = |args: &[&str], env: &[(&str, &str)]| {
         let o = w
@@ -975,7 +976,7 @@ fn the_broker_is_the_default_and_the_opt_out_shares_the_login() {
             .args(["--dry-run", "--exec", "true"])
             .output()
             .unwrap();
-        (o.status.success(), common::stdout(&o), common::stderr(&o))
+        (o.status.success(), lab::stdout(&o), lab::stderr(&o))
     };
     // Nothing to lend: no broker, nothing refused.
     let (ok, out, err) = dry(&[], &[]);
@@ -1024,7 +1025,7 @@ fn the_broker_is_the_default_and_the_opt_out_shares_the_login() {
     );
     // --check says so.
     let o = w.cmd(&p).arg("--check").output().unwrap();
-    let out = common::stdout(&o) + &common::stderr(&o);
+    let out = lab::stdout(&o) + &lab::stderr(&o);
     assert!(
         out.contains("kept on the host by the login broker"),
         "{out}"
@@ -1042,7 +1043,7 @@ fn setup_helper(w: &World, script: &Value) -> (PathBuf, MockApi, PathBuf) {
     let p = w.dir("proj");
     let mock = MockApi::start_oauth_live_key(script, REAL_REFRESH, REAL_ACCESS, HELPER_KEY);
     let _ = fs::remove_file(w.home().join(".claude/.credentials.json"));
-    lab::seed_claude_json(&w.home(), &[&p]);
+    agent::seed_claude_json(&w.home(), &[&p]);
     let runs = w.dir("helper").join("runs");
     let settings = w.home().join(".claude/settings.json");
     let mut v: Value = fs::read_to_string(&settings)
@@ -1063,10 +1064,10 @@ fn runs_of(runs: &Path) -> usize {
 /// x-api-key and as a bearer: both are swapped).
 #[test]
 fn api_key_helper_users_talk_with_the_key_kept_outside() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
+    let _g = lab::heavy();
+    for c in agent::claude_versions() {
         for mode in ["none", "allowlist", "open"] {
-            let w = lab::world_with(&c);
+            let w = agent::world_with(BIN, &c);
             let script = json!([
                 {"bash": {"command": "echo tool-ran > marker", "description": "mark"}},
                 "helper broker says done"
@@ -1086,12 +1087,12 @@ fn api_key_helper_users_talk_with_the_key_kept_outside() {
                     "Bash",
                 ],
             );
-            let out = lab::ok_run(&c, &o, &mock);
+            let out = agent::ok_run(&c, &o, &mock);
             assert!(
                 out.contains("helper broker says done"),
                 "[{} {mode}] no final answer: {out}\n{}",
                 c.label,
-                common::stderr(&o)
+                lab::stderr(&o)
             );
             assert_eq!(
                 fs::read_to_string(p.join("marker")).unwrap_or_default(),
@@ -1137,7 +1138,7 @@ fn api_key_helper_users_talk_with_the_key_kept_outside() {
 /// (in the user's settings.json, as the helper's command holds it).
 #[test]
 fn the_api_key_helpers_key_is_nowhere_inside() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock, runs) = setup_helper(&w, &json!([]));
     let script = format!(
         "{}\necho \"HELPER-SAYS $(cat \"$CLAUDE_SECURESTORAGE_CONFIG_DIR/claudebox-api-key-helper\")\"\n\
@@ -1159,11 +1160,11 @@ fn the_api_key_helpers_key_is_nowhere_inside() {
                 &script,
             ],
         );
-        let out = common::stdout(&o);
+        let out = lab::stdout(&o);
         assert!(
             out.contains("SEARCH-DONE"),
             "[{mode}] the search did not run: {out}\n{}",
-            common::stderr(&o)
+            lab::stderr(&o)
         );
         assert!(
             !out.contains("FOUND"),
@@ -1195,11 +1196,11 @@ fn the_api_key_helpers_key_is_nowhere_inside() {
             &script,
         ],
     );
-    let out = common::stdout(&o);
+    let out = lab::stdout(&o);
     assert!(
         out.contains("SEARCH-DONE") && out.contains("FOUND file"),
         "control: the search finds nothing without the broker:\n{out}\n{}",
-        common::stderr(&o)
+        lab::stderr(&o)
     );
     assert_eq!(runs_of(&runs), 3, "control: no helper ran on the host");
 }
@@ -1216,7 +1217,7 @@ fn own_lines(err: &str) -> usize {
 /// run on the host, in one line.
 #[test]
 fn a_failing_or_project_written_api_key_helper_fails_the_launch() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock, _) = setup_helper(&w, &json!([]));
     let settings = w.home().join(".claude/settings.json");
     fs::write(
@@ -1230,9 +1231,9 @@ fn a_failing_or_project_written_api_key_helper_fails_the_launch() {
         &mock,
         &["--network", "none", "--exec", "sh", "-c", "echo RAN-INSIDE"],
     );
-    let err = common::stderr(&o);
+    let err = lab::stderr(&o);
     assert!(!o.status.success(), "{err}");
-    assert!(!common::stdout(&o).contains("RAN-INSIDE"));
+    assert!(!lab::stdout(&o).contains("RAN-INSIDE"));
     assert!(
         err.contains("apiKeyHelper") && err.contains("vault is locked"),
         "{err}"
@@ -1254,9 +1255,9 @@ fn a_failing_or_project_written_api_key_helper_fails_the_launch() {
         ],
     );
     assert!(
-        common::stdout(&o).contains("RAN-INSIDE"),
+        lab::stdout(&o).contains("RAN-INSIDE"),
         "{}",
-        common::stderr(&o)
+        lab::stderr(&o)
     );
 
     // The user's settings.json is a symlink into the project: the agent could write the
@@ -1266,7 +1267,7 @@ fn a_failing_or_project_written_api_key_helper_fails_the_launch() {
     fs::remove_file(&settings).unwrap();
     std::os::unix::fs::symlink(&inproj, &settings).unwrap();
     let o = run(&w, &p, &mock, &["--network", "none", "--exec", "true"]);
-    let err = common::stderr(&o);
+    let err = lab::stderr(&o);
     assert!(
         !o.status.success() && err.contains("lies in the project") && own_lines(&err) == 1,
         "{err}"
@@ -1279,9 +1280,9 @@ fn a_failing_or_project_written_api_key_helper_fails_the_launch() {
 /// it once.
 #[test]
 fn the_broker_runs_the_helper_again_once_its_key_is_older_than_the_ttl() {
-    let _g = common::heavy();
-    let c = lab::claude_versions().pop().unwrap();
-    let w = lab::world_with(&c);
+    let _g = lab::heavy();
+    let c = agent::claude_versions().pop().unwrap();
+    let w = agent::world_with(BIN, &c);
     let script = json!([
         {"bash": {"command": "sleep 2", "description": "wait"}},
         {"bash": {"command": "sleep 2", "description": "wait"}},
@@ -1300,8 +1301,8 @@ fn the_broker_runs_the_helper_again_once_its_key_is_older_than_the_ttl() {
             "--allowedTools",
             "Bash",
         ]);
-    let o = lab::output_within(&mut cmd, LIMIT).unwrap();
-    let out = lab::ok_run(&c, &o, &mock);
+    let o = agent::output_within(&mut cmd, LIMIT).unwrap();
+    let out = agent::ok_run(&c, &o, &mock);
     assert!(out.contains("ttl done"), "{out}");
     let n = runs_of(&runs);
     let asked = mock.conversation(0).len();
@@ -1326,9 +1327,9 @@ fn unauthorized(mock: &MockApi) -> usize {
 /// tries that once, passes the 401 on, and never spends the dead token again.
 #[test]
 fn an_upstream_401_is_retried_once_with_a_refreshed_login() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
-        let w = lab::world_with(&c);
+    let _g = lab::heavy();
+    for c in agent::claude_versions() {
+        let w = agent::world_with(BIN, &c);
         let script = json!([
             {"bash": {"command": "echo tool-ran > marker", "description": "mark"}},
             "retried and done"
@@ -1349,12 +1350,12 @@ fn an_upstream_401_is_retried_once_with_a_refreshed_login() {
                 "Bash",
             ],
         );
-        let out = lab::ok_run(&c, &o, &mock);
+        let out = agent::ok_run(&c, &o, &mock);
         assert!(
             out.contains("retried and done"),
             "[{}] {out}\n{}",
             c.label,
-            common::stderr(&o)
+            lab::stderr(&o)
         );
         assert_eq!(
             mock.refreshes(),
@@ -1375,7 +1376,7 @@ fn an_upstream_401_is_retried_once_with_a_refreshed_login() {
 
         // The refresh token is dead too (the mock never issued it): one refresh tried,
         // the 401 reaches claude, and the dead token is not spent again.
-        let w = lab::world_with(&c);
+        let w = agent::world_with(BIN, &c);
         let (p, mock) = setup(&w, &json!([]));
         mock.revoke(REAL_ACCESS);
         let mut dead = real_login();
@@ -1387,7 +1388,7 @@ fn an_upstream_401_is_retried_once_with_a_refreshed_login() {
             &mock,
             &["--login-broker", "--network", "none", "-p", "hello"],
         );
-        assert!(!o.status.success(), "[{}] {}", c.label, common::stdout(&o));
+        assert!(!o.status.success(), "[{}] {}", c.label, lab::stdout(&o));
         let spent = mock.refreshes();
         assert_eq!(spent.len(), 1, "[{}] {spent:?}", c.label);
         assert_eq!(spent[0], ("D000".to_string(), None), "[{}]", c.label);
@@ -1400,9 +1401,9 @@ fn an_upstream_401_is_retried_once_with_a_refreshed_login() {
 /// first time, the live one after).
 #[test]
 fn an_upstream_401_runs_the_helper_again_and_retries_once() {
-    let _g = common::heavy();
-    let c = lab::claude_versions().pop().unwrap();
-    let w = lab::world_with(&c);
+    let _g = lab::heavy();
+    let c = agent::claude_versions().pop().unwrap();
+    let w = agent::world_with(BIN, &c);
     let (p, mock, runs) = setup_helper(&w, &json!(["helper retried"]));
     let settings = w.home().join(".claude/settings.json");
     let helper = format!(
@@ -1416,12 +1417,8 @@ fn an_upstream_401_runs_the_helper_again_and_retries_once() {
         &mock,
         &["--login-broker", "--network", "none", "-p", "hello"],
     );
-    let out = lab::ok_run(&c, &o, &mock);
-    assert!(
-        out.contains("helper retried"),
-        "{out}\n{}",
-        common::stderr(&o)
-    );
+    let out = agent::ok_run(&c, &o, &mock);
+    assert!(out.contains("helper retried"), "{out}\n{}", lab::stderr(&o));
     assert_eq!(unauthorized(&mock), 1, "one 401, retried");
     assert_eq!(runs_of(&runs), 2, "the helper ran again once");
 }
@@ -1501,10 +1498,10 @@ impl Drop for UserProxy {
 /// gets no answer).
 #[test]
 fn the_broker_goes_through_the_users_own_proxy() {
-    let _g = common::heavy();
-    let c = lab::claude_versions().pop().unwrap();
+    let _g = lab::heavy();
+    let c = agent::claude_versions().pop().unwrap();
     for mode in ["open", "none"] {
-        let w = lab::world_with(&c);
+        let w = agent::world_with(BIN, &c);
         let (p, mock) = setup(&w, &json!(["through your proxy"]));
         if mode == "none" {
             // Expired: the refresh goes through the proxy too, to its own host.
@@ -1524,8 +1521,8 @@ fn the_broker_goes_through_the_users_own_proxy() {
                 format!("http://lab:s%40cret@127.0.0.1:{}", proxy.port),
             )
             .args(["--login-broker", "--network", mode, "-p", "hello"]);
-        let o = lab::output_within(&mut cmd, LIMIT).unwrap();
-        let out = lab::ok_run(&c, &o, &mock);
+        let o = agent::output_within(&mut cmd, LIMIT).unwrap();
+        let out = agent::ok_run(&c, &o, &mock);
         assert!(out.contains("through your proxy"), "[{mode}] {out}");
         let tunnels = proxy.tunnels();
         let conv = mock.conversation(0).len();
@@ -1552,7 +1549,7 @@ fn the_broker_goes_through_the_users_own_proxy() {
     }
     // Open mode: another host the broker's proxy lets through goes through the user's
     // proxy too (the mock then refuses it: nothing leaves the machine).
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock) = setup(&w, &json!([]));
     let proxy = UserProxy::start(&mock, None);
     let mut cmd = w.cmd(&p);
@@ -1568,8 +1565,8 @@ fn the_broker_goes_through_the_users_own_proxy() {
             "-c",
             "curl -sS -m 20 -o /dev/null https://elsewhere.example:8443/ 2>&1; echo \"PROXY $HTTPS_PROXY\"",
         ]);
-    let o = lab::output_within(&mut cmd, LIMIT).unwrap();
-    let out = common::stdout(&o);
+    let o = agent::output_within(&mut cmd, LIMIT).unwrap();
+    let out = lab::stdout(&o);
     assert!(
         out.contains("PROXY http://127.0.0.1:")
             && !out.contains(&format!("PROXY http://127.0.0.1:{}\n", proxy.port)),
@@ -1579,11 +1576,11 @@ fn the_broker_goes_through_the_users_own_proxy() {
         proxy.tunnels(),
         ["elsewhere.example:8443 -"],
         "open mode: {out}\n{}",
-        common::stderr(&o)
+        lab::stderr(&o)
     );
 
     // Control: NO_PROXY sends the broker direct (nothing reachable offline).
-    let w = lab::world_with(&c);
+    let w = agent::world_with(BIN, &c);
     let (p, mock) = setup(&w, &json!(["through your proxy"]));
     let proxy = UserProxy::start(&mock, None);
     let mut cmd = w.cmd(&p);
@@ -1594,11 +1591,11 @@ fn the_broker_goes_through_the_users_own_proxy() {
         .env("CLAUDE_CODE_MAX_RETRIES", "0")
         .args(["--login-broker", "--network", "none", "-p", "hello"]);
     // Claude retries a 502 for a while; no answer in time is no answer either.
-    if let Ok(o) = lab::output_within(&mut cmd, LIMIT) {
+    if let Ok(o) = agent::output_within(&mut cmd, LIMIT) {
         assert!(
-            !common::stdout(&o).contains("through your proxy"),
+            !lab::stdout(&o).contains("through your proxy"),
             "control: {}",
-            common::stdout(&o)
+            lab::stdout(&o)
         );
     }
     assert!(proxy.tunnels().is_empty(), "control: {:?}", proxy.tunnels());
@@ -1654,9 +1651,9 @@ fn broker_request_ms(w: &World, p: &Path, mock: &MockApi, nagle: bool) -> f64 {
     if nagle {
         cmd.env("CLAUDEBOX_TEST_BROKER_NAGLE", "1");
     }
-    let o = lab::output_within(&mut cmd, LIMIT).unwrap_or_else(|e| panic!("{e}"));
-    let out = common::stdout(&o);
-    assert!(o.status.success(), "{out}\n{}", common::stderr(&o));
+    let o = agent::output_within(&mut cmd, LIMIT).unwrap_or_else(|e| panic!("{e}"));
+    let out = lab::stdout(&o);
+    assert!(o.status.success(), "{out}\n{}", lab::stderr(&o));
     out.lines()
         .find_map(|l| l.strip_prefix("MIN "))
         .and_then(|v| v.trim().parse().ok())
@@ -1670,7 +1667,7 @@ fn broker_request_ms(w: &World, p: &Path, mock: &MockApi, nagle: bool) -> f64 {
 /// (`CLAUDEBOX_TEST_BROKER_NAGLE`) the fastest takes 40 ms or more.
 #[test]
 fn a_request_through_the_broker_waits_for_no_delayed_ack() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock) = setup(&w, &json!([]));
     let fast = broker_request_ms(&w, &p, &mock, false);
     let slow = broker_request_ms(&w, &p, &mock, true);
@@ -1696,7 +1693,7 @@ fn setup_settings_key(w: &World, script: &Value) -> (PathBuf, MockApi) {
     let p = w.dir("proj");
     let mock = MockApi::start_oauth_live_key(script, REAL_REFRESH, REAL_ACCESS, SETTINGS_KEY);
     let _ = fs::remove_file(w.home().join(".claude/.credentials.json"));
-    lab::seed_claude_json(&w.home(), &[&p]);
+    agent::seed_claude_json(&w.home(), &[&p]);
     let settings = w.home().join(".claude/settings.json");
     let mut v: Value = fs::read_to_string(&settings)
         .ok()
@@ -1713,9 +1710,9 @@ fn setup_settings_key(w: &World, script: &Value) -> (PathBuf, MockApi) {
 /// the rest of its `env` kept); control: without the broker it is in the settings inside.
 #[test]
 fn a_key_in_the_settings_env_block_is_kept_outside() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
-        let w = lab::world_with(&c);
+    let _g = lab::heavy();
+    for c in agent::claude_versions() {
+        let w = agent::world_with(BIN, &c);
         let done = "settings key broker says done";
         let (p, mock) = setup_settings_key(&w, &tool_call_then(done));
         talk(&c, &w, &p, &mock, run, "none", done);
@@ -1726,7 +1723,7 @@ fn a_key_in_the_settings_env_block_is_kept_outside() {
             assert!(k.contains(&real), "[{}] {k} (all: {keys:?})", c.label);
         }
     }
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock) = setup_settings_key(&w, &json!([]));
     let script = format!(
         "{}\necho \"KEY-INSIDE $ANTHROPIC_API_KEY\"\n\
@@ -1752,9 +1749,9 @@ fn a_key_in_the_settings_env_block_is_kept_outside() {
 /// sets), both versions; each request reaches the API with the host's token.
 #[test]
 fn a_conversation_resumes_and_changes_model_through_the_broker() {
-    let _g = common::heavy();
-    for c in lab::claude_versions() {
-        let w = lab::world_with(&c);
+    let _g = lab::heavy();
+    for c in agent::claude_versions() {
+        let w = agent::world_with(BIN, &c);
         let (p, mock) = setup(
             &w,
             &json!(["first answer ALBATROSS", "second answer BITTERN"]),
@@ -1771,7 +1768,7 @@ fn a_conversation_resumes_and_changes_model_through_the_broker() {
                 "remember PELICAN-WORD",
             ],
         );
-        let out = lab::ok_run(&c, &o, &mock);
+        let out = agent::ok_run(&c, &o, &mock);
         assert!(out.contains("ALBATROSS"), "[{}] {out}", c.label);
         let before = mock.conversation(0).len();
         let first = mock.conversation(0)[0]["body"]["model"].clone();
@@ -1796,11 +1793,11 @@ fn a_conversation_resumes_and_changes_model_through_the_broker() {
                 "which word?",
             ],
         );
-        let out = lab::ok_run(&c, &o, &mock);
+        let out = agent::ok_run(&c, &o, &mock);
         assert!(out.contains("BITTERN"), "[{}] {out}", c.label);
         let second = mock.conversation(before);
         let r = second.first().expect("the second run's request");
-        let text = lab::messages_text(r);
+        let text = agent::messages_text(r);
         assert!(
             text.contains("PELICAN-WORD") && text.contains("ALBATROSS"),
             "[{}] the second request lacks the first exchange: {text}",

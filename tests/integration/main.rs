@@ -1,12 +1,14 @@
 //! The integration tests: one binary (`cargo test --test integration`), one module per
 //! subject. Tests that run the real Claude Code, the fault loops or the escape suite's
-//! races hold `common::heavy()` (through `World::heavy()`, `lab::each_claude()` or directly)
-//! so that two of them never share the machine's cores.
+//! races hold `lab::heavy()` (through `World::heavy(BIN)`, `lab::agent::each_claude()` or
+//! directly) so that two of them never share the machine's cores. What the tests share
+//! with the benches (worlds, the mock APIs, the real agents) is the lab crate (tests/lab).
 
 // A test: a panic on an unexpected None or Err is its failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod common;
+/// The claudebox binary under test, handed to every `lab::World`.
+const BIN: &str = env!("CARGO_BIN_EXE_claudebox");
 
 mod apparmor;
 mod check;

@@ -16,7 +16,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 /// Requests through the proxy: curl with the proxy variables claudebox set, minus NO_PROXY.
 const VIA: &str = "NO_PROXY= no_proxy= curl -sS --max-time 20";
@@ -114,7 +115,7 @@ fn denied_log(w: &World) -> String {
 #[test]
 fn allowed_host_gets_through_by_connect_and_by_plain_http() {
     need_curl();
-    let w = World::new();
+    let w = World::new(BIN);
     let a = Server::start("A");
     let script = format!(
         "echo PROXY=$HTTPS_PROXY/$http_proxy/$ALL_PROXY/$NO_PROXY
@@ -153,7 +154,7 @@ fn allowed_host_gets_through_by_connect_and_by_plain_http() {
 #[test]
 fn denied_host_gets_403_naming_it_and_is_logged() {
     need_curl();
-    let w = World::new();
+    let w = World::new(BIN);
     let (a, b) = (Server::start("A"), Server::start("B"));
     let script = format!(
         "{VIA} -i http://localhost:{b}/x
@@ -214,7 +215,7 @@ fn denied_host_gets_403_naming_it_and_is_logged() {
 #[test]
 fn the_decision_is_made_once_and_cannot_be_smuggled_past() {
     need_curl();
-    let w = World::new();
+    let w = World::new(BIN);
     let (a, b) = (Server::start("A"), Server::start("B"));
     let (pa, pb) = (a.port, b.port);
     let script = format!(
@@ -268,7 +269,7 @@ fn the_decision_is_made_once_and_cannot_be_smuggled_past() {
 
 #[test]
 fn no_way_out_but_the_proxy_and_no_dns_inside() {
-    let w = World::new();
+    let w = World::new(BIN);
     let a = Server::start("A");
     let script = format!(
         "bash -c 'exec 3<>/dev/tcp/127.0.0.1/{p} && echo DIRECT-OK || echo DIRECT-FAILED'
@@ -303,7 +304,7 @@ fn no_way_out_but_the_proxy_and_no_dns_inside() {
 
 #[test]
 fn none_mode_starts_no_proxy_and_sets_no_proxy_variables() {
-    let w = World::new();
+    let w = World::new(BIN);
     let script = "echo HTTPS=${HTTPS_PROXY:-unset}
                   bash -c 'exec 3<>/dev/tcp/127.0.0.1/3128 && echo PORT-OPEN || echo PORT-CLOSED'";
     let out = ok(&w.run_claude(&project(&w), ["--network", "none"], script));
@@ -388,7 +389,7 @@ fn start_waiting(w: &World, proj: &Path) -> (std::process::Child, String) {
 
 #[test]
 fn the_proxy_is_gone_after_the_sandbox_exits() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = project(&w);
     let port_taken_before = TcpStream::connect("127.0.0.1:3128").is_ok();
     let (mut child, id) = start_waiting(&w, &proj);
@@ -425,7 +426,7 @@ fn the_proxy_is_gone_after_the_sandbox_exits() {
 
 #[test]
 fn the_proxy_dies_when_the_sandbox_is_killed() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = project(&w);
     let (mut child, id) = start_waiting(&w, &proj);
     assert_eq!(proxies_of(&id).len(), 1, "no proxy found for instance {id}");
@@ -470,7 +471,7 @@ fn fifty_concurrent_connections_go_through() {
             });
         }
     });
-    let w = World::new();
+    let w = World::new(BIN);
     let script = format!(
         "for i in $(seq {N}); do {VIA} --max-time 60 -p http://localhost:{port}/$i & done; wait"
     );
@@ -480,7 +481,7 @@ fn fifty_concurrent_connections_go_through() {
 
 #[test]
 fn dry_run_shows_the_policy_and_creates_nothing() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = project(&w);
     let out = ok(&w
         .cmd(&proj)
@@ -542,7 +543,7 @@ fn dry_run_shows_the_policy_and_creates_nothing() {
 
 #[test]
 fn bad_allowlists_are_refused_before_anything_happens() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = project(&w);
     for (args, expect) in [
         (vec!["--allow-host", "*"], "every host"),
@@ -573,7 +574,7 @@ fn bad_allowlists_are_refused_before_anything_happens() {
 fn the_sandbox_end_of_the_bridge_fails_closed_when_run_alone() {
     // Pasting the printed command without claudebox: no proxy on descriptor 3, so the
     // first step refuses to run the command instead of running it without a network.
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = project(&w);
     // A real launch first, so the state and mount points the command line names exist.
     ok(&w.run_claude(&proj, ["--network", "none"], "true"));
@@ -615,13 +616,13 @@ fn the_sandbox_end_of_the_bridge_fails_closed_when_run_alone() {
 /// Both Claude Code versions (`CLAUDEBOX_TEST_CLAUDE`, `CLAUDEBOX_TEST_CLAUDE_LATEST`).
 #[test]
 fn real_claude_code_runs_in_allowlist_mode() {
-    for c in crate::common::lab::each_claude() {
+    for c in lab::agent::each_claude() {
         real_claude_code_runs_in_allowlist_mode_with(&c.bin);
     }
 }
 
 fn real_claude_code_runs_in_allowlist_mode_with(claude: &std::path::Path) {
-    let w = World::new();
+    let w = World::new(BIN);
     fs::remove_file(w.bin().join("claude")).unwrap();
     std::os::unix::fs::symlink(claude, w.bin().join("claude")).unwrap();
     let proj = project(&w);
@@ -639,7 +640,7 @@ fn real_claude_code_runs_in_allowlist_mode_with(claude: &std::path::Path) {
 #[test]
 fn allowed_loopback_hosts_reach_the_hosts_service_without_the_proxy_variables() {
     need_curl();
-    let w = World::new();
+    let w = World::new(BIN);
     let (a, b, c) = (Server::start("A"), Server::start("B"), Server::start("C"));
     let direct = "curl -sS --max-time 20";
     let script = format!(

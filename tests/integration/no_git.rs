@@ -7,7 +7,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 /// Installs a `git` first on the world's PATH that logs its arguments to `log` and fails.
 fn trap_git(w: &World) -> PathBuf {
@@ -43,7 +44,7 @@ fn layout(w: &World) -> (PathBuf, PathBuf, PathBuf) {
 #[test]
 fn the_trap_catches_a_git_call() {
     // Proves the trap works: a `git` run with the world's PATH lands in the log.
-    let w = World::new();
+    let w = World::new(BIN);
     let log = trap_git(&w);
     let st = Command::new("sh")
         .args(["-c", "git rev-parse --git-common-dir"])
@@ -56,7 +57,7 @@ fn the_trap_catches_a_git_call() {
 
 #[test]
 fn dry_run_calls_no_git_and_agrees_with_git() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (repo, wt, deep) = layout(&w);
     let log = trap_git(&w);
     for cwd in [&repo, &wt, &deep] {
@@ -69,7 +70,7 @@ fn dry_run_calls_no_git_and_agrees_with_git() {
 
 #[test]
 fn a_launch_calls_no_git_and_agrees_with_git() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (_repo, _wt, deep) = layout(&w);
     let log = trap_git(&w);
     let o = w
@@ -94,7 +95,7 @@ fn a_launch_execs_only_bwrap_under_strace() {
         eprintln!("strace not found: skipping the execve check (the PATH trap still ran)");
         return;
     };
-    let w = World::new();
+    let w = World::new(BIN);
     let (_repo, _wt, deep) = layout(&w);
     let trace = w.root().join("execve.trace");
     // The world's environment (HOME, PATH with the fake claude), with strace in front.

@@ -26,8 +26,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use crate::common::lab::{self, Claude, MockApi};
-use crate::common::{self, World};
+use crate::BIN;
+use lab::agent::{self, Claude, MockApi};
+use lab::World;
 
 /// The login's refresh token before any refresh (the mock takes it as live).
 const SEED_REFRESH: &str = "sk-ant-ort01-lab-seed-r000";
@@ -70,14 +71,14 @@ fn setup(
     c: &Claude,
     token_delay_ms: u64,
 ) -> (World, std::path::PathBuf, MockApi, std::path::PathBuf) {
-    let w = lab::world_with(c);
+    let w = agent::world_with(BIN, c);
     let p = w.dir("proj");
     let script = json!({"turns": [], "token_delay_ms": token_delay_ms});
     let mock = MockApi::start_oauth(&script, SEED_REFRESH);
     let ca = p.join("mock-ca.pem");
     fs::copy(mock.ca_cert(), &ca).unwrap();
     write_creds(&w, &credentials(SEED_ACCESS, SEED_REFRESH));
-    let mut seed = lab::claude_json_seed(&[&p]);
+    let mut seed = agent::claude_json_seed(&[&p]);
     seed.as_object_mut()
         .unwrap()
         .remove("customApiKeyResponses");
@@ -107,12 +108,12 @@ fn ask(w: &World, p: &Path, mock: &MockApi, ca: &Path, sandbox: bool) -> Command
 }
 
 fn run(cmd: &mut Command) -> Output {
-    lab::output_within(cmd, LIMIT).unwrap_or_else(|e| panic!("{e}"))
+    agent::output_within(cmd, LIMIT).unwrap_or_else(|e| panic!("{e}"))
 }
 
 #[track_caller]
 fn answered(c: &Claude, what: &str, o: &Output, mock: &MockApi) {
-    let out = lab::ok_run(c, o, mock);
+    let out = agent::ok_run(c, o, mock);
     assert!(
         out.contains(FINAL),
         "[{}] {what}: no final answer\nstdout:\n{out}\nmock stderr:\n{}",
@@ -138,7 +139,7 @@ fn tail4(s: &str) -> &str {
 
 #[test]
 fn a_refresh_inside_a_sandbox_reaches_the_hosts_login() {
-    for c in crate::common::lab::each_claude() {
+    for c in lab::agent::each_claude() {
         let (w, p, mock, ca) = setup(&c, 0);
         let before = fs::read(creds_path(&w)).unwrap();
         let inode = fs::metadata(creds_path(&w)).unwrap().ino();
@@ -201,11 +202,11 @@ fn a_refresh_inside_a_sandbox_reaches_the_hosts_login() {
             "[{}] control, the host with its pre-refresh file: {:?}, stdout {:?}, stderr {:?}",
             c.label,
             o.status.code(),
-            common::stdout(&o).trim(),
-            common::stderr(&o).trim()
+            lab::stdout(&o).trim(),
+            lab::stderr(&o).trim()
         );
         assert!(
-            !o.status.success() && !common::stdout(&o).contains(FINAL),
+            !o.status.success() && !lab::stdout(&o).contains(FINAL),
             "[{}] control: the stale login still answered",
             c.label
         );
@@ -239,7 +240,7 @@ fn at_once(a: &mut Command, b: &mut Command) -> (Output, Output) {
 
 #[test]
 fn two_sandboxes_refreshing_at_once_spend_the_token_once() {
-    for c in crate::common::lab::each_claude() {
+    for c in lab::agent::each_claude() {
         let (w, p, mock, ca) = setup(&c, TOKEN_DELAY_MS);
         let mut last = SEED_REFRESH.to_string();
         for round in 0..1 {
@@ -289,9 +290,9 @@ fn two_sandboxes_refreshing_at_once_spend_the_token_once() {
             c.label,
             now.len(),
             oh.status.code(),
-            common::stdout(&oh).trim(),
+            lab::stdout(&oh).trim(),
             os.status.code(),
-            common::stdout(&os).trim(),
+            lab::stdout(&os).trim(),
             tail4(
                 end["claudeAiOauth"]["refreshToken"]
                     .as_str()
@@ -396,7 +397,7 @@ fn go(p: &Path) {
 
 #[test]
 fn a_refresh_by_the_host_reaches_a_running_sandbox() {
-    for c in crate::common::lab::each_claude() {
+    for c in lab::agent::each_claude() {
         for sync in [true, false] {
             let (w, p, mock, ca) = setup(&c, 0);
             let inode = fs::metadata(creds_path(&w)).unwrap().ino();
@@ -420,7 +421,7 @@ fn a_refresh_by_the_host_reaches_a_running_sandbox() {
                  refreshes {refreshes:?}, stderr {:?}",
                 c.label,
                 o.status.code(),
-                common::stderr(&o).trim()
+                lab::stderr(&o).trim()
             );
             if sync {
                 answered(&c, "the sandbox after the host's refresh", &o, &mock);
@@ -434,7 +435,7 @@ fn a_refresh_by_the_host_reaches_a_running_sandbox() {
             } else {
                 // Control: the sandbox keeps the old file with the spent refresh token.
                 assert!(
-                    !o.status.success() && !common::stdout(&o).contains(FINAL),
+                    !o.status.success() && !lab::stdout(&o).contains(FINAL),
                     "[{}] control: the sandbox answered without the sync",
                     c.label
                 );
@@ -451,7 +452,7 @@ fn a_refresh_by_the_host_reaches_a_running_sandbox() {
 
 #[test]
 fn a_refresh_in_a_sandbox_reaches_the_hosts_replaced_file() {
-    for c in crate::common::lab::each_claude() {
+    for c in lab::agent::each_claude() {
         for sync in [true, false] {
             let (w, p, mock, ca) = setup(&c, 0);
             let o = std::thread::scope(|s| {
@@ -493,7 +494,7 @@ fn a_refresh_in_a_sandbox_reaches_the_hosts_replaced_file() {
             } else {
                 // Control: the host kept the spent token and is logged out.
                 assert!(
-                    !o.status.success() && !common::stdout(&o).contains(FINAL),
+                    !o.status.success() && !lab::stdout(&o).contains(FINAL),
                     "[{}] control: the host answered without the sync",
                     c.label
                 );
@@ -510,15 +511,15 @@ fn a_refresh_in_a_sandbox_reaches_the_hosts_replaced_file() {
 
 #[test]
 fn dry_run_shows_the_sync_only_with_a_credentials_file() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("proj");
     assert!(
-        !common::dry_run(&w, &p).contains("# credentials sync"),
+        !lab::dry_run(&w, &p).contains("# credentials sync"),
         "no credentials file (an API key user): no sync process"
     );
     fs::create_dir_all(w.home().join(".claude")).unwrap();
     write_creds(&w, &credentials(SEED_ACCESS, SEED_REFRESH));
-    let out = common::ok(
+    let out = lab::ok(
         &w.cmd(&p)
             .args(["--no-login-broker", "--dry-run"])
             .output()
@@ -529,7 +530,7 @@ fn dry_run_shows_the_sync_only_with_a_credentials_file() {
         "{out}"
     );
     // By default the broker keeps that login on the host: no sync.
-    let out = common::dry_run(&w, &p);
+    let out = lab::dry_run(&w, &p);
     assert!(!out.contains("# credentials sync"), "{out}");
     assert!(
         out.contains("# login broker: in the proxy process"),

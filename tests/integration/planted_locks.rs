@@ -14,7 +14,8 @@ use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 const PLANT: &str = "L=\"$CLAUDE_SECURESTORAGE_CONFIG_DIR\"; \
                      mkdir \"$L/.oauth_refresh.lock\" && \
@@ -24,7 +25,7 @@ const PLANT: &str = "L=\"$CLAUDE_SECURESTORAGE_CONFIG_DIR\"; \
 const STALE: Duration = Duration::from_secs(10);
 
 fn world(credentials: bool) -> World {
-    let w = World::new();
+    let w = World::new(BIN);
     if !credentials {
         return w;
     }

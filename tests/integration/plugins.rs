@@ -17,8 +17,9 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::common::lab::*;
-use crate::common::*;
+use crate::BIN;
+use lab::agent::*;
+use lab::*;
 
 const MARKETPLACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/plugin-marketplace");
 /// The https address the marketplace is added by; git reads it from the fixture's copy.
@@ -97,9 +98,9 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
 
 #[test]
 fn an_installed_plugins_command_hook_skill_and_mcp_server_work_from_the_read_only_setup() {
-    for c in crate::common::lab::each_claude() {
+    for c in lab::agent::each_claude() {
         let label = c.label;
-        let w = world_with(&c);
+        let w = world_with(BIN, &c);
         install_on_host(&w, &c);
         let plugins = w.home().join(".claude/plugins");
         let before = snapshot(&plugins);
@@ -192,7 +193,7 @@ fn an_installed_plugins_command_hook_skill_and_mcp_server_work_from_the_read_onl
 fn a_plugin_from_a_local_directory_marketplace_loads_inside() {
     for c in claude_versions() {
         let label = c.label;
-        let w = world_with(&c);
+        let w = world_with(BIN, &c);
         let dir = w.root().join("my marketplace");
         let o = Command::new("cp")
             .arg("-r")

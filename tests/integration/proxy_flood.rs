@@ -20,8 +20,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::json;
 
-use crate::common::lab::MockApi;
-use crate::common::*;
+use crate::BIN;
+use lab::agent::MockApi;
+use lab::*;
 
 /// The attacker and the measuring client, run inside the sandbox. Prints `KEY value` lines.
 const ATTACK: &str = r#"
@@ -212,7 +213,7 @@ fn a_slow_client_flood_does_not_starve_the_proxy() {
             kept.push(c);
         }
     });
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     fs::write(proj.join("attack.py"), ATTACK).unwrap();
     let script = format!(
@@ -358,7 +359,7 @@ while True:
 #[test]
 fn real_claude_is_answered_under_the_flood() {
     let _heavy = heavy();
-    let Some(c) = crate::common::lab::claude_versions().into_iter().next() else {
+    let Some(c) = lab::agent::claude_versions().into_iter().next() else {
         return;
     };
     let mut gaps = Vec::new();
@@ -378,13 +379,13 @@ fn real_claude_is_answered_under_the_flood() {
             {"bash": {"command": format!("PORT=$(cat port); {cmd}"), "description": "flood"}},
             "done"
         ]));
-        let w = crate::common::lab::world_with(&c);
+        let w = lab::agent::world_with(BIN, &c);
         let proj = w.dir("proj");
         fs::write(proj.join("flood.py"), FLOOD).unwrap();
         fs::write(proj.join("port"), mock.port().to_string()).unwrap();
-        crate::common::lab::seed_claude_json(&w.home(), &[&proj]);
+        lab::agent::seed_claude_json(&w.home(), &[&proj]);
         let allow = format!("127.0.0.1:{}", mock.port());
-        let o = crate::common::lab::run_claudebox(
+        let o = lab::agent::run_claudebox(
             &w,
             &proj,
             &mock,
@@ -392,7 +393,7 @@ fn real_claude_is_answered_under_the_flood() {
             &[],
             Duration::from_secs(60),
         );
-        let out = crate::common::lab::ok_run(&c, &o, &mock);
+        let out = lab::agent::ok_run(&c, &o, &mock);
         assert!(out.contains("done"), "{out}");
         let conv = mock.conversation(0);
         assert!(conv.len() >= 2, "{conv:#?}");

@@ -3,10 +3,10 @@
 //! `--writable-project-config` (the control) it stays, and a host tool runs it.
 
 use std::fs;
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 /// Files planted from inside, relative to the project, with what makes each (shell).
 const PLANTS: &[(&str, &str)] = &[
@@ -58,7 +58,7 @@ fn review_lines(err: &str) -> Vec<(String, String)> {
 
 #[test]
 fn each_kind_is_moved_aside_with_a_line_and_put_back_by_its_command() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = project(&w);
     let o = w
         .cmd(&p)
@@ -99,7 +99,7 @@ fn each_kind_is_moved_aside_with_a_line_and_put_back_by_its_command() {
         .unwrap()
         .contains("hooks"));
     // The control: with the opt-out nothing is reviewed and every planted file stays.
-    let w = World::new();
+    let w = World::new(BIN);
     let p = project(&w);
     let o = w
         .cmd(&p)
@@ -121,7 +121,7 @@ fn each_kind_is_moved_aside_with_a_line_and_put_back_by_its_command() {
 
 #[test]
 fn a_restore_refuses_an_existing_file_and_a_symlinked_directory() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = project(&w);
     let o = w
         .cmd(&p)
@@ -153,7 +153,7 @@ fn a_restore_refuses_an_existing_file_and_a_symlinked_directory() {
 #[test]
 fn a_new_commondir_runs_nothing_on_the_hosts_git_status() {
     for protected in [true, false] {
-        let w = World::new();
+        let w = World::new(BIN);
         let p = project(&w);
         let marker = w.root().join("fsmonitor-ran");
         let script = format!(
@@ -191,7 +191,7 @@ fn a_new_commondir_runs_nothing_on_the_hosts_git_status() {
 /// A planted name with terminal escapes is printed escaped.
 #[test]
 fn a_planted_name_is_printed_escaped() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = project(&w);
     let o = w
         .cmd(&p)
@@ -215,26 +215,20 @@ fn a_planted_name_is_printed_escaped() {
 /// project's next `--list`, and then the next launch, do the review it missed.
 #[test]
 fn a_killed_claudebox_s_review_is_done_by_the_next_list_or_launch() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = project(&w);
     for (round, next) in [["--list", ""], ["--exec", "true"]].iter().enumerate() {
         let rel = format!("sub/r{round}/.envrc");
-        let mut child = w
-            .cmd(&p)
-            .args([
-                "--exec",
-                "sh",
-                "-c",
-                &format!("mkdir -p sub/r{round} && echo x > {rel} && echo ready && sleep 100"),
-            ])
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (mut child, line) = lab::spawn_first_line(
+            w.cmd(&p)
+                .args([
+                    "--exec",
+                    "sh",
+                    "-c",
+                    &format!("mkdir -p sub/r{round} && echo x > {rel} && echo ready && sleep 100"),
+                ])
+                .stderr(Stdio::null()),
+        );
         assert_eq!(line.trim(), "ready");
         child.kill().unwrap();
         child.wait().unwrap();
@@ -265,11 +259,11 @@ const PLANT_PY: &str = "python3 -c \"import os; d='sub/.cl'+'aude'; os.makedirs(
 /// the opt-out keeps it.
 #[test]
 fn real_claude_planting_a_nested_hook_is_reviewed() {
-    use crate::common::lab::*;
+    use lab::agent::*;
     use serde_json::json;
-    for c in crate::common::lab::each_claude() {
+    for c in lab::agent::each_claude() {
         for protected in [true, false] {
-            let w = world_with(&c);
+            let w = world_with(BIN, &c);
             let p = project(&w);
             let mock = MockApi::start(&json!([
                 // Through python: claude's own check asks before a shell writes to a
@@ -327,7 +321,7 @@ fn line_for<'a>(err: &'a str, rel: &str) -> Option<&'a str> {
 #[test]
 fn a_nested_repository_is_moved_aside_only_when_its_config_bears_code() {
     for (plant, protected) in [(false, true), (true, true), (true, false)] {
-        let w = World::new();
+        let w = World::new(BIN);
         let p = project(&w);
         let marker = w.root().join("fsmonitor-ran");
         let mut script = format!(
@@ -384,7 +378,7 @@ fn a_nested_repository_is_moved_aside_only_when_its_config_bears_code() {
 #[test]
 fn a_benign_submodule_add_is_kept_and_a_planted_module_hook_is_not() {
     for plant in [false, true] {
-        let w = World::new();
+        let w = World::new(BIN);
         let p = project(&w);
         let mut script = format!("{} && {G} submodule add -q \"$PWD/up\" libs/x", upstream());
         if plant {
@@ -425,7 +419,7 @@ fn a_benign_submodule_add_is_kept_and_a_planted_module_hook_is_not() {
 #[test]
 fn an_exec_line_planted_in_a_rebase_todo_is_caught() {
     for protected in [true, false] {
-        let w = World::new();
+        let w = World::new(BIN);
         let p = project(&w);
         let marker = w.root().join("exec-ran");
         git(&p, &["commit", "-q", "--allow-empty", "-m", "two"]);
@@ -463,7 +457,7 @@ fn an_exec_line_planted_in_a_rebase_todo_is_caught() {
 /// project with nothing moved aside shows 0 and no line.
 #[test]
 fn list_counts_the_quarantine_and_gc_says_it_goes_with_the_project() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = project(&w);
     let o = w
         .cmd(&p)
@@ -520,7 +514,7 @@ fn list_counts_the_quarantine_and_gc_says_it_goes_with_the_project() {
 #[test]
 fn a_commondir_planted_while_the_sandbox_runs_is_moved_aside_at_once() {
     for protected in [true, false] {
-        let w = World::new();
+        let w = World::new(BIN);
         let p = project(&w);
         let marker = w.root().join("fsmonitor-ran");
         let planted = p.join("planted");
@@ -582,7 +576,7 @@ fn a_commondir_planted_while_the_sandbox_runs_is_moved_aside_at_once() {
 #[test]
 fn an_agent_that_keeps_planting_commondir_is_ended() {
     for protected in [true, false] {
-        let w = World::new();
+        let w = World::new(BIN);
         let p = project(&w);
         let marker = w.root().join("fsmonitor-ran");
         let planted = p.join("planted");
@@ -664,7 +658,7 @@ while not os.path.exists("release"):
     os.read(ino, 65536)
 print("PLANTS", n, flush=True)
 "#;
-    let w = World::new();
+    let w = World::new(BIN);
     let p = project(&w);
     let marker = w.root().join("fsmonitor-ran");
     let script = format!(

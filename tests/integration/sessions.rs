@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 
 fn world() -> World {
-    let w = World::new();
+    let w = World::new(BIN);
     w.install_claude(FAKE_CLAUDE_SESSIONS);
     w
 }
@@ -606,13 +607,13 @@ fn a_planted_symlink_does_not_carry_the_transcript_outside() {
 /// conversation found" when the transcript is not where it looks).
 #[test]
 fn real_claude_resumes_from_another_directory_including_a_long_one() {
-    for c in crate::common::lab::each_claude() {
+    for c in lab::agent::each_claude() {
         resumes_from_another_directory_including_a_long_one(&c.bin);
     }
 }
 
 fn resumes_from_another_directory_including_a_long_one(real: &Path) {
-    let w = World::new();
+    let w = World::new(BIN);
     fs::remove_file(w.bin().join("claude")).unwrap();
     std::os::unix::fs::symlink(fs::canonicalize(real).unwrap(), w.bin().join("claude")).unwrap();
     let r = repo(&w);

@@ -7,7 +7,8 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::*;
+use crate::BIN;
+use lab::*;
 use nix::sys::signal::{killpg, Signal};
 use nix::unistd::Pid;
 
@@ -73,7 +74,7 @@ fn interrupt(mut child: Child) -> ExitStatus {
 
 #[test]
 fn ctrl_c_reaches_the_agent_which_cleans_up_and_whose_status_is_the_sandboxs() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     let marker = proj.join("cleaned");
@@ -130,7 +131,7 @@ fn ctrl_c_reaches_the_agent_which_cleans_up_and_whose_status_is_the_sandboxs() {
 fn a_job_started_with_sigint_ignored_keeps_it_ignored_inside() {
     // A background job of a non-interactive shell starts with SIGINT ignored; the agent
     // inherits that choice instead of having it undone.
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     let mut cmd = w.cmd(&proj);
@@ -157,7 +158,7 @@ fn a_job_started_with_sigint_ignored_keeps_it_ignored_inside() {
 /// parent that stays alive is still running after the same wait.
 #[test]
 fn the_sandbox_ends_when_claudebox_s_parent_dies() {
-    let w = World::heavy();
+    let w = World::heavy(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     let run = |kill_parent: bool| -> bool {

@@ -1,13 +1,14 @@
-//! Every `.rs` file under `tests/integration/` is compiled into the test binary: a file
-//! no `mod` names is never built, and its tests silently never run.
+//! Every `.rs` file under `tests/integration/` is compiled into the test binary, and every
+//! one under `tests/lab/src/` into the lab crate: a file no `mod` names is never built, and
+//! its tests (or the helpers a test thinks it changed) silently never run.
 
 use std::collections::BTreeSet;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-/// The module files reachable from `root` (main.rs) through `mod NAME;` declarations:
-/// NAME.rs or NAME/mod.rs beside a main.rs or mod.rs, in the folder named after any
-/// other file.
+/// The module files reachable from `root` (main.rs or lib.rs) through `mod NAME;`
+/// declarations: NAME.rs or NAME/mod.rs beside a main.rs, lib.rs or mod.rs, in the folder
+/// named after any other file.
 fn compiled(root: &Path) -> BTreeSet<PathBuf> {
     let mut seen = BTreeSet::new();
     let mut todo = vec![root.to_path_buf()];
@@ -17,7 +18,7 @@ fn compiled(root: &Path) -> BTreeSet<PathBuf> {
         }
         let dir = file.parent().unwrap();
         let stem = file.file_stem().unwrap();
-        let children = if stem == "main" || stem == "mod" {
+        let children = if stem == "main" || stem == "lib" || stem == "mod" {
             dir.to_path_buf()
         } else {
             dir.join(stem)
@@ -60,26 +61,31 @@ fn rust_files(dir: &Path, out: &mut BTreeSet<PathBuf>) {
     }
 }
 
-/// The `.rs` files below `dir` that `dir/main.rs` does not compile.
-fn not_compiled(dir: &Path) -> Vec<PathBuf> {
+/// The `.rs` files below `dir` that `dir/ROOT` (main.rs or lib.rs) does not compile.
+fn not_compiled(dir: &Path, root: &str) -> Vec<PathBuf> {
     let mut all = BTreeSet::new();
     rust_files(dir, &mut all);
-    let built = compiled(&dir.join("main.rs"));
+    let built = compiled(&dir.join(root));
     all.difference(&built).cloned().collect()
 }
 
 #[test]
 fn every_test_file_is_compiled() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/integration");
-    let orphans = not_compiled(&dir);
-    assert!(
-        orphans.is_empty(),
-        "not compiled into the test binary (add a `mod` line for each): {orphans:#?}"
-    );
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    for (dir, root) in [
+        ("tests/integration", "main.rs"),
+        ("tests/lab/src", "lib.rs"),
+    ] {
+        let orphans = not_compiled(&here.join(dir), root);
+        assert!(
+            orphans.is_empty(),
+            "not compiled by {dir}/{root} (add a `mod` line for each): {orphans:#?}"
+        );
+    }
 }
 
-/// Control: a file no `mod` names, at the top and in a module's folder, is found; a
-/// commented-out `mod` line does not count.
+/// Control: a file no `mod` names, at the top and in a module's folder, beside a main.rs
+/// or a lib.rs, is found; a commented-out `mod` line does not count.
 #[test]
 fn a_file_no_mod_names_is_found() {
     let t = tempfile::tempdir().unwrap();
@@ -91,11 +97,24 @@ fn a_file_no_mod_names_is_found() {
     fs::write(d.join("common/lab.rs"), "").unwrap();
     fs::write(d.join("sub.rs"), "mod inner;\nmod inline {}\n").unwrap();
     fs::write(d.join("sub/inner.rs"), "").unwrap();
-    assert!(not_compiled(d).is_empty());
+    assert!(not_compiled(d, "main.rs").is_empty());
     fs::write(d.join("gone.rs"), "").unwrap();
     fs::write(d.join("sub/stray.rs"), "").unwrap();
     assert_eq!(
-        not_compiled(d),
+        not_compiled(d, "main.rs"),
         vec![d.join("gone.rs"), d.join("sub/stray.rs")]
     );
+    // A library's root (the lab crate's lib.rs) names its modules the same way.
+    let l = t.path().join("lib");
+    fs::create_dir_all(&l).unwrap();
+    fs::write(
+        l.join("lib.rs"),
+        "pub mod agent;
+",
+    )
+    .unwrap();
+    fs::write(l.join("agent.rs"), "").unwrap();
+    assert!(not_compiled(&l, "lib.rs").is_empty());
+    fs::write(l.join("bench.rs"), "").unwrap();
+    assert_eq!(not_compiled(&l, "lib.rs"), vec![l.join("bench.rs")]);
 }

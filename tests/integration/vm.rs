@@ -5,7 +5,8 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use crate::common::{stderr, stdout};
+use crate::BIN;
+use lab::{stderr, stdout};
 
 /// The console of one VM run, its results parsed.
 pub struct Results {
@@ -46,7 +47,7 @@ pub fn available(needs: &[(&str, &str)]) -> bool {
 /// ([`available`] says no, or the script exits 75: what the VM needs could not be
 /// fetched, which says nothing about claudebox).
 ///
-/// Not under `common::heavy()`: the guest keeps its own clock (tests/vm/lib.sh boots it
+/// Not under `lab::heavy()`: the guest keeps its own clock (tests/vm/lib.sh boots it
 /// with -icount, so its sleeps and timeouts count its own instructions, however little
 /// CPU qemu gets) and qemu runs at the idle scheduling class, taking only CPU time nothing
 /// else wants. So the VM neither slows the time-bound tests beside it nor is disturbed by
@@ -60,7 +61,7 @@ pub fn run(script: &str) -> Option<Results> {
         .join(script);
     let out: Output = Command::new("bash")
         .arg(&path)
-        .arg(crate::common::BIN)
+        .arg(BIN)
         .stdin(Stdio::null())
         .output()
         .unwrap();

@@ -147,6 +147,25 @@ fn setup_is_read_only_project_entries_are_not_shown_launch_entries_are_private()
     ));
 }
 
+/// No login on the host: the login directory's own `.credentials.json` is bound onto
+/// itself (a mount point in every sandbox, so no agent can put a FIFO or a symlink in its
+/// place for other projects' claude), and no credentials sync keeps it in step with
+/// anything. The host's opt-in (its credentials in the login directory) binds nothing.
+#[test]
+fn without_a_host_login_the_login_file_is_a_mount_point_of_its_own() {
+    let login_file = Path::new("/h/.claudebox/login/.credentials.json");
+    let mut h = host(&[]);
+    h.credentials = None;
+    let v = overlays(Path::new("/h"), &h, &st(), false);
+    assert!(matches!(
+        find(&v, "/h/.claudebox/login/.credentials.json")[..],
+        [Overlay::Bind { source, writable: true, file: true, .. }] if source == login_file
+    ));
+    h.credentials = Some(login_file.into());
+    let v = overlays(Path::new("/h"), &h, &st(), false);
+    assert!(find(&v, "/h/.claudebox/login/.credentials.json").is_empty());
+}
+
 #[test]
 fn the_opt_out_makes_setup_writable_but_never_the_installation() {
     let h = host(&[("settings.json", false), ("local", true)]);

@@ -88,10 +88,13 @@ pub fn lock_name(state: &ProjectState, name: &str) -> Result<Option<Flock<File>>
                     continue;
                 }
                 Holder::Stuck(pids) => {
-                    bail!(
-                        "{}",
-                        holders::stuck_message(&pids, &format!("session `{name}`"))
-                    )
+                    let what = format!("session `{name}`");
+                    let ended = holders::reap(&path, &pids);
+                    if ended.is_empty() {
+                        bail!("{}", holders::stuck_message(&pids, &what))
+                    }
+                    eprintln!("claudebox: {}", holders::reaped_message(&ended, &what));
+                    continue;
                 }
                 _ => return Ok(None),
             }

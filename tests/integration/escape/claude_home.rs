@@ -6,6 +6,7 @@
 //! host itself.
 
 use super::*;
+use crate::BIN;
 
 /// Project B's state (the fake id the arena's secrets already use).
 const B_STATE: &str = ".claudebox/projects/0123456789abcdef";
@@ -320,7 +321,7 @@ pub(crate) fn controls(a: &Arena) {
 /// directory bound read-write on purpose, the same write reaches the host.
 #[test]
 fn a_claude_under_dot_claude_local_stays_read_only_with_the_opt_out() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let local = w.home().join(".claude/local");
     write(
@@ -359,11 +360,11 @@ fn a_claude_under_dot_claude_local_stays_read_only_with_the_opt_out() {
 /// (the snapshots bound read-write on purpose): it runs.
 #[test]
 fn a_running_host_session_never_sources_what_a_sandbox_planted() {
-    use crate::common::lab::{MockApi, API_KEY};
+    use lab::agent::{MockApi, API_KEY};
     use std::time::{Duration, Instant};
-    for c in crate::common::lab::each_claude() {
+    for c in lab::agent::each_claude() {
         for (args, expect_ran) in [(&[][..], false), (&["--rw", "SNAPSHOTS"][..], true)] {
-            let w = World::new();
+            let w = World::new(BIN);
             let host_proj = w.dir("host-proj");
             let proj = w.dir("proj");
             let ready = w.root().join("ready");
@@ -454,7 +455,7 @@ fn a_running_host_session_never_sources_what_a_sandbox_planted() {
 /// Control: the symlink does lead to the secret when followed.
 #[test]
 fn a_symlinked_project_claude_json_is_not_followed_by_the_next_launch() {
-    let w = World::new();
+    let w = World::new(BIN);
     let p = w.dir("p");
     let b = w.state().join("projects/0123456789abcdef/claude-config");
     fs::create_dir_all(&b).unwrap();

@@ -9,6 +9,7 @@
 
 use super::claude_home::{control, Control};
 use super::*;
+use crate::BIN;
 
 /// Project B's state (the fake id the arena's secrets already use).
 const B_STATE: &str = ".claudebox/projects/0123456789abcdef";
@@ -189,15 +190,7 @@ fn daemon(w: &World, proj: &Path, dir_pattern: &str, sandboxed: bool) -> (Child,
         c.args(["-c", DAEMON_PY, dir_pattern]).current_dir(proj);
         c
     };
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (child, line) = lab::spawn_first_line(cmd.stderr(Stdio::null()));
     let path = line
         .trim()
         .strip_prefix("LISTENING ")
@@ -211,7 +204,7 @@ fn daemon(w: &World, proj: &Path, dir_pattern: &str, sandboxed: bool) -> (Child,
 /// has its own /tmp, so the second can bind the same path (no collision) and never
 /// connect to the first's. Control: the same two on the host connect.
 pub(super) fn attempts_more() -> Vec<(&'static str, bool)> {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     let (mut first, path) = daemon(&w, &proj, "/tmp/codex-daemon-%d", true);
@@ -246,7 +239,7 @@ pub(super) fn attempts_more() -> Vec<(&'static str, bool)> {
 
 #[test]
 fn control_a_daemon_socket_on_the_host_is_reached_without_the_sandbox() {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     let pattern = format!("/tmp/codex-daemon-test-{}-%d", std::process::id());
     let (mut first, path) = daemon(&w, &proj, &pattern, false);

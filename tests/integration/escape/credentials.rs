@@ -6,8 +6,17 @@
 //! path-like content writes nothing elsewhere, and nothing else in the host's `~/.claude`
 //! or home changes. Controls: the same writes without a rename (the host's very file is
 //! bound, as before the sync existed) do reach the host's file, so the checks can fail.
+//!
+//! And with no login on the host: the agent puts a FIFO (holding its write end), a
+//! symlink or a directory in place of the shared login directory's `.credentials.json`,
+//! which every other project's claude opens at its start (with an API key too) and
+//! would block on for ever, or follow. That file is a mount point of its own in every
+//! sandbox, so nothing can take its place. Control: the host's opt-in (its
+//! `CLAUDE_SECURESTORAGE_CONFIG_DIR` is the login directory, where the host's own file is
+//! read by path and nothing is bound over it): the same plant succeeds.
 
 use super::*;
+use crate::BIN;
 use std::os::unix::ffi::OsStringExt;
 use std::os::unix::fs::MetadataExt;
 use std::time::{Duration, Instant};
@@ -24,7 +33,7 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let w = World::new();
+        let w = World::new(BIN);
         let proj = w.dir("proj");
         let h = w.home();
         write(
@@ -105,7 +114,7 @@ impl Fixture {
         // The credentials sync is the path without the broker.
         cmd.args(["--no-login-broker", "--exec", "sh", "-c", &full]);
         let out = std::thread::scope(|s| {
-            let h = s.spawn(|| crate::common::lab::output_within(&mut cmd, LAUNCH_LIMIT));
+            let h = s.spawn(|| lab::agent::output_within(&mut cmd, LAUNCH_LIMIT));
             let t = Instant::now();
             while !p.join("ready").exists() {
                 assert!(t.elapsed() < LAUNCH_LIMIT, "the sandbox did not start");
@@ -163,8 +172,58 @@ const BAD_WRITES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Plants in place of the login directory's `.credentials.json`: each prints PLANTED when
+/// the name then holds something else than the regular file.
+const PLANT: &str = r#"
+L="$CLAUDE_SECURESTORAGE_CONFIG_DIR"; F="$L/.credentials.json"
+planted() { [ -p "$F" ] || [ -L "$F" ] || [ -d "$F" ] || [ ! -e "$F" ]; }
+mkfifo "$L/cb-fifo" && mv -f "$L/cb-fifo" "$F" 2>/dev/null; planted && echo "PLANTED fifo renamed over"
+rm -f "$F" 2>/dev/null && { mkfifo "$F" 2>/dev/null; planted && echo "PLANTED fifo after rm"; }
+ln -sfn /etc/passwd "$L/cb-link" && mv -fT "$L/cb-link" "$F" 2>/dev/null; planted && echo "PLANTED symlink"
+mkdir "$L/cb-dir" && mv -fT "$L/cb-dir" "$F" 2>/dev/null; planted && echo "PLANTED directory"
+rm -rf "$L/cb-fifo" "$L/cb-link" "$L/cb-dir"
+echo PLANT-RAN
+"#;
+
+/// Runs [`PLANT`] in a sandbox of a home with no `~/.claude/.credentials.json`; with
+/// `opt_in`, the host's claude keeps its login in the login directory
+/// (`CLAUDE_SECURESTORAGE_CONFIG_DIR`, the README's opt-in). Returns (planted: the script
+/// said so or the host's file there is no regular file afterwards, its output).
+fn plant_login(opt_in: bool) -> (bool, String) {
+    let w = World::new(BIN);
+    let proj = w.dir("proj");
+    init_repo(&proj);
+    let login = w.state().join("login");
+    let mut cmd = w.cmd(&proj);
+    if opt_in {
+        fs::create_dir_all(&login).unwrap();
+        write(
+            &login.join(".credentials.json"),
+            r#"{"claudeAiOauth":{"accessToken":"a0","refreshToken":"r0","expiresAt":1}}"#,
+        );
+        cmd.env("CLAUDE_SECURESTORAGE_CONFIG_DIR", &login);
+    }
+    let out = cmd
+        .args(["--no-login-broker", "--exec", "sh", "-c", PLANT])
+        .output()
+        .unwrap();
+    let text = format!("{}{}", stdout(&out), stderr(&out));
+    assert!(stdout(&out).contains("PLANT-RAN"), "{text}");
+    let regular = fs::symlink_metadata(login.join(".credentials.json")).is_ok_and(|m| m.is_file());
+    (text.contains("PLANTED") || !regular, text)
+}
+
 pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
     let mut v = Vec::new();
+    let (planted, text) = plant_login(false);
+    if planted {
+        eprintln!("{text}");
+    }
+    v.push((
+        "login directory: a FIFO, symlink or directory in place of .credentials.json (no host \
+         login) for other projects' claude to block on or follow",
+        planted,
+    ));
     for (name, write) in BAD_WRITES {
         let f = Fixture::new();
         let before = f.snapshot();
@@ -203,6 +262,11 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
 /// Without a rename the bound file is the host's very file: the same bad writes reach it
 /// (what the agent could always do), so the checks above can see one.
 pub(crate) fn controls() {
+    let (planted, text) = plant_login(true);
+    assert!(
+        planted,
+        "control: the plant in the opt-in's login directory (nothing bound) failed:\n{text}"
+    );
     for (name, write) in BAD_WRITES {
         let f = Fixture::new();
         let ino = fs::metadata(f.creds()).unwrap().ino();

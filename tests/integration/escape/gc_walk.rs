@@ -13,6 +13,7 @@
 //! agent left behind (what gc reports as stuck), not a registered sandbox.
 
 use super::*;
+use crate::BIN;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
@@ -76,7 +77,7 @@ impl Round {
     /// A project with a state whose root is gone, its conversations filled, the canary
     /// made and the attacker watching.
     fn start() -> Round {
-        let w = World::new();
+        let w = World::new(BIN);
         let proj = w.dir("proj");
         init_repo(&proj);
         ok(&w.cmd(&proj).args(["--exec", "true"]).output().unwrap());
@@ -108,19 +109,14 @@ impl Round {
             canary,
             a: None,
         };
-        let mut a = Command::new("python3")
-            .args(["-c", ATTACKER])
-            .arg(&r.conv)
-            .arg(&r.canary)
-            .arg(&r.stop)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(a.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (a, line) = lab::spawn_first_line(
+            Command::new("python3")
+                .args(["-c", ATTACKER])
+                .arg(&r.conv)
+                .arg(&r.canary)
+                .arg(&r.stop)
+                .stdin(Stdio::null()),
+        );
         assert_eq!(line.trim(), "READY", "the attacker did not start");
         r.a = Some(a);
         r
@@ -224,7 +220,7 @@ pub(crate) fn controls() {
 #[test]
 #[ignore]
 fn gc_walk_race_figures() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let (lost, swaps) = gc_race();
     println!("gc by descriptor: {lost} canary files lost over {ROUNDS} runs ({swaps:?})");
     let (lost, swaps) = gc_race_by_name();

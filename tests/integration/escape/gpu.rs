@@ -6,8 +6,8 @@
 use std::process::Command;
 
 use super::{attempt, Arena, Attempt, MARK};
-use crate::common::maintenance::is_root;
-use crate::common::*;
+use lab::maintenance::is_root;
+use lab::*;
 
 /// Host devices other than a GPU's: disks, KVM, memory, the kernel log, input, sound,
 /// cameras.

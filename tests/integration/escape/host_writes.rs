@@ -9,6 +9,7 @@
 
 use super::race::output_within;
 use super::*;
+use crate::BIN;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::time::{Duration, Instant};
@@ -72,27 +73,21 @@ struct Attack {
 
 impl Attack {
     fn start(kind: &str) -> Attack {
-        let w = World::new();
+        let w = World::new(BIN);
         let proj = w.dir("proj");
         init_repo(&proj);
         let canary = w.home().join("canary");
         fs::write(&canary, CANARY).unwrap();
         fs::write(w.home().join(".claude.json"), "{\"n\": 0}\n").unwrap();
         let stop = proj.join("STOP-ATTACK");
-        let mut a1 = w
-            .cmd(&proj)
-            .args(["--exec", "python3", "-c", ATTACKER])
-            .arg(&canary)
-            .arg(&stop)
-            .arg(kind)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(a1.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (a1, line) = lab::spawn_first_line(
+            w.cmd(&proj)
+                .args(["--exec", "python3", "-c", ATTACKER])
+                .arg(&canary)
+                .arg(&stop)
+                .arg(kind)
+                .stdin(Stdio::null()),
+        );
         assert_eq!(line.trim(), "READY", "the attacker did not start");
         Attack {
             w,
@@ -234,7 +229,7 @@ pub(crate) fn controls() {
 #[test]
 #[ignore]
 fn host_write_race_figures() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     for kind in ["symlink", "fifo", "dir"] {
         let (hits, swaps) = merge_race(kind);
         println!(

@@ -12,7 +12,7 @@ use std::path::PathBuf;
 use std::process::Output;
 
 use super::{attempt, contains_planted, plant, run_attempt, write, Arena, Attempt, MARK};
-use crate::common::*;
+use lab::*;
 
 /// A file attempt: its name, the shell code run inside (from the project, or from the
 /// linked worktree), and the host file that shows it landed.

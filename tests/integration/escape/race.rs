@@ -9,6 +9,7 @@
 //! Also here: descriptors inherited from the launching shell (`exec 7< ~`).
 
 use super::*;
+use crate::BIN;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
@@ -106,24 +107,18 @@ struct Race {
 impl Race {
     /// A project whose `target` is missing, and A1 attacking it.
     fn start(target: &str) -> Race {
-        let w = World::new();
+        let w = World::new(BIN);
         let proj = w.dir("proj");
         init_repo(&proj);
         fs::write(w.home().join("MARKER"), format!("{HOME_MARK}\n")).unwrap();
         let stop = proj.join("STOP-RACE");
-        let mut a1 = w
-            .cmd(&proj)
-            .args(["--exec", "python3", "-c", ATTACKER, target])
-            .arg(w.home())
-            .arg(&stop)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(a1.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (a1, line) = lab::spawn_first_line(
+            w.cmd(&proj)
+                .args(["--exec", "python3", "-c", ATTACKER, target])
+                .arg(w.home())
+                .arg(&stop)
+                .stdin(Stdio::null()),
+        );
         assert_eq!(line.trim(), "READY", "the attacker did not start");
         Race { w, proj, a1, stop }
     }
@@ -250,7 +245,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
 /// it for every protected path) the first step inside refuses to start the command.
 /// Returns whether the command ran, and its output.
 fn moved_destination(check: bool) -> (bool, String) {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     fs::create_dir_all(proj.join("real/hooks")).unwrap();
     fs::create_dir_all(proj.join("other/hooks")).unwrap();
@@ -339,7 +334,7 @@ fn home_with_key(w: &World) {
 
 /// A descriptor of the real home, inherited from the launching shell.
 fn inherited_home_fd() -> (&'static str, bool) {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     home_with_key(&w);
@@ -379,7 +374,7 @@ fn inherited_home_fd() -> (&'static str, bool) {
 /// The same descriptor given to a plain bwrap that does not close it: the home is read
 /// and written through it.
 fn inherited_fd_control() {
-    let w = World::new();
+    let w = World::new(BIN);
     home_with_key(&w);
     let out = Command::new("python3")
         .args(["-c", WITH_FD7])
@@ -413,7 +408,7 @@ fn inherited_fd_control() {
 #[test]
 #[ignore]
 fn race_figures() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     for t in TARGETS {
         race(t, false, LAUNCHES, false);
         race(t, true, LAUNCHES, false);

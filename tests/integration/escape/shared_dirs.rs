@@ -12,6 +12,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::*;
+use crate::BIN;
 
 /// A tmux server of the test's own, a shell in it, killed on drop.
 struct Server {
@@ -118,9 +119,9 @@ fn tidy_tmp() {
 pub(super) fn attempts() -> Vec<(&'static str, bool)> {
     // The other user's run (scripts/test runs root's and claudebox-test's at once) must not
     // have its tmux server in /tmp, or launch at /tmp, meanwhile.
-    let _tmp = crate::common::machine_lock("tmp-as-project");
+    let _tmp = lab::machine_lock("tmp-as-project");
     let mut v = Vec::new();
-    let w = World::new();
+    let w = World::new(BIN);
     let home = home_outside_tmp();
     let marker = w.root().join("typed");
 
@@ -188,8 +189,8 @@ pub(super) fn attempts() -> Vec<(&'static str, bool)> {
 /// The same keys reach the host shell from the host, and from inside through the same
 /// socket when it is bound with `--rw` (after the cover, so the cover is what stopped them).
 pub(super) fn controls() {
-    let _tmp = crate::common::machine_lock("tmp-as-project");
-    let w = World::new();
+    let _tmp = lab::machine_lock("tmp-as-project");
+    let w = World::new(BIN);
     let home = home_outside_tmp();
     let marker = w.root().join("typed");
     let s = Server::start(Path::new("/tmp"));
@@ -249,7 +250,7 @@ pub(super) fn controls() {
 #[test]
 fn a_socket_behind_a_directory_the_sandbox_cannot_search_does_not_stop_the_launch() {
     use std::os::unix::fs::PermissionsExt;
-    let w = World::new();
+    let w = World::new(BIN);
     let home = home_outside_tmp();
     let proj = tempfile::Builder::new()
         .prefix("cbx-proj-")

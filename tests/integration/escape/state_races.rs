@@ -30,6 +30,7 @@
 
 use super::race::output_within;
 use super::*;
+use crate::BIN;
 use std::io::Read;
 use std::time::{Duration, Instant};
 
@@ -145,7 +146,7 @@ fn state_of(w: &World) -> PathBuf {
 
 impl Race {
     fn start(kind: &str) -> Race {
-        let w = World::new();
+        let w = World::new(BIN);
         let proj = w.dir("proj");
         init_repo(&proj);
         let canary_dir = w.home().join("canary-dir");
@@ -197,15 +198,7 @@ impl Race {
             c.args(["--exec", "sh", "-c", &script]);
             c
         };
-        let mut a = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut line = String::new();
-        BufReader::new(a.stdout.as_mut().unwrap())
-            .read_line(&mut line)
-            .unwrap();
+        let (a, line) = lab::spawn_first_line(cmd.stdin(Stdio::null()));
         assert!(line.starts_with("READY"), "the attacker did not start");
         r.a = Some(a);
         r
@@ -354,7 +347,7 @@ print("SWAPS", n, flush=True)
 /// the sibling's report. The control moves the entries back by name.
 fn restore_race(by_name: bool, rounds: usize) -> (usize, usize, String) {
     use std::os::fd::AsRawFd;
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     fs::create_dir_all(proj.join("sub")).unwrap();
@@ -378,19 +371,13 @@ fn restore_race(by_name: bool, rounds: usize) -> (usize, usize, String) {
     let quarantine = state_of(&w).join("quarantine");
     let real = fs::File::open(proj.join("sub")).unwrap();
     let stop = proj.join("STOP-ATTACK");
-    let mut a = w
-        .cmd(&proj)
-        .args(["--exec", "python3", "-c", EXCHANGER])
-        .arg(w.home())
-        .arg(&stop)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(a.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
+    let (mut a, line) = lab::spawn_first_line(
+        w.cmd(&proj)
+            .args(["--exec", "python3", "-c", EXCHANGER])
+            .arg(w.home())
+            .arg(&stop)
+            .stdin(Stdio::null()),
+    );
     assert_eq!(line.trim(), "READY", "the attacker did not start");
     let canary = w.home().join(".envrc");
     let mut hits = 0;
@@ -476,7 +463,7 @@ fn with_credentials(w: &World) {
 
 /// Runs UNSWAPPABLE inside: (escaped, output).
 fn unswappable() -> (bool, String) {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     with_credentials(&w);
@@ -496,7 +483,7 @@ fn unswappable() -> (bool, String) {
 
 /// The state's read-write mounts inside, relative to the project's state (or `login`).
 fn state_mounts() -> (Vec<String>, String) {
-    let w = World::new();
+    let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
     with_credentials(&w);
@@ -598,7 +585,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
 /// single-file bind) is replaced, renamed, removed and symlinked; a hard link within one
 /// mount is made.
 fn unswappable_control() {
-    let w = World::new();
+    let w = World::new(BIN);
     let d = w.dir("bound");
     fs::write(d.join("history.jsonl"), "x\n").unwrap();
     let script = format!(
@@ -658,7 +645,7 @@ pub(crate) fn controls() {
 #[test]
 #[ignore]
 fn state_race_figures() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     for kind in KINDS {
         let (hits, rounds, swaps) = state_race(kind, false, ROUNDS);
         println!("by descriptor, {kind}: {hits} of {rounds} rounds hit ({swaps})");
@@ -678,7 +665,7 @@ fn state_race_figures() {
 #[test]
 #[ignore]
 fn restore_race_figures() {
-    let _heavy = crate::common::heavy();
+    let _heavy = lab::heavy();
     let (hits, done, swaps) = restore_race(false, RESTORES);
     println!("restore by descriptor: {hits} of {done} reached the home ({swaps})");
     let (hits, done, swaps) = restore_race(true, RESTORES);

@@ -14,7 +14,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use super::{run_with_key_cmd, setup_api_key, LIMIT, REAL_KEY};
-use crate::common::{self, lab, World};
+use crate::BIN;
+use lab::{agent, World};
 
 /// What one dump attempt found.
 #[derive(Debug, Default)]
@@ -127,7 +128,7 @@ echo SEARCH-DONE"#
 /// Launches a sandbox (API-key user, none mode) whose agent runs [`script`], crashes its
 /// broker from the host, and reports.
 pub(crate) fn attempt(dumpable: bool) -> Dumped {
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock) = setup_api_key(&w, &serde_json::json!([]));
     let marker = format!(
         "dump-attempt-{}-{}",
@@ -163,7 +164,7 @@ pub(crate) fn attempt(dumpable: bool) -> Dumped {
             Ok(())
         });
     }
-    let run = std::thread::spawn(move || lab::output_within(&mut cmd, LIMIT));
+    let run = std::thread::spawn(move || agent::output_within(&mut cmd, LIMIT));
     let mut d = Dumped::default();
     wait_for("the agent's start", LIMIT, || {
         p.join(".dump-ready").exists()
@@ -176,7 +177,7 @@ pub(crate) fn attempt(dumpable: bool) -> Dumped {
     });
     let broker = broker.unwrap();
     let launchers: Vec<i32> = (mine.iter())
-        .filter(|(_, comm)| comm == "claudebox")
+        .filter(|(_, comm)| comm == "claudebox" || comm == "cbx-keeper")
         .map(|(pid, _)| *pid)
         .collect();
     d.log += &format!("broker {broker}, launcher and keeper {launchers:?}, all {mine:?}\n");
@@ -214,8 +215,8 @@ pub(crate) fn attempt(dumpable: bool) -> Dumped {
     });
     fs::write(p.join(".dump-done"), "").unwrap();
     let o = run.join().unwrap().unwrap();
-    let out = common::stdout(&o);
-    d.log += &format!("inside:\n{out}\nstderr:\n{}\n", common::stderr(&o));
+    let out = lab::stdout(&o);
+    d.log += &format!("inside:\n{out}\nstderr:\n{}\n", lab::stderr(&o));
     assert!(
         out.contains("SEARCH-DONE"),
         "the search did not run:\n{}",
@@ -234,7 +235,7 @@ pub(crate) fn attempt(dumpable: bool) -> Dumped {
 
 #[test]
 fn a_crashed_broker_leaves_no_core_and_its_memory_is_closed_to_the_user() {
-    let _g = common::heavy();
+    let _g = lab::heavy();
     let d = attempt(false);
     eprintln!("protected:\n{}", d.log);
     assert!(

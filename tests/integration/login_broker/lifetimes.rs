@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::{expired, host_file, upstream_env, SEED_ACCESS, SEED_REFRESH};
-use crate::common::lab::{self, MockApi};
-use crate::common::{self};
+use crate::BIN;
+use lab::agent::{self, MockApi};
 
 /// A token's lifetime for the broker, in seconds (the mock kills it 2 s later: the same
 /// margin for a request in flight as with longer lifetimes, in half the test's time).
@@ -25,19 +25,19 @@ const LIFE_S: u64 = 1;
 
 #[test]
 fn one_sandbox_talks_over_many_token_lifetimes_and_each_refresh_token_is_spent_once() {
-    let _g = common::heavy();
+    let _g = lab::heavy();
     let lifetimes: usize = std::env::var("CLAUDEBOX_TEST_LIFETIMES")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
-    for c in lab::claude_versions() {
+    for c in agent::claude_versions() {
         let (w, mock, o, took) = talk(&c, lifetimes, LIFE_S, LIFE_S as f64 + 0.3, LIFE_S + 2);
-        let out = lab::ok_run(&c, &o, &mock);
+        let out = agent::ok_run(&c, &o, &mock);
         assert!(
             out.contains("talked through every lifetime"),
             "[{}] the conversation did not end: {out}\n{}",
             c.label,
-            common::stderr(&o)
+            lab::stderr(&o)
         );
 
         let log = mock.log();
@@ -104,7 +104,7 @@ fn one_sandbox_talks_over_many_token_lifetimes_and_each_refresh_token_is_spent_o
             "[{}] the host's file holds the last pair: {host}",
             c.label
         );
-        common::figure!(
+        lab::figure!(
             "login broker, {} token lifetimes of {LIFE_S} s with no host claude ({}): {} \
              refreshes, each spending the last one's token, 0 refused, 0 requests with a \
              dead token, {:.0} s",
@@ -117,7 +117,7 @@ fn one_sandbox_talks_over_many_token_lifetimes_and_each_refresh_token_is_spent_o
     // Control: with lifetimes of 2 s, the mock refuses a token 1 s after issuing it,
     // before the broker's 2 s are over, and each turn sleeps 1.5 s: the requests with a
     // dead token are seen.
-    let c = &lab::claude_versions()[0];
+    let c = &agent::claude_versions()[0];
     let (_, mock, _, _) = talk(c, 3, 2, 1.5, 1);
     assert!(
         mock.log().iter().any(|r| r["kind"] == "unauthorized"),
@@ -130,13 +130,13 @@ fn one_sandbox_talks_over_many_token_lifetimes_and_each_refresh_token_is_spent_o
 /// sleep `sleep_s`, the mock's access tokens expiring for the broker `life_s` after
 /// they are issued and refused by the mock `dies_after` seconds after.
 fn talk(
-    c: &lab::Claude,
+    c: &agent::Claude,
     turns: usize,
     life_s: u64,
     sleep_s: f64,
     dies_after: u64,
-) -> (common::World, MockApi, std::process::Output, Duration) {
-    let w = lab::world_with(c);
+) -> (lab::World, MockApi, std::process::Output, Duration) {
+    let w = agent::world_with(BIN, c);
     let p = w.dir("proj");
     let n = turns;
     let mut turns: Vec<Value> = (0..n)
@@ -161,7 +161,7 @@ fn talk(
         expired(SEED_ACCESS, SEED_REFRESH).to_string(),
     )
     .unwrap();
-    let mut seed = lab::claude_json_seed(&[&p]);
+    let mut seed = agent::claude_json_seed(&[&p]);
     seed.as_object_mut()
         .unwrap()
         .remove("customApiKeyResponses");
@@ -179,7 +179,7 @@ fn talk(
         "Bash",
     ]);
     let limit = Duration::from_secs(60 + 8 * n as u64);
-    let o = lab::output_within(&mut cmd, limit).unwrap();
+    let o = agent::output_within(&mut cmd, limit).unwrap();
     let took = started.elapsed();
     (w, mock, o, took)
 }

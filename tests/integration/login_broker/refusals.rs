@@ -8,7 +8,8 @@ use std::fs;
 use serde_json::json;
 
 use super::{run, setup};
-use crate::common::{self, World};
+use crate::BIN;
+use lab::World;
 
 /// Inside: one accepted request, one refused by its path (with a query holding a
 /// secret-looking word), one whose path holds a terminal escape, a direction override and
@@ -49,7 +50,7 @@ fn denied_log(w: &World) -> String {
 
 #[test]
 fn each_refusal_is_in_the_denied_log_once_and_escaped() {
-    let w = World::new();
+    let w = World::new(BIN);
     let (p, mock) = setup(&w, &json!([]));
     let o = run(
         &w,
@@ -66,8 +67,8 @@ fn each_refusal_is_in_the_denied_log_once_and_escaped() {
             SCRIPT,
         ],
     );
-    let out = common::stdout(&o);
-    let err = common::stderr(&o);
+    let out = lab::stdout(&o);
+    let err = lab::stderr(&o);
     for want in ["accepted 200", "mint 403", "odd 400"] {
         assert!(out.contains(want), "no {want:?}:\n{out}\n{err}");
     }

@@ -1,4 +1,4 @@
-//! The lab: the real Claude Code against a local mock of the Anthropic Messages API
+//! The real agents in the lab: the real Claude Code (and Codex) against a local mock of the Anthropic Messages API
 //! (`tests/lab/mock_api.py`, Python 3 stdlib). A test starts the mock with a script,
 //! points claude at `base_url()`, and reads back every request claude sent.
 //!
@@ -15,9 +15,11 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-pub const MOCK_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/mock_api.py");
+use crate::{stderr, stdout, World};
+
+pub const MOCK_API: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mock_api.py");
 /// The mock of OpenAI's Responses API, for the real Codex CLI (`--agent codex`).
-pub const MOCK_OPENAI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/lab/mock_openai.py");
+pub const MOCK_OPENAI: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/mock_openai.py");
 
 /// The API key the tests give claude (and approve in the seeded `~/.claude.json`).
 pub const API_KEY: &str = "sk-ant-api03-claudebox-lab-key-0123456789";
@@ -95,9 +97,9 @@ pub fn codex_config(port: u16) -> String {
 }
 
 /// Both Claude Code versions ([`claude_versions`]), one after the other, holding
-/// `common::heavy()` until the loop ends: `for c in lab::each_claude() { ... }`.
+/// [`crate::heavy()`] until the loop ends: `for c in agent::each_claude() { ... }`.
 pub fn each_claude() -> EachClaude {
-    let heavy = super::heavy();
+    let heavy = crate::heavy();
     EachClaude {
         versions: claude_versions().into_iter(),
         _heavy: heavy,
@@ -107,7 +109,7 @@ pub fn each_claude() -> EachClaude {
 /// What [`each_claude`] returns: the versions, and the heavy lock while they are run.
 pub struct EachClaude {
     versions: std::vec::IntoIter<Claude>,
-    _heavy: super::Heavy,
+    _heavy: crate::Heavy,
 }
 
 impl Iterator for EachClaude {
@@ -117,9 +119,10 @@ impl Iterator for EachClaude {
     }
 }
 
-/// A world (`common::World`) whose `claude` is `c`, linked the way npm links it.
-pub fn world_with(c: &Claude) -> super::World {
-    let w = super::World::new();
+/// A world ([`World::new`]) running `claudebox` whose `claude` is `c`, linked the way npm
+/// links it.
+pub fn world_with(claudebox: impl AsRef<Path>, c: &Claude) -> World {
+    let w = World::new(claudebox);
     fs::remove_file(w.bin().join("claude")).unwrap();
     std::os::unix::fs::symlink(&c.bin, w.bin().join("claude")).unwrap();
     w
@@ -144,25 +147,12 @@ impl MockApi {
     /// `tests/lab/mock_api.py`): `refresh_token` is the login's live refresh token.
     /// Point claude at it with `oauth_env`.
     pub fn start_oauth(script: &Value, refresh_token: &str) -> MockApi {
-        MockApi::start_with(
-            script,
-            &["--refresh-token", refresh_token, "--oauth", "@tls"],
-        )
+        MockApi::start_oauth_with(script, refresh_token, &[])
     }
 
     /// `start_oauth` with a live login: `access` is taken as issued.
     pub fn start_oauth_live(script: &Value, refresh_token: &str, access: &str) -> MockApi {
-        MockApi::start_with(
-            script,
-            &[
-                "--refresh-token",
-                refresh_token,
-                "--access-token",
-                access,
-                "--oauth",
-                "@tls",
-            ],
-        )
+        MockApi::start_oauth_with(script, refresh_token, &["--access-token", access])
     }
 
     /// `start_oauth_live` taking only `api_key` as an API key (`--api-key`: any other
@@ -173,19 +163,18 @@ impl MockApi {
         access: &str,
         api_key: &str,
     ) -> MockApi {
-        MockApi::start_with(
+        MockApi::start_oauth_with(
             script,
-            &[
-                "--refresh-token",
-                refresh_token,
-                "--access-token",
-                access,
-                "--api-key",
-                api_key,
-                "--oauth",
-                "@tls",
-            ],
+            refresh_token,
+            &["--access-token", access, "--api-key", api_key],
         )
+    }
+
+    /// `start_oauth` with more arguments for the mock.
+    fn start_oauth_with(script: &Value, refresh_token: &str, extra: &[&str]) -> MockApi {
+        let mut args = vec!["--refresh-token", refresh_token, "--oauth", "@tls"];
+        args.extend_from_slice(extra);
+        MockApi::start_with(script, &args)
     }
 
     /// `start` with more arguments for the mock; `@tls` stands for `<its dir>/tls`.
@@ -501,7 +490,7 @@ fn collect(rx: std::sync::mpsc::Receiver<Vec<u8>>) -> Vec<u8> {
 
 /// `claudebox ARGS` of `w` in `cwd`, pointed at `mock` (plus `env`), killed after `limit`.
 pub fn run_claudebox(
-    w: &super::World,
+    w: &World,
     cwd: &Path,
     mock: &MockApi,
     args: &[&str],
@@ -525,22 +514,16 @@ pub fn ok_run(c: &Claude, o: &Output, mock: &MockApi) -> String {
         "[{}] claudebox failed: {:?}\nstdout:\n{}\nstderr:\n{}\nmock stderr:\n{}",
         c.label,
         o.status,
-        super::stdout(o),
-        super::stderr(o),
+        stdout(o),
+        stderr(o),
         mock.stderr()
     );
-    super::stdout(o)
+    stdout(o)
 }
 
 /// The control of the network tests: from a sandbox of `w` in `p` with `--network MODE`
 /// (and nothing else opened), a request to the mock never reaches it.
-pub fn assert_mock_unreachable(
-    w: &crate::common::World,
-    p: &Path,
-    mock: &MockApi,
-    mode: &str,
-    label: &str,
-) {
+pub fn assert_mock_unreachable(w: &World, p: &Path, mock: &MockApi, mode: &str, label: &str) {
     let url = format!("{}/control-probe", mock.base_url());
     let mut probe = w.cmd(p);
     probe.args([

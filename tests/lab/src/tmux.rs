@@ -5,14 +5,20 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use super::lab::{MockApi, API_KEY};
-use super::{stderr, stdout, World};
+use crate::agent::{output_within, MockApi, API_KEY};
+use crate::{stderr, stdout, World};
 
 /// A tmux server of the test's own (its socket in a temporary directory), killed on drop.
 pub struct Tmux {
     pub dir: tempfile::TempDir,
     /// Lines of scrollback `screen` includes above the visible pane.
     scrollback: usize,
+}
+
+impl Default for Tmux {
+    fn default() -> Tmux {
+        Tmux::new()
+    }
 }
 
 impl Tmux {
@@ -36,7 +42,7 @@ impl Tmux {
     }
 
     pub fn run(&self, args: &[&str]) -> String {
-        let o = super::lab::output_within(self.cmd().args(args), Duration::from_secs(10))
+        let o = output_within(self.cmd().args(args), Duration::from_secs(10))
             .unwrap_or_else(|e| panic!("tmux {args:?}: {e}"));
         assert!(o.status.success(), "tmux {args:?}: {}", stderr(&o));
         stdout(&o)
@@ -60,7 +66,7 @@ impl Tmux {
         if let Some(u) = std::env::var_os("USER") {
             start.env("USER", u);
         }
-        let o = super::lab::output_within(&mut start, Duration::from_secs(10)).unwrap();
+        let o = output_within(&mut start, Duration::from_secs(10)).unwrap();
         assert!(o.status.success(), "tmux new-session: {}", stderr(&o));
     }
 
@@ -98,6 +104,6 @@ impl Tmux {
 
 impl Drop for Tmux {
     fn drop(&mut self) {
-        let _ = super::lab::output_within(self.cmd().arg("kill-server"), Duration::from_secs(5));
+        let _ = output_within(self.cmd().arg("kill-server"), Duration::from_secs(5));
     }
 }

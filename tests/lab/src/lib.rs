@@ -1,5 +1,15 @@
-//! Shared test harness: a throwaway HOME, a fake `claude` on PATH that reports from inside
-//! the sandbox, and helpers to build real git repositories.
+//! claudebox's test lab, shared by the integration tests (tests/integration/) and the
+//! benches (benches/): a throwaway HOME, a fake `claude` on PATH that reports from inside
+//! the sandbox, helpers to build real git repositories, the lock that keeps heavy tests
+//! apart ([`heavy()`]), the real agents against the mock APIs ([`agent`]), claude's TUI
+//! under tmux ([`tmux`]), the maintenance tests' helpers ([`maintenance`]) and the
+//! benches' numbers ([`bench`]).
+//!
+//! A library cannot see the claudebox binary (`CARGO_BIN_EXE_claudebox` is set only when
+//! a test or a bench is compiled): each caller hands its path to [`World::new`].
+
+// Test support: a panic on an unexpected None or Err is the failing test's report.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -7,8 +17,6 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::{Mutex, MutexGuard};
-
-pub const BIN: &str = env!("CARGO_BIN_EXE_claudebox");
 
 /// The fake agent. It prints each argument on its own line between markers, then runs the
 /// shell code in `$FAKE_CLAUDE_SCRIPT` (so a test decides what to look at from inside),
@@ -21,42 +29,55 @@ if [ -n "${FAKE_CLAUDE_SCRIPT:-}" ]; then
 fi
 "#;
 
-/// A temporary world: `root/home` is HOME, `root/bin` holds the fake claude.
+/// A temporary world: `root/home` is HOME, `root/bin` holds the fake claude; `cmd` runs
+/// the claudebox binary it was made with.
 pub struct World {
     pub dir: tempfile::TempDir,
+    claudebox: PathBuf,
     /// Held by a world made with [`World::heavy`].
     _heavy: Option<Heavy>,
 }
 
 impl World {
-    pub fn new() -> World {
-        World::make(&std::env::temp_dir(), None)
+    /// A world whose `cmd` runs `claudebox` (a test's or a bench's
+    /// `env!("CARGO_BIN_EXE_claudebox")`).
+    pub fn new(claudebox: impl AsRef<Path>) -> World {
+        World::make(claudebox.as_ref(), &std::env::temp_dir(), None)
     }
 
     /// A world under `base` (Codex refuses to make its helper links when its home lies
     /// under the temporary directory: its tests use /var/tmp).
-    pub fn new_in(base: &Path) -> World {
-        World::make(base, None)
+    pub fn new_in(claudebox: impl AsRef<Path>, base: &Path) -> World {
+        World::make(claudebox.as_ref(), base, None)
     }
 
     /// A world for a test that loads the machine or is bound by time: it holds
     /// [`heavy()`] as long as it lives.
-    pub fn heavy() -> World {
-        World::make(&std::env::temp_dir(), Some(heavy()))
+    pub fn heavy(claudebox: impl AsRef<Path>) -> World {
+        World::make(claudebox.as_ref(), &std::env::temp_dir(), Some(heavy()))
     }
 
-    fn make(base: &Path, heavy: Option<Heavy>) -> World {
+    fn make(claudebox: &Path, base: &Path, heavy: Option<Heavy>) -> World {
         let dir = tempfile::Builder::new()
             .prefix("claudebox-test-")
             .tempdir_in(base)
             .expect("tempdir");
-        let w = World { dir, _heavy: heavy };
+        let w = World {
+            dir,
+            claudebox: claudebox.to_path_buf(),
+            _heavy: heavy,
+        };
         fs::create_dir_all(w.home()).unwrap();
         fs::create_dir_all(w.bin()).unwrap();
         fs::create_dir_all(w.work()).unwrap();
         fs::create_dir_all(w.home().join(".claude")).unwrap();
         w.install_claude(FAKE_CLAUDE);
         w
+    }
+
+    /// The claudebox binary this world runs.
+    pub fn claudebox(&self) -> &Path {
+        &self.claudebox
     }
 
     pub fn root(&self) -> PathBuf {
@@ -91,7 +112,7 @@ impl World {
 
     /// `claudebox ARGS` in `cwd` with this world's HOME and PATH.
     pub fn cmd(&self, cwd: &Path) -> Command {
-        let mut c = Command::new(BIN);
+        let mut c = Command::new(&self.claudebox);
         c.current_dir(cwd);
         c.env_clear();
         c.env("HOME", self.home());
@@ -197,14 +218,12 @@ impl Drop for Heavy {
 /// kills and floods) and, when `CLAUDEBOX_TEST_FIGURES` names a file, appends it there:
 /// scripts/test checks that file after its one run of the tests rather than running the
 /// suites a second time with `--nocapture` to read their output.
-#[allow(unused_macros)] // benches/feel.rs includes this module and has no figures
+#[macro_export]
 macro_rules! figure {
     ($($arg:tt)*) => {
-        $crate::common::figure_line(&format!($($arg)*))
+        $crate::figure_line(&format!($($arg)*))
     };
 }
-#[allow(unused_imports)] // the same
-pub(crate) use figure;
 
 pub fn figure_line(line: &str) {
     println!("{line}");
@@ -370,9 +389,25 @@ if [ -n "${FAKE_CLAUDE_SCRIPT:-}" ]; then
 fi
 "#;
 
-pub mod lab;
+pub mod agent;
+pub mod bench;
 pub mod maintenance;
 pub mod tmux;
+
+/// Spawns `cmd` with its stdout piped and reads the first line it prints (a fixture saying
+/// it is ready): the child, its stdout still piped to this process, and that line.
+pub fn spawn_first_line(cmd: &mut Command) -> (std::process::Child, String) {
+    use std::io::BufRead;
+    let mut child = cmd
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn");
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.as_mut().expect("stdout piped"))
+        .read_line(&mut line)
+        .expect("read its first line");
+    (child, line)
+}
 
 /// A helper process of a test, killed when the test ends however it ends (a panic
 /// included: a helper left running holds the test run's output pipe open, and the run

@@ -8,10 +8,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::process::Stdio;
 
-use super::{ok, World};
+use crate::{dry_run, env_in_dry_run, ok, spawn_first_line, World};
 
 /// A real launch of `true` in `cwd`: creates (or re-registers) the project's state.
 /// Returns once the sandbox has released its registration.
@@ -54,8 +54,8 @@ fn any_registration_held(state_home: &Path) -> bool {
 
 /// The project id claudebox uses for `cwd`.
 pub fn id_of(w: &World, cwd: &Path) -> String {
-    let out = super::dry_run(w, cwd);
-    super::env_in_dry_run(&out, "CLAUDEBOX_PROJECT_ID").expect("project id in --dry-run")
+    let out = dry_run(w, cwd);
+    env_in_dry_run(&out, "CLAUDEBOX_PROJECT_ID").expect("project id in --dry-run")
 }
 
 pub fn projects(w: &World) -> PathBuf {
@@ -147,17 +147,11 @@ pub struct Running {
 
 impl Running {
     pub fn start(w: &World, cwd: &Path) -> Running {
-        let mut child = w
-            .cmd(cwd)
-            .args(["--exec", "sh", "-c", "echo ready; read line"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut first = String::new();
-        BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut first)
-            .unwrap();
+        let (child, first) = spawn_first_line(
+            w.cmd(cwd)
+                .args(["--exec", "sh", "-c", "echo ready; read line"])
+                .stdin(Stdio::piped()),
+        );
         assert_eq!(first, "ready\n");
         Running { child }
     }

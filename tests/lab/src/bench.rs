@@ -1,6 +1,6 @@
-//! What both benches need: reading numbers from the command line, installing the binary
-//! as `cargo install` would, the launch's bwrap argv from `--dry-run`, and the machine and
-//! its load, for the record. Included by each bench with `mod support;`.
+//! What the benches share: reading numbers from the command line, installing the binary
+//! as `cargo install` would, the launch's bwrap argv from `--dry-run`, quantiles and their
+//! intervals, and the machine and its load, for the record.
 
 use std::ffi::{OsStr, OsString};
 use std::fs;
@@ -67,7 +67,6 @@ pub fn load() -> String {
 }
 
 /// The 1-minute load average, as a number (NaN when unreadable).
-#[allow(dead_code)] // not every bench prints spreads
 pub fn load1() -> f64 {
     fs::read_to_string("/proc/loadavg")
         .ok()
@@ -76,7 +75,6 @@ pub fn load1() -> f64 {
 }
 
 /// The `q` quantile of `v` (0..=1), linear between the two nearest ranks.
-#[allow(dead_code)] // not every bench prints spreads
 pub fn quantile(v: &[f64], q: f64) -> f64 {
     let mut t = v.to_vec();
     t.sort_by(f64::total_cmp);
@@ -91,7 +89,6 @@ pub fn quantile(v: &[f64], q: f64) -> f64 {
 /// A 95% interval of the median of `v` by the bootstrap (2,000 resamples, a fixed seed so
 /// that a run's output can be reproduced from its samples): whether a difference of
 /// medians is resolved at all, given the spread.
-#[allow(dead_code)] // not every bench prints spreads
 pub fn median_ci95(v: &[f64]) -> (f64, f64) {
     if v.is_empty() {
         return (f64::NAN, f64::NAN);

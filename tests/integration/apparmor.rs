@@ -9,6 +9,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use crate::vm;
 use crate::BIN;
 use lab::{stderr, stdout, World};
 
@@ -158,20 +159,6 @@ fn a_bwrap_path_it_cannot_name_is_refused() {
     );
 }
 
-/// The `RESULT STEP WHAT VALUE` lines of tests/vm/apparmor.sh's console.
-fn results(console: &str) -> Vec<(String, String, String)> {
-    console
-        .lines()
-        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
-        .map(|r| {
-            let mut it = r.splitn(3, ' ');
-            let step = it.next().unwrap_or("").to_string();
-            let what = it.next().unwrap_or("").to_string();
-            (step, what, it.next().unwrap_or("").trim_end().to_string())
-        })
-        .collect()
-}
-
 /// On real Ubuntu kernels with AppArmor: tests/vm/apparmor.sh boots 24.04's kernel in
 /// qemu with the restriction on (and an enforcing `unprivileged_userns`), and runs bwrap,
 /// a bwrap inside it, a launch and `claudebox --check` as uid 1000 without a profile (the control:
@@ -182,60 +169,12 @@ fn results(console: &str) -> Vec<(String, String, String)> {
 /// and qemu-system-x86_64; in CI their absence fails the test.
 #[test]
 fn on_a_real_ubuntu_kernel() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!(
-            "SKIP as non-root: the VM image is made by root (the checks inside run as uid 1000)"
-        );
+    let Some(r) = vm::run("apparmor.sh") else {
         return;
-    }
-    if !cfg!(target_arch = "x86_64") {
-        eprintln!("SKIP: the VM test boots an amd64 kernel");
-        return;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    if which::which("qemu-system-x86_64").is_err() {
-        assert!(
-            !ci,
-            "qemu-system-x86_64 is missing in CI (.ci/run installs qemu-system-x86)"
-        );
-        eprintln!("SKIP: no qemu-system-x86_64 (apt install qemu-system-x86)");
-        return;
-    }
-    let _heavy = lab::heavy();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/apparmor.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(BIN)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    if out.status.code() == Some(75) {
-        // The script could not fetch Ubuntu's kernel or the parser (archive unreachable).
-        eprintln!(
-            "SKIP: tests/vm/apparmor.sh could not fetch what the VM needs:\n{}",
-            stderr(&out)
-        );
-        return;
-    }
-    let console = stdout(&out);
-    let r = results(&console);
-    let all = |step: &str, what: &str| -> Vec<&str> {
-        r.iter()
-            .filter(|(s, w, _)| s == step && w == what)
-            .map(|(_, _, v)| v.as_str())
-            .collect()
     };
-    let one = |step: &str, what: &str| -> String {
-        all(step, what)
-            .first()
-            .map(|v| v.to_string())
-            .unwrap_or_else(|| {
-                panic!(
-                    "no RESULT {step} {what} in the console:\n{console}\n{}",
-                    stderr(&out)
-                )
-            })
-    };
+    let console = r.console();
+    let all = |step: &str, what: &str| r.all(step, what);
+    let one = |step: &str, what: &str| r.one(step, what);
     let row = |step: &str, name: &str| -> String {
         all(step, "check")
             .into_iter()

@@ -7,8 +7,9 @@
 
 use std::fs;
 use std::path::Path;
-use std::process::Command;
+use std::sync::OnceLock;
 
+use crate::vm;
 use crate::BIN;
 use lab::{stderr, stdout, World};
 
@@ -193,18 +194,12 @@ fn values_are_checked_and_dry_run_shows_the_limits() {
     }
 }
 
-/// The `RESULT STEP WHAT VALUE` lines of tests/vm/limits.sh's console.
-fn results(console: &str) -> Vec<(String, String, String)> {
-    console
-        .lines()
-        .filter_map(|l| l.split_once("RESULT ").map(|(_, r)| r))
-        .map(|r| {
-            let mut it = r.splitn(3, ' ');
-            let step = it.next().unwrap_or("").to_string();
-            let what = it.next().unwrap_or("").to_string();
-            (step, what, it.next().unwrap_or("").trim_end().to_string())
-        })
-        .collect()
+/// tests/vm/limits.sh boots once for both VM tests below (the delegated cgroup, then the
+/// systemd user manager): the first of them to come runs it, the other waits for its
+/// results.
+fn limits_vm() -> Option<&'static vm::Results> {
+    static RUN: OnceLock<Option<vm::Results>> = OnceLock::new();
+    RUN.get_or_init(|| vm::run("limits.sh")).as_ref()
 }
 
 /// On Ubuntu 24.04's kernel in qemu with cgroup v2, root delegating /u1000 to uid 1000
@@ -216,66 +211,11 @@ fn results(console: &str) -> Vec<(String, String, String)> {
 /// the image) and qemu-system-x86_64; in CI their absence fails the test.
 #[test]
 fn on_a_kernel_with_cgroup_v2_delegated() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!(
-            "SKIP as non-root: the VM image is made by root (the checks inside run as uid 1000)"
-        );
+    let Some(r) = limits_vm() else {
         return;
-    }
-    if !cfg!(target_arch = "x86_64") {
-        eprintln!("SKIP: the VM test boots an amd64 kernel");
-        return;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    if which::which("qemu-system-x86_64").is_err() {
-        assert!(
-            !ci,
-            "qemu-system-x86_64 is missing in CI (.ci/run installs qemu-system-x86)"
-        );
-        eprintln!("SKIP: no qemu-system-x86_64 (apt install qemu-system-x86)");
-        return;
-    }
-    let _heavy = lab::heavy();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/limits.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(BIN)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    if out.status.code() == Some(75) {
-        eprintln!(
-            "SKIP: tests/vm/limits.sh could not fetch what the VM needs:\n{}",
-            stderr(&out)
-        );
-        return;
-    }
-    let console = stdout(&out);
-    let r = results(&console);
-    let one = |step: &str, what: &str| -> String {
-        r.iter()
-            .find(|(s, w, _)| s == step && w == what)
-            .map(|(_, _, v)| v.clone())
-            .unwrap_or_else(|| {
-                panic!(
-                    "no RESULT {step} {what} in the console:\n{console}\n{}",
-                    stderr(&out)
-                )
-            })
     };
-    let num = |step: &str, what: &str| -> u64 {
-        one(step, what)
-            .parse()
-            .unwrap_or_else(|_| panic!("RESULT {step} {what} is not a number:\n{console}"))
-    };
-    eprintln!(
-        "{}",
-        console
-            .lines()
-            .filter(|l| l.contains("RESULT "))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
+    let one = |step: &str, what: &str| r.one(step, what);
+    let num = |step: &str, what: &str| r.num(step, what);
     assert!(one("kernel", "controllers").contains("pids"));
     // --check.
     let c = one("check", "u1000");
@@ -335,7 +275,7 @@ fn on_a_kernel_with_cgroup_v2_delegated() {
     assert_eq!(one("done", "all"), "yes");
 }
 
-/// The systemd mechanism for real (tests/vm/limits-systemd.sh): the same kernel in qemu
+/// The systemd mechanism for real (tests/vm/limits.sh's second part): the same kernel in qemu
 /// with this machine's systemd, root laying out user@1000.service's delegated cgroup as the
 /// system manager would and starting `systemd --user` for uid 1000 (no system manager, no
 /// D-Bus: systemd-run reaches the user manager on its private socket). The limits row names
@@ -348,99 +288,47 @@ fn on_a_kernel_with_cgroup_v2_delegated() {
 /// (outside CI).
 #[test]
 fn through_a_systemd_user_manager() {
-    if !nix::unistd::geteuid().is_root() {
-        eprintln!(
-            "SKIP as non-root: the VM image is made by root (the checks inside run as uid 1000)"
-        );
+    if !vm::available(&[("systemd-run", "systemd")]) {
         return;
     }
-    if !cfg!(target_arch = "x86_64") {
-        eprintln!("SKIP: the VM test boots an amd64 kernel");
+    let Some(r) = limits_vm() else {
         return;
-    }
-    let ci = std::env::var("CI").is_ok_and(|v| v == "true");
-    for (tool, package) in [
-        ("qemu-system-x86_64", "qemu-system-x86"),
-        ("systemd-run", "systemd"),
-    ] {
-        if which::which(tool).is_err() {
-            assert!(!ci, "{tool} is missing in CI (apt install {package})");
-            eprintln!("SKIP: no {tool} (apt install {package})");
-            return;
-        }
-    }
-    let _heavy = lab::heavy();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/vm/limits-systemd.sh");
-    let out = Command::new("bash")
-        .arg(&script)
-        .arg(BIN)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .unwrap();
-    if out.status.code() == Some(75) {
-        eprintln!(
-            "SKIP: tests/vm/limits-systemd.sh could not fetch what the VM needs:\n{}",
-            stderr(&out)
-        );
-        return;
-    }
-    let console = stdout(&out);
-    let r = results(&console);
-    let one = |step: &str, what: &str| -> String {
-        r.iter()
-            .find(|(s, w, _)| s == step && w == what)
-            .map(|(_, _, v)| v.clone())
-            .unwrap_or_else(|| {
-                panic!(
-                    "no RESULT {step} {what} in the console:\n{console}\n{}",
-                    stderr(&out)
-                )
-            })
     };
-    let num = |step: &str, what: &str| -> u64 {
-        one(step, what)
-            .parse()
-            .unwrap_or_else(|_| panic!("RESULT {step} {what} is not a number:\n{console}"))
-    };
-    eprintln!(
-        "{}",
-        console
-            .lines()
-            .filter(|l| l.contains("RESULT "))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    assert_eq!(one("manager", "socket"), "yes");
-    assert_eq!(one("manager", "plain-scope-rc"), "0");
-    let c = one("check", "row");
+    let one = |step: &str, what: &str| r.one(step, what);
+    let num = |step: &str, what: &str| r.num(step, what);
+    let console = r.console();
+    assert_eq!(one("sd-manager", "socket"), "yes");
+    assert_eq!(one("sd-manager", "plain-scope-rc"), "0");
+    let c = one("sd-check", "row");
     assert!(
         c.starts_with("ok") && c.contains("the user's systemd manager"),
         "{c}"
     );
     assert!(
-        r.iter().any(|(s, _, v)| s == "dry"
-            && v.contains("systemd-run --user --scope")
-            && v.contains("-p TasksMax=64")
-            && v.contains("-p MemoryMax=268435456")),
+        r.step("sd-dry")
+            .iter()
+            .any(|(_, v)| v.contains("systemd-run --user --scope")
+                && v.contains("-p TasksMax=64")
+                && v.contains("-p MemoryMax=268435456")),
         "{console}"
     );
-    let limited = num("tree", "limited");
-    let unlimited = num("tree", "unlimited");
+    let limited = num("sd-tree", "limited");
+    let unlimited = num("sd-tree", "unlimited");
     assert!(limited <= 100, "{limited}");
     assert!(unlimited >= 500, "{unlimited}");
-    assert_eq!(one("mem", "limited-rc"), "137", "{console}");
+    assert_eq!(one("sd-mem", "limited-rc"), "137", "{console}");
     assert!(
-        one("mem", "limited-err").contains("ended by its memory limit (--memory 64M"),
+        one("sd-mem", "limited-err").contains("ended by its memory limit (--memory 64M"),
         "{console}"
     );
-    assert_eq!(one("mem", "limited-out"), "");
+    assert_eq!(one("sd-mem", "limited-out"), "");
     assert!(
-        !one("mem", "unlimited-err").contains("memory limit"),
+        !one("sd-mem", "unlimited-err").contains("memory limit"),
         "{console}"
     );
-    assert_eq!(one("mem", "unlimited-rc"), "0");
-    assert_eq!(one("mem", "unlimited-out"), "314572800");
-    assert_eq!(one("scopes", "left"), "0");
-    assert_eq!(one("units", "left"), "0", "{console}");
+    assert_eq!(one("sd-mem", "unlimited-rc"), "0");
+    assert_eq!(one("sd-mem", "unlimited-out"), "1+0 records in");
+    assert_eq!(one("sd-left", "scopes"), "0");
+    assert_eq!(one("sd-left", "units"), "0", "{console}");
     assert_eq!(one("done", "all"), "yes");
 }

@@ -48,3 +48,4 @@ mod review;
 mod sessions;
 mod signals;
 mod test_files;
+mod vm;

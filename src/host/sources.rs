@@ -110,12 +110,28 @@ pub fn open(plan: &Plan, areas: &[PathBuf]) -> Result<Opened> {
             entries.push(SourceEntry::Other);
             continue;
         };
-        match open_one(src, &m.kind, areas)? {
+        match open_one(&with_real_parent(src), &m.kind, areas)? {
             Some((fd, real)) => entries.push(SourceEntry::Fd(fd, real)),
             None => entries.push(SourceEntry::Skip),
         }
     }
     Ok(Opened { entries })
+}
+
+/// `src` with its directory's symlinks resolved (the name itself left as it is): a state
+/// home or a home reached through a symlink of the user's (`CLAUDEBOX_HOME`, Silverblue's
+/// `/home` -> `/var/home`) names a source inside an area by another path than the area's
+/// canonical one, and the checks below compare paths. What the resolution finds is checked
+/// as before: the descriptor must reach exactly this path when it lies in an area, so a
+/// directory swapped for a symlink between this look and the open is refused. The source
+/// as given where its directory cannot be resolved (a missing optional one).
+fn with_real_parent(src: &Path) -> PathBuf {
+    match (src.parent(), src.file_name()) {
+        (Some(dir), Some(name)) if !dir.as_os_str().is_empty() => std::fs::canonicalize(dir)
+            .map(|d| d.join(name))
+            .unwrap_or_else(|_| src.to_path_buf()),
+        _ => src.to_path_buf(),
+    }
 }
 
 fn show(p: &Path) -> String {

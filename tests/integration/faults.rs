@@ -429,13 +429,7 @@ fn stuck_launch(w: &World, dir: &Path) -> (i32, Guard, std::sync::mpsc::Receiver
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
     let mut child = c.spawn().unwrap();
-    let mut err = child.stderr.take().unwrap();
-    let (tx, closed) = std::sync::mpsc::channel();
-    thread::spawn(move || {
-        let mut sink = Vec::new();
-        let _ = err.read_to_end(&mut sink);
-        let _ = tx.send(());
-    });
+    let closed = lab::closed_when_done(child.stderr.take().unwrap());
     let stuck = blocked_child(child.id());
     let keeper = children(child.id())
         .into_iter()

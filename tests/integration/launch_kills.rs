@@ -13,7 +13,6 @@
 //! `...at_scale` test with `--nocapture`).
 
 use std::fs;
-use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
@@ -168,13 +167,7 @@ fn round(w: &World, kind: Kind, how: How, delay: When, n: usize, t: &mut Tally) 
         .process_group(0);
     let mut child = c.spawn().unwrap();
     let pid = Pid::from_raw(child.id() as i32);
-    let mut err = child.stderr.take().unwrap();
-    let (tx, closed) = mpsc::channel();
-    thread::spawn(move || {
-        let mut sink = Vec::new();
-        let _ = err.read_to_end(&mut sink);
-        let _ = tx.send(());
-    });
+    let closed = lab::closed_when_done(child.stderr.take().unwrap());
     match delay {
         When::After(d) => thread::sleep(d),
         When::AtBwrap(d) => {
@@ -458,13 +451,7 @@ fn kill_while_child_waits(
             c.process_group(0);
         }
         let mut child = c.spawn().unwrap();
-        let mut err = child.stderr.take().unwrap();
-        let (tx, closed) = mpsc::channel();
-        thread::spawn(move || {
-            let mut sink = Vec::new();
-            let _ = err.read_to_end(&mut sink);
-            let _ = tx.send(());
-        });
+        let closed = lab::closed_when_done(child.stderr.take().unwrap());
         // bwrap has cloned its child, which waits: two bwraps of this world.
         let until = Instant::now() + Duration::from_secs(20);
         while bwraps_of(&w.root()).len() < 2 {
@@ -537,13 +524,7 @@ fn a_sigterm_in_bwrap_s_first_milliseconds_is_not_lost() {
             .process_group(0);
         let mut child = c.spawn().unwrap();
         let pid = child.id();
-        let mut err = child.stderr.take().unwrap();
-        let (tx, closed) = mpsc::channel();
-        thread::spawn(move || {
-            let mut sink = Vec::new();
-            let _ = err.read_to_end(&mut sink);
-            let _ = tx.send(());
-        });
+        let closed = lab::closed_when_done(child.stderr.take().unwrap());
         let until = Instant::now() + Duration::from_secs(2);
         while !has_bwrap_below(pid) && Instant::now() < until {
             std::hint::spin_loop();

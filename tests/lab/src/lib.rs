@@ -409,6 +409,20 @@ pub fn spawn_first_line(cmd: &mut Command) -> (std::process::Child, String) {
     (child, line)
 }
 
+/// Reads `pipe` to its end in a thread; the receiver gets `()` when the pipe closes (every
+/// writer gone): how a test sees a caller's stderr pipe released.
+pub fn closed_when_done(
+    mut pipe: impl std::io::Read + Send + 'static,
+) -> std::sync::mpsc::Receiver<()> {
+    let (tx, closed) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = pipe.read_to_end(&mut sink);
+        let _ = tx.send(());
+    });
+    closed
+}
+
 /// A helper process of a test, killed when the test ends however it ends (a panic
 /// included: a helper left running holds the test run's output pipe open, and the run
 /// waits on it).

@@ -817,22 +817,22 @@ impl Me {
         let nn = cstr(&with_slash(&ns))?;
         let r = match ob {
             None => {
-                // The caller's descriptor itself (an O_TMPFILE file): through its
-                // /proc link, which the kernel follows to the same file.
+                // The caller's descriptor itself (an O_TMPFILE file): a copy of it
+                // (pidfd_getfd), linked as the caller would (the kernel decides whether
+                // AT_EMPTY_PATH is allowed; through /proc/PID/fd it answers EXDEV).
                 let src = if dirfds[0] == libc::AT_FDCWD {
-                    format!("/proc/{}/cwd", c.tid)
+                    self.base(c, libc::AT_FDCWD, b"")?
                 } else {
-                    format!("/proc/{}/fd/{}", c.tid, dirfds[0])
+                    getfd(c.tid, dirfds[0])?
                 };
-                let src = cstr(src.as_bytes())?;
                 // SAFETY: NUL-terminated strings and descriptors alive for the call.
                 unsafe {
                     libc::linkat(
-                        libc::AT_FDCWD,
-                        src.as_ptr(),
+                        src.as_raw_fd(),
+                        c"".as_ptr(),
                         np.as_raw_fd(),
                         nn.as_ptr(),
-                        libc::AT_SYMLINK_FOLLOW,
+                        libc::AT_EMPTY_PATH,
                     )
                 }
             }
@@ -1120,6 +1120,28 @@ fn openat2_path(dirfd: RawFd, path: &[u8], resolve: u64) -> Res<OwnedFd> {
         0,
         resolve,
     )
+}
+
+/// A copy of the caller's descriptor `fd` (pidfd_getfd, Linux 5.6+; the supervisor is
+/// the caller's ancestor).
+fn getfd(tid: libc::pid_t, fd: i32) -> Res<OwnedFd> {
+    // SAFETY: pidfd_open takes a pid and flags.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, tid, 0) };
+    if pidfd < 0 {
+        return Err(GONE);
+    }
+    // SAFETY: a new descriptor owned by nobody else.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd as RawFd) };
+    // SAFETY: pidfd_getfd takes descriptors and flags.
+    let r = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), fd, 0) };
+    if r < 0 {
+        return Err(match errno() {
+            libc::EBADF => libc::EBADF,
+            e => e,
+        });
+    }
+    // SAFETY: as above.
+    Ok(unsafe { OwnedFd::from_raw_fd(r as RawFd) })
 }
 
 fn readlinkat(dirfd: RawFd, name: &[u8]) -> Res<Vec<u8>> {

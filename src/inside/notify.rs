@@ -664,7 +664,7 @@ impl Me {
         mode: u32,
         resolve: u64,
     ) -> Res<Answer> {
-        let path = read_path(mem, path_at)?;
+        let path = localize(c.tid, read_path(mem, path_at)?);
         let base = self.base(c, dirfd, &path)?;
         let umask = umask_of(c.tid)?;
         Self::still(listener, c)?;
@@ -719,7 +719,7 @@ impl Me {
                         && resolve & RESOLVE_NO_SYMLINKS == 0 =>
                 {
                     let target = match readlinkat(pfd.as_raw_fd(), &s.name) {
-                        Ok(t) => t,
+                        Ok(t) => localize(c.tid, t),
                         Err(libc::EINVAL) => continue, // no longer a symlink: again
                         Err(e) => return Err(e),
                     };
@@ -752,8 +752,8 @@ impl Me {
         at: [u64; 2],
         flags: u32,
     ) -> Res<Answer> {
-        let old = read_path(mem, at[0])?;
-        let new = read_path(mem, at[1])?;
+        let old = localize(c.tid, read_path(mem, at[0])?);
+        let new = localize(c.tid, read_path(mem, at[1])?);
         let (ob, nb) = (
             self.base(c, dirfds[0], &old)?,
             self.base(c, dirfds[1], &new)?,
@@ -793,8 +793,8 @@ impl Me {
         at: [u64; 2],
         flags: i32,
     ) -> Res<Answer> {
-        let old = read_path(mem, at[0])?;
-        let new = read_path(mem, at[1])?;
+        let old = localize(c.tid, read_path(mem, at[0])?);
+        let new = localize(c.tid, read_path(mem, at[1])?);
         let nb = self.base(c, dirfds[1], &new)?;
         let empty_old = old.is_empty() && flags & libc::AT_EMPTY_PATH != 0;
         let ob = if empty_old {
@@ -818,8 +818,11 @@ impl Me {
         let r = match ob {
             None => {
                 // The caller's descriptor itself (an O_TMPFILE file): a copy of it
-                // (pidfd_getfd), linked as the caller would (the kernel decides whether
-                // AT_EMPTY_PATH is allowed; through /proc/PID/fd it answers EXDEV).
+                // (pidfd_getfd), linked by the supervisor. Linux 6.10+ lets only the
+                // file's opener (its very credentials) or a holder of
+                // CAP_DAC_READ_SEARCH do this, so the answer is ENOENT, as before 6.10
+                // for an unprivileged caller (through /proc/PID/fd, Linux 6.18 answers
+                // EXDEV to the caller itself).
                 let src = if dirfds[0] == libc::AT_FDCWD {
                     self.base(c, libc::AT_FDCWD, b"")?
                 } else {
@@ -865,7 +868,7 @@ impl Me {
         at: u64,
     ) -> Res<Answer> {
         let target = read_path(mem, target_at)?;
-        let new = read_path(mem, at)?;
+        let new = localize(c.tid, read_path(mem, at)?);
         let nb = self.base(c, dirfd, &new)?;
         Self::still(listener, c)?;
         if new.is_empty() || target.is_empty() {
@@ -894,7 +897,7 @@ impl Me {
         mode: u32,
         dev: u64,
     ) -> Res<Answer> {
-        let path = read_path(mem, at)?;
+        let path = localize(c.tid, read_path(mem, at)?);
         let base = self.base(c, dirfd, &path)?;
         let umask = umask_of(c.tid)?;
         Self::still(listener, c)?;
@@ -1028,6 +1031,30 @@ fn with_slash(s: &Split) -> Vec<u8> {
     v
 }
 
+/// `path` with a leading `/proc/self` or `/proc/thread-self` naming the caller (as it
+/// does in the caller's own call) rather than the supervisor: `/proc/TID`. Any other
+/// way to the supervisor's /proc entry is caught where it is opened ([`Me::not_mine`]).
+fn localize(tid: libc::pid_t, path: Vec<u8>) -> Vec<u8> {
+    let mut parts = path.split(|&b| b == b'/').filter(|p| !p.is_empty());
+    if path.first() != Some(&b'/') || parts.next() != Some(b"proc") {
+        return path;
+    }
+    match parts.next() {
+        Some(b"self" | b"thread-self") => {
+            let mut out = format!("/proc/{tid}").into_bytes();
+            for p in parts {
+                out.push(b'/');
+                out.extend_from_slice(p);
+            }
+            if path.ends_with(b"/") {
+                out.push(b'/');
+            }
+            out
+        }
+        _ => path,
+    }
+}
+
 /// A NUL-terminated path from the caller's memory (at most PATH_MAX bytes).
 fn read_path(mem: &File, at: u64) -> Res<Vec<u8>> {
     const PATH_MAX: usize = 4096;
@@ -1156,19 +1183,6 @@ fn readlinkat(dirfd: RawFd, name: &[u8]) -> Res<Vec<u8>> {
     Ok(buf)
 }
 
-/// What `--check` says about the file supervisor on this machine.
-pub fn check_line() -> String {
-    match available() {
-        Ok(()) => "file supervisor: yes (seccomp user notification: a commondir cannot be \
-                   made in the main git dir; the launch's watch stays as a second line)"
-            .into(),
-        Err(why) => format!(
-            "file supervisor: no ({why}): a commondir planted in the main git dir is moved \
-             aside by the launch's watch within about a millisecond"
-        ),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1188,6 +1202,17 @@ mod tests {
             s(b".git/commondir"),
             (b".git/".to_vec(), b"commondir".to_vec(), false)
         );
+    }
+
+    #[test]
+    fn proc_self_names_the_caller() {
+        let l = |p: &[u8]| String::from_utf8(localize(42, p.to_vec())).unwrap();
+        assert_eq!(l(b"/proc/self/cwd/x"), "/proc/42/cwd/x");
+        assert_eq!(l(b"//proc//thread-self/fd/1"), "/proc/42/fd/1");
+        assert_eq!(l(b"/proc/self/"), "/proc/42/");
+        assert_eq!(l(b"/proc/selfish/x"), "/proc/selfish/x");
+        assert_eq!(l(b"proc/self/x"), "proc/self/x");
+        assert_eq!(l(b"/tmp/self"), "/tmp/self");
     }
 
     #[test]

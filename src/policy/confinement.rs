@@ -255,7 +255,9 @@ pub const SUPERVISOR: &str = "a process forked before the command (its parent, n
      dumpable, reaping the orphans) reads each notified call's path from the caller, opens \
      the parent directory itself, refuses a guarded name in a guarded git dir with EPERM and \
      otherwise makes the call itself on that directory and answers with its result (a \
-     created file's descriptor injected into the caller): what it checked is what is used";
+     created file's descriptor injected into the caller): what it checked is what is used \
+     (Linux 5.14+, Yama's ptrace_scope 0 or 1: --check says; elsewhere the launch's watch \
+     alone)";
 
 /// The filter's architecture check, the one rule that kills: a call through another ABI
 /// than the native one (i386's `int 0x80` on x86_64) would use other syscall numbers, which

@@ -120,10 +120,10 @@ pub const SECCOMP: &[Rule] = &[
 /// project's main git dir), see [`NOTIFIED`].
 pub const GUARD_FLAG: &str = "--guard-git-dir";
 
-/// Tests only: set in claudebox's environment, the step inside starts no file supervisor
-/// (the controls of the escape attempts). Not a user setting: the launch's inotify watch
-/// still runs.
-pub const NO_SUPERVISOR_ENV: &str = "CLAUDEBOX_INTERNAL_TEST_NO_FILE_SUPERVISOR";
+/// Tests only (debug builds; a release build ignores it): set in claudebox's environment,
+/// the step inside starts no file supervisor (the controls of the escape attempts). Not a
+/// user setting: the launch's inotify watch still runs.
+pub const NO_SUPERVISOR_ENV: &str = "CLAUDEBOX_TEST_NO_FILE_SUPERVISOR";
 
 /// The names the file supervisor never lets appear in a guarded git dir: git lstats them
 /// there, they do not exist at launch (so no read-only mount can hold them), and the

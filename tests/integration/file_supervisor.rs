@@ -11,7 +11,7 @@ use std::time::Instant;
 use crate::BIN;
 use lab::*;
 
-const OFF: &str = "CLAUDEBOX_INTERNAL_TEST_NO_FILE_SUPERVISOR";
+const OFF: &str = "CLAUDEBOX_TEST_NO_FILE_SUPERVISOR";
 
 fn run(w: &World, proj: &Path, script: &str, supervisor: bool) -> Output {
     let mut c = w.cmd(proj);

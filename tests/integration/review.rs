@@ -763,7 +763,7 @@ fn timed_commondir_plant_figures() {
 }
 
 /// The tests' switch that starts no file supervisor (`policy::confinement`).
-const NO_SUPERVISOR: &str = "CLAUDEBOX_INTERNAL_TEST_NO_FILE_SUPERVISOR";
+const NO_SUPERVISOR: &str = "CLAUDEBOX_TEST_NO_FILE_SUPERVISOR";
 
 fn sq(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))

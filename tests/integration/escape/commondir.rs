@@ -280,7 +280,7 @@ fn run_route(w: &World, proj: &Path, code: &str, supervisor: bool) -> (bool, Str
     let mut cmd = w.cmd(proj);
     cmd.env("T_WORLD", w.root());
     if !supervisor {
-        cmd.env("CLAUDEBOX_INTERNAL_TEST_NO_FILE_SUPERVISOR", "1");
+        cmd.env("CLAUDEBOX_TEST_NO_FILE_SUPERVISOR", "1");
     }
     let o = cmd
         .args(["--exec", "python3", "-c", &format!("{PREPARE}\n{code}")])

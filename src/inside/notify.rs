@@ -217,15 +217,29 @@ fn install(prog: &[libc::sock_filter]) -> Result<OwnedFd> {
         len: u16::try_from(prog.len())?,
         filter: prog.as_ptr().cast_mut(),
     };
-    // SAFETY: `fprog` points at `prog`, alive for the call; the kernel copies it.
-    let fd = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &raw const fprog,
-        )
-    };
+    // Once the supervisor has received a call, a signal other than a fatal one does not
+    // interrupt the caller's wait (Linux 5.19+): otherwise a call the supervisor made
+    // would be restarted and made again (an O_EXCL open failing EEXIST, a rename ENOENT;
+    // Go's runtime preempts with SIGURG every 10 ms). Older kernels: without it.
+    const WAIT_KILLABLE_RECV: libc::c_ulong = 1 << 5;
+    let mut fd = -1;
+    for flags in [
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | WAIT_KILLABLE_RECV,
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+    ] {
+        // SAFETY: `fprog` points at `prog`, alive for the call; the kernel copies it.
+        fd = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                flags,
+                &raw const fprog,
+            )
+        };
+        if fd >= 0 || errno() != libc::EINVAL {
+            break;
+        }
+    }
     if fd < 0 {
         return Err(std::io::Error::last_os_error().into());
     }

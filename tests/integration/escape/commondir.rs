@@ -209,8 +209,15 @@ report(r.stderr.strip() or "made")
 buf = ctypes.create_string_buffer(b".git/xommondir")
 stop = False
 def flip():
+    # Fast flips, and flips that hold each name a moment (so that the control's plain
+    # rename meets "commondir" often).
+    n = 0
     while not stop:
-        buf[5] = b"c"; buf[5] = b"x"
+        n += 1
+        buf[5] = b"c"
+        if n % 2: time.sleep(0.0003)
+        buf[5] = b"x"
+        if n % 3: time.sleep(0.0002)
 t = threading.Thread(target=flip); t.start()
 made = 0
 end = time.time() + 3

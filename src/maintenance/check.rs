@@ -177,7 +177,7 @@ fn supervisor_row() -> Row {
                  by the launch's watch within about a millisecond, and one git run on the \
                  host in that moment can read it"
             ),
-            "Linux 5.14 or newer, with Yama's ptrace_scope at 0 or 1".into(),
+            "Linux 5.19 or newer, with Yama's ptrace_scope at 0 or 1".into(),
         ),
     }
 }

@@ -256,7 +256,7 @@ pub const SUPERVISOR: &str = "a process forked before the command (its parent, n
      the parent directory itself, refuses a guarded name in a guarded git dir with EPERM and \
      otherwise makes the call itself on that directory and answers with its result (a \
      created file's descriptor injected into the caller): what it checked is what is used \
-     (Linux 5.14+, Yama's ptrace_scope 0 or 1: --check says; elsewhere the launch's watch \
+     (Linux 5.19+, Yama's ptrace_scope 0 or 1: --check says; elsewhere the launch's watch \
      alone)";
 
 /// The filter's architecture check, the one rule that kills: a call through another ABI

@@ -4,7 +4,7 @@
 //! `SECCOMP_RET_USER_NOTIF`, hands its listener to the parent over a socketpair and execs
 //! the command. The supervisor then makes each such call itself:
 //!
-//! - it reads the path(s) from the caller's memory (`/proc/TID/mem`; being the caller's
+//! - it reads the path(s) from the caller's memory (`process_vm_readv`; being the caller's
 //!   ancestor it may under Yama's ptrace scope 1), opens the caller's base (its `dirfd`,
 //!   cwd or root through `/proc/TID/...`) and checks with `SECCOMP_IOCTL_NOTIF_ID_VALID`
 //!   that the caller is still the one that asked;
@@ -35,7 +35,6 @@ use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
@@ -480,10 +479,7 @@ impl Me {
 
     /// Performs the call; None when the caller is no longer the one that asked.
     fn answer(&self, listener: RawFd, c: &Caller, d: &libc::seccomp_data) -> Option<Answer> {
-        let mem = match File::open(format!("/proc/{}/mem", c.tid)) {
-            Ok(f) => f,
-            Err(e) => return Some(Answer::Errno(e.raw_os_error().unwrap_or(libc::EPERM))),
-        };
+        let mem = Mem(c.tid);
         let nr = i64::from(d.nr as u32 & !X32);
         let a = d.args;
         let at = |i: usize| a[i] as i32;
@@ -665,7 +661,7 @@ impl Me {
         &self,
         listener: RawFd,
         c: &Caller,
-        mem: &File,
+        mem: &Mem,
         dirfd: i32,
         path_at: u64,
         flags: i32,
@@ -755,7 +751,7 @@ impl Me {
         &self,
         listener: RawFd,
         c: &Caller,
-        mem: &File,
+        mem: &Mem,
         dirfds: [i32; 2],
         at: [u64; 2],
         flags: u32,
@@ -796,7 +792,7 @@ impl Me {
         &self,
         listener: RawFd,
         c: &Caller,
-        mem: &File,
+        mem: &Mem,
         dirfds: [i32; 2],
         at: [u64; 2],
         flags: i32,
@@ -870,7 +866,7 @@ impl Me {
         &self,
         listener: RawFd,
         c: &Caller,
-        mem: &File,
+        mem: &Mem,
         target_at: u64,
         dirfd: i32,
         at: u64,
@@ -899,7 +895,7 @@ impl Me {
         &self,
         listener: RawFd,
         c: &Caller,
-        mem: &File,
+        mem: &Mem,
         dirfd: i32,
         at: u64,
         mode: u32,
@@ -1063,8 +1059,33 @@ fn localize(tid: libc::pid_t, path: Vec<u8>) -> Vec<u8> {
     }
 }
 
+/// The caller's memory, read with process_vm_readv (the supervisor is its ancestor, which
+/// Yama's ptrace scope 1 asks).
+struct Mem(libc::pid_t);
+
+impl Mem {
+    fn read_at(&self, buf: &mut [u8], addr: u64) -> std::io::Result<usize> {
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` covers `buf`, writable for its length; `remote` is only read by
+        // the kernel from the other process, checked there.
+        let n =
+            unsafe { libc::process_vm_readv(self.0, &raw const local, 1, &raw const remote, 1, 0) };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+}
+
 /// A NUL-terminated path from the caller's memory (at most PATH_MAX bytes).
-fn read_path(mem: &File, at: u64) -> Res<Vec<u8>> {
+fn read_path(mem: &Mem, at: u64) -> Res<Vec<u8>> {
     const PATH_MAX: usize = 4096;
     let mut out = Vec::new();
     let mut addr = at;
@@ -1091,7 +1112,7 @@ fn read_path(mem: &File, at: u64) -> Res<Vec<u8>> {
 
 /// openat2's `struct open_how` from the caller (its first 24 bytes; a larger struct's
 /// extra bytes must be zero, as the kernel requires).
-fn read_how(mem: &File, at: u64, size: u64) -> Res<libc::open_how> {
+fn read_how(mem: &Mem, at: u64, size: u64) -> Res<libc::open_how> {
     if !(24..=4096).contains(&size) {
         return Err(if size < 24 { libc::EINVAL } else { libc::E2BIG });
     }

@@ -669,7 +669,13 @@ impl Me {
         resolve: u64,
     ) -> Res<Answer> {
         let path = localize(c.tid, read_path(mem, path_at)?);
-        let base = self.base(c, dirfd, &path)?;
+        // openat2's RESOLVE_IN_ROOT takes an absolute path from dirfd, RESOLVE_BENEATH
+        // refuses one.
+        let scoped = resolve & (RESOLVE_IN_ROOT | RESOLVE_BENEATH) != 0;
+        if resolve & RESOLVE_BENEATH != 0 && path.first() == Some(&b'/') {
+            return Err(libc::EXDEV);
+        }
+        let base = self.base(c, dirfd, if scoped { b"." } else { &path })?;
         let umask = umask_of(c.tid)?;
         Self::still(listener, c)?;
         let cloexec = flags & libc::O_CLOEXEC != 0;
@@ -735,6 +741,10 @@ impl Me {
                         return Err(libc::EISDIR);
                     }
                     let from = if target.first() == Some(&b'/') {
+                        if scoped {
+                            // The scope's root stays dirfd (or refuses, as the kernel does).
+                            return Err(libc::EXDEV);
+                        }
                         self.base(c, libc::AT_FDCWD, &target)?
                     } else {
                         pfd
@@ -942,6 +952,8 @@ fn on_proc(fd: &OwnedFd) -> bool {
 const GONE: i32 = -1;
 
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_BENEATH: u64 = 0x08;
+const RESOLVE_IN_ROOT: u64 = 0x10;
 
 /// The legacy calls x86_64 has and the newer architectures do not (-1 there: no row).
 mod sys {

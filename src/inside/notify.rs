@@ -1256,6 +1256,73 @@ mod tests {
         assert_eq!(l(b"/tmp/self"), "/tmp/self");
     }
 
+    /// The compiled program in a forked child whose listener is closed at once: a
+    /// notified call then fails ENOSYS (never passes), the rest reach the kernel.
+    #[test]
+    fn the_program_notifies_exactly_the_table() {
+        use nix::sys::wait::{waitpid, WaitStatus};
+        let dir = tempfile::tempdir().unwrap();
+        let d = std::ffi::CString::new(dir.path().as_os_str().as_bytes()).unwrap();
+        let prog = program();
+        // SAFETY: the child makes system calls only and leaves with _exit.
+        match unsafe { nix::unistd::fork() }.unwrap() {
+            nix::unistd::ForkResult::Child => {
+                // SAFETY: prctl with integer arguments.
+                unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+                let code = match install(&prog) {
+                    Err(_) => 100,
+                    Ok(l) => {
+                        drop(l);
+                        let errno = |r: i64| if r < 0 { errno() } else { 0 };
+                        // SAFETY: NUL-terminated strings; the results are only compared.
+                        let r = unsafe {
+                            [
+                                // No O_CREAT: the kernel's (a directory opens).
+                                errno(i64::from(libc::openat(
+                                    libc::AT_FDCWD,
+                                    d.as_ptr(),
+                                    libc::O_RDONLY,
+                                ))) == 0,
+                                errno(i64::from(libc::openat(
+                                    libc::AT_FDCWD,
+                                    c"/nonexistent/x".as_ptr(),
+                                    libc::O_CREAT | libc::O_WRONLY,
+                                    0o644,
+                                ))) == libc::ENOSYS,
+                                errno(libc::syscall(
+                                    libc::SYS_rename,
+                                    c"/a".as_ptr(),
+                                    c"/b".as_ptr(),
+                                )) == libc::ENOSYS,
+                                errno(libc::syscall(
+                                    0x4000_0000 | libc::SYS_rename,
+                                    c"/a".as_ptr(),
+                                    c"/b".as_ptr(),
+                                )) == libc::ENOSYS,
+                                errno(libc::syscall(
+                                    libc::SYS_mkdirat,
+                                    libc::AT_FDCWD,
+                                    d.as_ptr(),
+                                    0o755,
+                                )) == libc::EEXIST,
+                                errno(libc::syscall(libc::SYS_getpid)) == 0,
+                            ]
+                        };
+                        r.iter()
+                            .enumerate()
+                            .find(|(_, ok)| !**ok)
+                            .map_or(0, |(i, _)| 1 + i as i32)
+                    }
+                };
+                // SAFETY: _exit ends the forked child without the parent's destructors.
+                unsafe { libc::_exit(code) }
+            }
+            nix::unistd::ForkResult::Parent { child } => {
+                assert_eq!(waitpid(child, None).unwrap(), WaitStatus::Exited(child, 0));
+            }
+        }
+    }
+
     #[test]
     fn the_program_is_short_enough_for_its_jumps() {
         let p = program();

@@ -543,6 +543,10 @@ impl Me {
             self.symlink(listener, c, &mem, a[0], libc::AT_FDCWD, a[1])
         } else if nr == libc::SYS_symlinkat {
             self.symlink(listener, c, &mem, a[0], at(1), a[2])
+        } else if nr == sys::MKDIR {
+            self.mkdir(listener, c, &mem, libc::AT_FDCWD, a[0], a[1] as u32)
+        } else if nr == libc::SYS_mkdirat {
+            self.mkdir(listener, c, &mem, at(0), a[1], a[2] as u32)
         } else if nr == sys::MKNOD {
             self.mknod(listener, c, &mem, libc::AT_FDCWD, a[0], a[1] as u32, a[2])
         } else if nr == libc::SYS_mknodat {
@@ -900,6 +904,35 @@ impl Me {
         }))
     }
 
+    fn mkdir(
+        &self,
+        listener: RawFd,
+        c: &Caller,
+        mem: &Mem,
+        dirfd: i32,
+        at: u64,
+        mode: u32,
+    ) -> Res<Answer> {
+        let path = localize(c.tid, read_path(mem, at)?);
+        let base = self.base(c, dirfd, &path)?;
+        let umask = umask_of(c.tid)?;
+        Self::still(listener, c)?;
+        if path.is_empty() {
+            return Err(libc::ENOENT);
+        }
+        let s = split(&path);
+        let pfd = self.parent(c, &base, &s, 0)?;
+        if self.guarded(&pfd, &s.name)? {
+            return Err(libc::EPERM);
+        }
+        let n = cstr(&with_slash(&s))?;
+        with_umask(umask, || {
+            // SAFETY: a NUL-terminated string and a descriptor alive for the call.
+            let r = unsafe { libc::mkdirat(pfd.as_raw_fd(), n.as_ptr(), mode as libc::mode_t) };
+            result(i64::from(r))
+        })
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn mknod(
         &self,
@@ -955,25 +988,7 @@ const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 const RESOLVE_BENEATH: u64 = 0x08;
 const RESOLVE_IN_ROOT: u64 = 0x10;
 
-/// The legacy calls x86_64 has and the newer architectures do not (-1 there: no row).
-mod sys {
-    #[cfg(target_arch = "x86_64")]
-    pub use nix::libc::{
-        SYS_creat as CREAT, SYS_link as LINK, SYS_mknod as MKNOD, SYS_open as OPEN,
-        SYS_rename as RENAME, SYS_symlink as SYMLINK,
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    mod none {
-        pub const CREAT: i64 = -1;
-        pub const LINK: i64 = -1;
-        pub const MKNOD: i64 = -1;
-        pub const OPEN: i64 = -1;
-        pub const RENAME: i64 = -1;
-        pub const SYMLINK: i64 = -1;
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    pub use none::*;
-}
+use crate::policy::confinement::legacy as sys;
 
 fn field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
     status
@@ -1304,7 +1319,13 @@ mod tests {
                                     libc::AT_FDCWD,
                                     d.as_ptr(),
                                     0o755,
-                                )) == libc::EEXIST,
+                                )) == libc::ENOSYS,
+                                errno(libc::syscall(
+                                    libc::SYS_unlinkat,
+                                    libc::AT_FDCWD,
+                                    c"/nonexistent/x".as_ptr(),
+                                    0,
+                                )) == libc::ENOENT,
                                 errno(libc::syscall(libc::SYS_getpid)) == 0,
                             ]
                         };

@@ -157,14 +157,13 @@ pub struct Notified {
 
 /// The notified calls, policy as data: the step inside compiles them into a second
 /// filter whose listener the file supervisor holds; `--dry-run` prints them from here.
-/// Left to the kernel: `mkdir`, `bind()` of a unix socket and an `O_TMPFILE` open (a
-/// directory or socket named `commondir` makes the host's git die rather than follow it;
-/// the launch's watch and the exit review move it aside), and every call that makes no
-/// name.
+/// Left to the kernel: `bind()` of a unix socket and an `O_TMPFILE` open (a socket named
+/// `commondir` makes the host's git die rather than follow it; the launch's watch and the
+/// exit review move it aside), and every call that makes no name.
 pub const NOTIFIED: &[Notified] = &[
     Notified {
         syscall: "open",
-        nr: libc::SYS_open,
+        nr: legacy::OPEN,
         when: When::FlagSet {
             index: 1,
             name: "O_CREAT",
@@ -184,7 +183,7 @@ pub const NOTIFIED: &[Notified] = &[
     },
     Notified {
         syscall: "creat",
-        nr: libc::SYS_creat,
+        nr: legacy::CREAT,
         when: When::Always,
         reason: "creates a file",
     },
@@ -196,7 +195,7 @@ pub const NOTIFIED: &[Notified] = &[
     },
     Notified {
         syscall: "rename",
-        nr: libc::SYS_rename,
+        nr: legacy::RENAME,
         when: When::Always,
         reason: "puts an entry at a new name",
     },
@@ -214,7 +213,7 @@ pub const NOTIFIED: &[Notified] = &[
     },
     Notified {
         syscall: "link",
-        nr: libc::SYS_link,
+        nr: legacy::LINK,
         when: When::Always,
         reason: "puts a file at a new name",
     },
@@ -226,7 +225,7 @@ pub const NOTIFIED: &[Notified] = &[
     },
     Notified {
         syscall: "symlink",
-        nr: libc::SYS_symlink,
+        nr: legacy::SYMLINK,
         when: When::Always,
         reason: "makes a symlink",
     },
@@ -237,8 +236,20 @@ pub const NOTIFIED: &[Notified] = &[
         reason: "makes a symlink",
     },
     Notified {
+        syscall: "mkdir",
+        nr: legacy::MKDIR,
+        when: When::Always,
+        reason: "makes a directory (at commondir git would die)",
+    },
+    Notified {
+        syscall: "mkdirat",
+        nr: libc::SYS_mkdirat,
+        when: When::Always,
+        reason: "makes a directory (at commondir git would die)",
+    },
+    Notified {
         syscall: "mknod",
-        nr: libc::SYS_mknod,
+        nr: legacy::MKNOD,
         when: When::Always,
         reason: "makes a file or FIFO",
     },
@@ -249,6 +260,27 @@ pub const NOTIFIED: &[Notified] = &[
         reason: "makes a file or FIFO",
     },
 ];
+
+/// The calls x86_64 has and the newer architectures do not (-1 there: no row is compiled).
+pub mod legacy {
+    #[cfg(target_arch = "x86_64")]
+    pub use nix::libc::{
+        SYS_creat as CREAT, SYS_link as LINK, SYS_mkdir as MKDIR, SYS_mknod as MKNOD,
+        SYS_open as OPEN, SYS_rename as RENAME, SYS_symlink as SYMLINK,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    mod none {
+        pub const CREAT: i64 = -1;
+        pub const LINK: i64 = -1;
+        pub const MKDIR: i64 = -1;
+        pub const MKNOD: i64 = -1;
+        pub const OPEN: i64 = -1;
+        pub const RENAME: i64 = -1;
+        pub const SYMLINK: i64 = -1;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    pub use none::*;
+}
 
 /// What the supervisor does with a notified call, as `--dry-run` says it.
 pub const SUPERVISOR: &str = "a process forked before the command (its parent, not \

@@ -188,6 +188,14 @@ except OSError as e: report(e)
 "#,
     ),
     (
+        "mkdir (git dies on a directory there)",
+        r#"
+try:
+    os.mkdir(G); report("made")
+except OSError as e: report(e)
+"#,
+    ),
+    (
         "the x32 ABI's rename (bit 30)",
         r#"
 prep()
@@ -307,6 +315,7 @@ fn run_route(w: &World, proj: &Path, code: &str, supervisor: bool) -> (bool, Str
     // Clean up for the next route: whatever was planted, moved aside, or prepared.
     let _ = fs::remove_file(&marker);
     let _ = fs::remove_file(proj.join(".git/commondir"));
+    let _ = fs::remove_dir(proj.join(".git/commondir"));
     for junk in ["evilc", "fake"] {
         let _ = fs::remove_dir_all(proj.join(junk));
     }
@@ -370,6 +379,7 @@ const CONTROLLED: &[&str] = &[
     "symlink",
     "mknod of a regular file",
     "mknod FIFO",
+    "mkdir (git dies on a directory there)",
     "a racing thread rewrites the path between the check and the call",
 ];
 

@@ -28,6 +28,9 @@
 //!
 //! - in allowlist mode or with forwarded host ports, last, the proxy's listeners (see
 //!   `inside::listen`).
+//! - with `--guard-git-dir DIR` (the project's main git dir), the file supervisor (see
+//!   `inside::notify`): this process forks, the parent makes every call of the command
+//!   that can make a name appear and refuses a `commondir` in DIR; the child goes on.
 //!
 //! It runs as a step of the printed command line, so `--dry-run` shows it and pasting that
 //! line applies it too. Any failure ends the launch: nothing runs unconfined.

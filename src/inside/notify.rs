@@ -13,7 +13,7 @@
 //!   by `(st_dev, st_ino)`;
 //! - otherwise it makes the call on that descriptor (`openat(parent, name, flags |
 //!   O_NOFOLLOW)`, a final symlink followed by itself, at most 40 hops; `renameat2`,
-//!   `linkat`, `symlinkat`, `mknodat`) with the caller's umask, and answers with the
+//!   `linkat`, `symlinkat`, `mknodat`, `mkdirat`) with the caller's umask, and answers with the
 //!   result: an errno, or the opened file's descriptor injected into the caller
 //!   (`SECCOMP_IOCTL_NOTIF_ADDFD` with `SECCOMP_ADDFD_FLAG_SEND`).
 //!

@@ -723,6 +723,9 @@ impl Me {
             // /proc makes no files: its magic links (fd/N) are followed as the caller's
             // open would (the directory is the caller's, see `not_mine`).
             let nofollow = if on_proc { 0 } else { libc::O_NOFOLLOW };
+            if let Some(r) = their_tty(c.tid, &pfd, &s.name, flags) {
+                return r.map(done);
+            }
             let r = with_umask(umask, || {
                 openat2_any(pfd.as_raw_fd(), &s.name, flags | nofollow, mode, resolve)
             });
@@ -963,6 +966,52 @@ impl Me {
             result(i64::from(r))
         })
     }
+}
+
+/// `/dev/tty` names the opener's controlling terminal: opened by the supervisor it would
+/// be the supervisor's, so when `name` in `dir` is that device and the caller's terminal
+/// is another (a terminal multiplexer's pty, inside), its pty is opened instead, and
+/// none is ENXIO, as the kernel answers. None: not `/dev/tty`, or the same terminal.
+fn their_tty(tid: libc::pid_t, dir: &OwnedFd, name: &[u8], flags: i32) -> Option<Res<OwnedFd>> {
+    let st = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != libc::makedev(5, 0) {
+        return None;
+    }
+    let tty_of = |pid: &str| -> Option<u64> {
+        let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // After the command's name, in parentheses: state ppid pgrp session tty_nr.
+        s.rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(4)?
+            .parse()
+            .ok()
+    };
+    let (theirs, mine) = (tty_of(&tid.to_string()), tty_of("self"));
+    Some(match theirs {
+        None => Err(GONE),
+        Some(0) => Err(libc::ENXIO),
+        Some(t) if Some(t) == mine => return None,
+        Some(t) => {
+            let (major, minor) = (libc::major(t as libc::dev_t), libc::minor(t as libc::dev_t));
+            if !(136..=143).contains(&major) {
+                return Some(Err(libc::ENXIO));
+            }
+            let n = (major - 136) * 256 + minor;
+            let p = match cstr(format!("/proc/{tid}/root/dev/pts/{n}").as_bytes()) {
+                Ok(p) => p,
+                Err(e) => return Some(Err(e)),
+            };
+            // SAFETY: a NUL-terminated string alive for the call.
+            let r = unsafe { libc::open(p.as_ptr(), (flags & !libc::O_CREAT) | libc::O_CLOEXEC) };
+            if r < 0 {
+                Err(errno())
+            } else {
+                // SAFETY: a new descriptor owned by nobody else.
+                Ok(unsafe { OwnedFd::from_raw_fd(r) })
+            }
+        }
+    })
 }
 
 /// Whether `name` in `dir` is a FIFO (not followed).

@@ -242,3 +242,31 @@ import shutil; shutil.rmtree(d)
     let text = format!("{}{}", stdout(&o), stderr(&o));
     assert!(text.contains("failed calls: 0"), "{text}");
 }
+
+/// `/dev/tty` is the caller's terminal, also when the caller's is not the supervisor's (a
+/// pty made inside, as tmux makes one), and none (a new session) is ENXIO.
+#[test]
+fn dev_tty_is_the_callers_terminal() {
+    let w = World::new(BIN);
+    let proj = w.dir("proj");
+    init_repo(&proj);
+    std::fs::write(
+        proj.join("devtty_probe.py"),
+        r#"
+import os, pty, time
+pid, fd = pty.fork()
+if pid == 0:
+    os.system("echo in-pty > /dev/tty")
+    os._exit(0)
+time.sleep(0.5)
+print("pty got:", os.read(fd, 100).decode().strip())
+os.waitpid(pid, 0)
+r = os.system("setsid sh -c 'echo x > /dev/tty' 2>/dev/null")
+print("new session:", os.waitstatus_to_exitcode(r))
+"#,
+    )
+    .unwrap();
+    let text = same_both_ways(&w, &proj, "python3 devtty_probe.py");
+    assert!(text.contains("pty got: in-pty"), "{text}");
+    assert!(text.contains("new session: 2"), "{text}");
+}

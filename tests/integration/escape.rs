@@ -6,6 +6,7 @@
 
 mod claude_home;
 mod codex_home;
+mod commondir;
 mod credentials;
 mod gc_walk;
 mod gpu;
@@ -741,6 +742,7 @@ fn escape_suite() {
     // Attempts that take more than one launch (tests/integration/escape/race.rs).
     let mut more = race::attempts();
     more.extend(credentials::attempts());
+    more.extend(commondir::attempts());
     more.extend(host_writes::attempts());
     more.extend(gc_walk::attempts());
     more.extend(shared_dirs::attempts());

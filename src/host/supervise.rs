@@ -660,3 +660,124 @@ pub fn exit_as(status: WaitStatus) -> ! {
         _ => std::process::exit(1),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, Write};
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+
+    /// The descriptor numbers `keeper_role` finds its pipes on.
+    const CALLERS: i32 = 10;
+    const HELD: i32 = 11;
+    const RELEASE: i32 = 12;
+    const ROLE: &str = "CLAUDEBOX_TEST_KEEPER_ROLE";
+
+    /// Not a test on its own: the launcher's part of
+    /// `a_holding_keeper_keeps_only_what_it_holds_and_ends_with_the_launcher`, in a process
+    /// of its own (that test starts this binary for it, with [`ROLE`] set).
+    #[test]
+    fn keeper_role() {
+        if std::env::var_os(ROLE).is_none() {
+            return;
+        }
+        let (ended, holding) = super::run(&["/bin/true"], &|| Ok(()), false, Some(HELD))
+            .expect("bwrap's stand-in runs");
+        assert!(matches!(ended, super::Ended::Ran(_)), "{ended:?}");
+        // Only the keeper has them now.
+        // SAFETY: descriptors this process was started with, not used elsewhere.
+        unsafe {
+            nix::libc::close(CALLERS);
+            nix::libc::close(HELD);
+        }
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "holding {holding}");
+        let _ = out.flush();
+        // Alive until the test says so (the end of its pipe).
+        let mut b = [0u8; 1];
+        // SAFETY: a read into a local buffer.
+        unsafe { nix::libc::read(RELEASE, b.as_mut_ptr().cast(), 1) };
+    }
+
+    /// Whether `fd` shows `events` within `ms`.
+    fn polled(fd: &OwnedFd, events: nix::libc::c_short, ms: i32) -> bool {
+        let mut p = nix::libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack.
+        unsafe { nix::libc::poll(&raw mut p, 1, ms) == 1 && p.revents != 0 }
+    }
+
+    /// The keeper that holds the review's inotify instance past the launcher's end holds
+    /// nothing else of the launch (the caller's descriptors, a pipe here, reach their end
+    /// while the launcher still runs) and lets go of it once the launcher has ended.
+    /// Control: without the keeper's `close_range` calls (`hold_alone`) the caller's pipe
+    /// stays open until the launcher ends (fails after 5 s).
+    #[test]
+    fn a_holding_keeper_keeps_only_what_it_holds_and_ends_with_the_launcher() {
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+        let (callers_r, callers_w) = pipe();
+        let (held_r, held_w) = pipe();
+        let (release_r, release_w) = pipe();
+        let fds = [
+            (callers_w.as_raw_fd(), CALLERS),
+            (held_r.as_raw_fd(), HELD),
+            (release_r.as_raw_fd(), RELEASE),
+        ];
+        let mut cmd = std::process::Command::new(std::env::current_exe().expect("test binary"));
+        cmd.args([
+            "--exact",
+            "host::supervise::tests::keeper_role",
+            "--nocapture",
+        ])
+        .args(["--test-threads", "1"])
+        .env(ROLE, "1")
+        .stdout(std::process::Stdio::piped());
+        // SAFETY: dup2 only (async-signal-safe), on descriptors open in the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                for (from, to) in fds {
+                    if nix::libc::dup2(from, to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let mut launcher = cmd.spawn().expect("the launcher's stand-in starts");
+        drop((callers_w, held_r, release_r));
+        let mut said = String::new();
+        let mut out = std::io::BufReader::new(launcher.stdout.take().expect("stdout"));
+        for line in (&mut out).lines() {
+            let line = line.expect("a line");
+            // (after libtest's own "test ... " on the same line)
+            if let Some(at) = line.find("holding ") {
+                said = line[at..].to_string();
+                break;
+            }
+        }
+        assert_eq!(said, "holding true", "the keeper did not hold");
+        // The launcher (alive) and its keeper have let go of the caller's descriptor.
+        assert!(
+            polled(&callers_r, nix::libc::POLLIN, 5_000),
+            "the keeper still holds the caller's descriptor"
+        );
+        let mut b = [0u8; 1];
+        assert_eq!(nix::unistd::read(callers_r.as_raw_fd(), &mut b), Ok(0));
+        // The keeper holds `hold` while the launcher lives...
+        assert!(
+            !polled(&held_w, nix::libc::POLLERR, 300),
+            "the keeper let go of what it holds before the launcher ended"
+        );
+        // ... and lets go of it once the launcher has ended.
+        drop(release_w);
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+        let _ = launcher.wait();
+        assert!(
+            polled(&held_w, nix::libc::POLLERR, 5_000),
+            "the keeper outlived the launcher"
+        );
+    }
+}

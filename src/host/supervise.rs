@@ -175,8 +175,6 @@ pub fn run<S: AsRef<OsStr>>(
     // bwrap's wait status, from the keeper.
     let (status_rd, status_wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let me = nix::unistd::getpid();
-    // The stack bwrap's process runs on between the keeper's clone and its exec.
-    let mut stack = vec![0u8; CHILD_STACK];
     let start = Start {
         program: &program,
         argv: &ptrs,
@@ -189,7 +187,6 @@ pub fn run<S: AsRef<OsStr>>(
         launcher: me,
         rename: named_keeper(),
         hold,
-        stack: stack.as_mut_ptr(),
     };
     // SAFETY: the child (the keeper) only makes async-signal-safe calls (see `keep`).
     match unsafe { nix::unistd::fork() }? {
@@ -268,20 +265,6 @@ struct Start<'a> {
     rename: bool,
     /// Kept open by the keeper until the launcher has ended (see [`run`]).
     hold: Option<libc::c_int>,
-    /// [`CHILD_STACK`] bytes for bwrap's process until its exec (see [`keep`]).
-    stack: *mut u8,
-}
-
-/// The stack of bwrap's process between the keeper's clone and the exec (what it runs
-/// there, [`start_bwrap`], needs a few KiB).
-const CHILD_STACK: usize = 256 * 1024;
-
-/// bwrap's process, cloned by the keeper with the keeper's memory (see [`keep`]).
-extern "C" fn cloned_child(arg: *mut libc::c_void) -> libc::c_int {
-    // SAFETY: `arg` is the keeper's `&Start`, alive while the keeper is suspended (it is
-    // until this process execs or exits).
-    let s = unsafe { &*arg.cast::<Start>() };
-    start_bwrap(s)
 }
 
 /// The keeper's own name (`comm`), which holds no `claudebox`: `pkill claudebox` (a regex
@@ -317,8 +300,7 @@ extern "C" fn launcher_gone(_: libc::c_int) {
 /// child subreaper: it gets bwrap's orphans; on claudebox's death (its parent-death
 /// signal) it kills bwrap, and once bwrap has ended it kills and reaps every orphan left,
 /// sends bwrap's wait status to claudebox and exits (with `hold`: closes every other
-/// descriptor first and exits once claudebox has ended). bwrap's process is cloned
-/// sharing the keeper's memory until its exec. SIGHUP and SIGTERM (forwarded by
+/// descriptor first and exits once claudebox has ended). SIGHUP and SIGTERM (forwarded by
 /// claudebox) it forwards to bwrap; SIGINT/SIGQUIT it ignores as claudebox does.
 /// Async-signal-safe calls only: claudebox may have threads.
 fn keep(s: &Start) -> ! {
@@ -351,23 +333,14 @@ fn keep(s: &Start) -> ! {
         if libc::getppid() != s.launcher.as_raw() {
             libc::_exit(1); // claudebox died before bwrap was started: nothing to start
         }
-        // bwrap's process shares the keeper's memory until its exec, which suspends the
-        // keeper meanwhile (vfork's way, as posix_spawn does): no copy of the launcher's
-        // page tables, nothing to tear down at the exec. It runs on its own stack and
-        // writes no memory of the keeper's but errno; every signal with a handler here is
-        // blocked until it has put the dispositions back ([`start_bwrap`]).
-        let top = s.stack.add(CHILD_STACK);
-        let top = top.sub(top as usize % 16);
-        let bwrap = libc::clone(
-            cloned_child,
-            top.cast(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-            std::ptr::from_ref(s).cast_mut().cast(),
-        );
+        let bwrap = libc::fork();
         if bwrap < 0 {
             let e = nix::errno::Errno::last_raw();
             let _ = libc::write(s.exec_err, (&raw const e).cast(), 4);
             libc::_exit(127);
+        }
+        if bwrap == 0 {
+            start_bwrap(s);
         }
         CHILD.store(bwrap, Ordering::SeqCst);
         libc::close(s.exec_err);

@@ -24,9 +24,13 @@
 //! agent kills it, bwrap ends the sandbox; with no supervisor the notified calls fail
 //! (ENOSYS), never pass.
 //!
-//! Not the kernel's exact semantics (each said in docs/security.md): a path resolved with
-//! an absolute symlink by a process that changed its root resolves against the
-//! supervisor's root; restrictions a process put on itself (its own Landlock domain) do
+//! A caller whose root is not the supervisor's (another mount namespace or root: a sandbox
+//! inside this one) has its paths walked within its own root ([`walk`]), never by the
+//! supervisor's own lookup, which would follow an absolute symlink or `..` into the
+//! supervisor's view, where the inner sandbox's read-only mounts are not.
+//!
+//! Not the kernel's exact semantics (each said in docs/security.md): restrictions a
+//! process put on itself (its own Landlock domain) do
 //! not bind the supervisor's call; `/proc/self` in a path means the caller only for its
 //! `fd` directory and its process directory.
 
@@ -40,7 +44,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use nix::libc;
 
-use crate::policy::confinement::{When, GUARDED_NAMES, NOTIFIED, NO_SUPERVISOR_ENV};
+use crate::policy::confinement::{When, GUARDED_NAMES, NOTIFIED, NO_SUPERVISOR_ENV, NO_WALK_ENV};
 
 /// Whether this kernel and host let the supervisor run: `Err(why not)`.
 pub fn available() -> std::result::Result<(), String> {
@@ -396,6 +400,85 @@ fn open_path(dirfd: RawFd, path: &[u8], extra: i32) -> Res<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
+fn io_err(e: i32) -> std::io::Error {
+    std::io::Error::from_raw_os_error(e)
+}
+
+/// A directory's (mount id, device, inode): two roots are the same only when all three are.
+fn root_id(fd: &OwnedFd) -> Res<(u64, u64, u64)> {
+    let mask = rustix::fs::StatxFlags::MNT_ID | rustix::fs::StatxFlags::INO;
+    let st = rustix::fs::statx(fd, "", rustix::fs::AtFlags::EMPTY_PATH, mask)
+        .map_err(|e| e.raw_os_error())?;
+    let dev = libc::makedev(st.stx_dev_major, st.stx_dev_minor);
+    Ok((st.stx_mnt_id, dev, st.stx_ino))
+}
+
+/// One component `name` of a path from `dir`, not followed if a symlink.
+fn walk_one(dir: &OwnedFd, name: &[u8]) -> Res<OwnedFd> {
+    let p = cstr(name)?;
+    // SAFETY: `p` is a NUL-terminated string alive for the call.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            p.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The directory `rel` names from `start`, walked one component at a time within
+/// `root` (a caller's own root, see `Me::foreign_root`): an absolute symlink starts again
+/// at `root`, and `..` at `root` stays there, as the kernel does for that caller; at most
+/// 40 symlinks (ELOOP), and what is not a directory is ENOTDIR.
+fn walk(root: &OwnedFd, start: &OwnedFd, rel: &[u8]) -> Res<OwnedFd> {
+    let dup = |fd: &OwnedFd| rustix::io::dup(fd).map_err(|e| e.raw_os_error());
+    let root_is = root_id(root)?;
+    let mut cur = dup(start)?;
+    let mut todo: std::collections::VecDeque<Vec<u8>> = rel
+        .split(|&b| b == b'/')
+        .filter(|c| !c.is_empty())
+        .map(<[u8]>::to_vec)
+        .collect();
+    let mut hops = 0;
+    while let Some(name) = todo.pop_front() {
+        match name.as_slice() {
+            b"." => {}
+            b".." => {
+                if root_id(&cur)? != root_is {
+                    cur = open_path(cur.as_raw_fd(), b"..", 0)?;
+                }
+            }
+            _ => {
+                let next = walk_one(&cur, &name)?;
+                let st = rustix::fs::fstat(&next).map_err(|e| e.raw_os_error())?;
+                match st.st_mode & libc::S_IFMT {
+                    libc::S_IFDIR => cur = next,
+                    libc::S_IFLNK => {
+                        hops += 1;
+                        if hops > 40 {
+                            return Err(libc::ELOOP);
+                        }
+                        let target = readlinkat(next.as_raw_fd(), b"")?;
+                        if target.first() == Some(&b'/') {
+                            cur = dup(root)?;
+                        }
+                        for c in target.split(|&b| b == b'/').rev().filter(|c| !c.is_empty()) {
+                            todo.push_front(c.to_vec());
+                        }
+                    }
+                    _ => return Err(libc::ENOTDIR),
+                }
+            }
+        }
+    }
+    Ok(cur)
+}
+
 fn dev_ino(fd: RawFd) -> Res<(u64, u64)> {
     let st = rustix::fs::fstat(
         // SAFETY: `fd` is open for the borrow's duration (the caller holds it).
@@ -441,6 +524,11 @@ fn split(path: &[u8]) -> Split {
 struct Me {
     guards: Vec<(u64, u64)>,
     pid: libc::pid_t,
+    /// The supervisor's own root: (mount id, device, inode).
+    root: (u64, u64, u64),
+    /// Whether a caller with a root of its own is walked within it (off only for a
+    /// test's control, [`NO_WALK_ENV`], in debug builds).
+    walk: bool,
 }
 
 /// One notification's caller.
@@ -455,6 +543,8 @@ impl Me {
             guards,
             // SAFETY: getpid takes no arguments.
             pid: unsafe { libc::getpid() },
+            root: root_id(&open_path(libc::AT_FDCWD, b"/", 0).map_err(io_err)?).map_err(io_err)?,
+            walk: !(cfg!(debug_assertions) && std::env::var_os(NO_WALK_ENV).is_some()),
         })
     }
 
@@ -596,12 +686,61 @@ impl Me {
             let t = s.dir.iter().position(|&b| b != b'/').unwrap_or(s.dir.len());
             &s.dir[t..]
         };
-        let pfd = if resolve == 0 {
-            open_path(base.as_raw_fd(), rel, 0)?
-        } else {
+        let pfd = if resolve != 0 {
             openat2_path(base.as_raw_fd(), rel, resolve)?
+        } else if let Some(root) = self.foreign_root(c)? {
+            walk(&root, base, rel)?
+        } else {
+            open_path(base.as_raw_fd(), rel, 0)?
         };
         self.not_mine(c, pfd)
+    }
+
+    /// The caller's root when it is not the supervisor's (a process that changed its
+    /// root or its mount namespace: a sandbox inside this one, such as Claude Code's own
+    /// Bash sandbox): its paths are then walked by [`walk`] within that root, so that an
+    /// absolute symlink or a `..` never reaches what the caller's own view hides or
+    /// makes read-only. None: the same root, where the kernel's own lookup is exact.
+    fn foreign_root(&self, c: &Caller) -> Res<Option<OwnedFd>> {
+        if !self.walk {
+            return Ok(None);
+        }
+        let root = open_path(
+            libc::AT_FDCWD,
+            format!("/proc/{}/root", c.tid).as_bytes(),
+            0,
+        )?;
+        Ok((root_id(&root)? != self.root).then_some(root))
+    }
+
+    /// `name` in `pfd` with its final symlinks followed within the caller's root (for
+    /// a caller with a root of its own, whose symlinks the kernel would follow from the
+    /// supervisor's root): the directory and name of what is not a symlink.
+    fn follow_final(&self, c: &Caller, mut pfd: OwnedFd, mut s: Split) -> Res<(OwnedFd, Split)> {
+        let Some(root) = self.foreign_root(c)? else {
+            return Ok((pfd, s));
+        };
+        for _ in 0..40 {
+            match readlinkat(pfd.as_raw_fd(), &s.name) {
+                Ok(target) => {
+                    let target = localize(c.tid, target);
+                    if target.is_empty() {
+                        return Err(libc::ENOENT);
+                    }
+                    s = split(&target);
+                    let from = if target.first() == Some(&b'/') {
+                        rustix::io::dup(&root).map_err(|e| e.raw_os_error())?
+                    } else {
+                        pfd
+                    };
+                    pfd = self.parent(c, &from, &s, 0)?;
+                }
+                // Not a symlink (EINVAL) or not there (ENOENT: the call says so).
+                Err(libc::EINVAL | libc::ENOENT) => return Ok((pfd, s)),
+                Err(e) => return Err(e),
+            }
+        }
+        Err(libc::ELOOP)
     }
 
     /// `pfd`, or, when it is the supervisor's own `/proc/PID`, `/proc/PID/task/TID`
@@ -687,15 +826,26 @@ impl Me {
             return Err(libc::ENOENT);
         }
         let done = move |fd: OwnedFd| Answer::Fd { fd, cloexec };
-        if flags & libc::O_CREAT == 0 {
+        let foreign = resolve == 0 && self.foreign_root(c)?.is_some();
+        if flags & libc::O_CREAT == 0 && !foreign {
             // openat2 without O_CREAT (or an O_TMPFILE, which has no name): the
-            // caller's own call, made from its base.
+            // caller's own call, made from its base (a caller with a root of its own:
+            // walked within it below).
             return with_umask(umask, || {
                 openat2_any(base.as_raw_fd(), &path, flags, mode, resolve)
             })
             .map(done);
         }
         let mut s = split(&path);
+        if s.slash && flags & libc::O_CREAT == 0 {
+            // A directory named with a trailing slash, from a caller with a root of
+            // its own: the whole path walked within it.
+            let pfd = self.parent(c, &base, &s, 0)?;
+            let root = self.foreign_root(c)?.ok_or(libc::EISDIR)?;
+            let dir = walk(&root, &pfd, &s.name)?;
+            return with_umask(umask, || openat2_any(dir.as_raw_fd(), b".", flags, mode, 0))
+                .map(done);
+        }
         if s.slash {
             return Err(libc::EISDIR);
         }
@@ -863,6 +1013,11 @@ impl Me {
             Some(ob) => {
                 let os = split(&old);
                 let op = self.parent(c, &ob, &os, 0)?;
+                let (op, os) = if flags & libc::AT_SYMLINK_FOLLOW != 0 {
+                    self.follow_final(c, op, os)?
+                } else {
+                    (op, os)
+                };
                 let on = cstr(&with_slash(&os))?;
                 // SAFETY: as above.
                 unsafe {

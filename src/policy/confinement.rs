@@ -125,6 +125,11 @@ pub const GUARD_FLAG: &str = "--guard-git-dir";
 /// user setting: the launch's inotify watch still runs.
 pub const NO_SUPERVISOR_ENV: &str = "CLAUDEBOX_TEST_NO_FILE_SUPERVISOR";
 
+/// Debug builds only: the file supervisor resolves every caller's paths from its own root,
+/// also a caller with a root of its own (a sandbox inside this one): the control of the
+/// test that such a caller keeps its own view (`file_supervisor::a_sandbox_inside_*`).
+pub const NO_WALK_ENV: &str = "CLAUDEBOX_TEST_SUPERVISOR_NO_WALK";
+
 /// The names the file supervisor never lets appear in a guarded git dir: git lstats them
 /// there, they do not exist at launch (so no read-only mount can hold them), and the
 /// host's git follows what they say (`src/policy/git_dir.rs`).

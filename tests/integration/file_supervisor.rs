@@ -270,3 +270,80 @@ print("new session:", os.waitstatus_to_exitcode(r))
     assert!(text.contains("pty got: in-pty"), "{text}");
     assert!(text.contains("new session: 2"), "{text}");
 }
+
+/// A sandbox inside the sandbox (what Claude Code's own Bash sandbox makes: bwrap with
+/// the project read-only) keeps its own view through the supervisor: the supervisor makes
+/// the calls of a process whose root is its own by walking the path within that root, so
+/// an absolute symlink (or `..`) cannot lead to what the inner sandbox made read-only but
+/// the supervisor's view has writable. Control: with the supervisor resolving from its
+/// own root (the debug switch), the same writes land in the project.
+#[test]
+fn a_sandbox_inside_keeps_its_own_view() {
+    if nix::unistd::Uid::current().is_root() {
+        // As in hardening::nested_bwrap_runs_inside: uid 0 without capabilities cannot
+        // map a nested user namespace; scripts/test runs this as an ordinary user.
+        eprintln!("a sandbox inside: skipped as root, checked as a normal user");
+        return;
+    }
+    let w = World::new(BIN);
+    let proj = w.dir("proj");
+    init_repo(&proj);
+    let p = proj.to_str().unwrap();
+    // Each write from inside the inner sandbox, through a symlink in its own /tmp that
+    // names the project by its absolute path: a file, a final symlink, a directory, a
+    // rename, a hard link (followed symlink), and a `..` walk back up from the symlink.
+    let inner = format!(
+        "cd /tmp; ln -s '{p}' pj; echo x > made; \
+         echo x > pj/via-dir 2>/dev/null; ln -s '{p}/via-final' fl; echo x > fl 2>/dev/null; \
+         mkdir pj/via-mkdir 2>/dev/null; mv made pj/via-rename 2>/dev/null; \
+         echo y > other; ln -L other pj/via-link 2>/dev/null; \
+         echo x > 'pj/../{base}/via-dotdot' 2>/dev/null; \
+         echo x > '{p}/direct' 2>/dev/null || echo direct-refused; echo inner-done",
+        base = proj.file_name().unwrap().to_str().unwrap()
+    );
+    let run_inner = |walk: bool| {
+        let mut c = w.cmd(&proj);
+        if !walk {
+            c.env("CLAUDEBOX_TEST_SUPERVISOR_NO_WALK", "1");
+        }
+        let o = c
+            .args(["--exec", "bwrap", "--unshare-user", "--unshare-pid"])
+            .args(["--ro-bind", "/", "/", "--proc", "/proc", "--dev", "/dev"])
+            .args(["--tmpfs", "/tmp", "--ro-bind", p, p])
+            .args(["--die-with-parent", "--", "sh", "-c", &inner])
+            .output()
+            .unwrap();
+        assert!(
+            stdout(&o).contains("direct-refused") && stdout(&o).contains("inner-done"),
+            "{}{}",
+            stdout(&o),
+            stderr(&o)
+        );
+        let mut made: Vec<String> = std::fs::read_dir(&proj)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("via-"))
+            .collect();
+        made.sort();
+        for n in &made {
+            let _ =
+                std::fs::remove_file(proj.join(n)).or_else(|_| std::fs::remove_dir(proj.join(n)));
+        }
+        made
+    };
+    assert_eq!(
+        run_inner(true),
+        Vec::<String>::new(),
+        "the inner sandbox's read-only project was written"
+    );
+    let control = run_inner(false);
+    // Without the walk a symlink in the middle of a path leads out of the inner view; a
+    // final symlink was already followed from the caller's root, and mv and ln work from
+    // a descriptor of the inner view (or cross filesystems): refused either way.
+    for n in ["via-dir", "via-mkdir", "via-dotdot"] {
+        assert!(
+            control.iter().any(|m| m == n),
+            "control: {n} not made: {control:?}"
+        );
+    }
+}

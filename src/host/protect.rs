@@ -271,6 +271,17 @@ fn pin(out: &mut Vec<Protected>, dir: &Path) {
     }
 }
 
+/// A submodule's or nested repository's git dir: pinned, and guarded by the file
+/// supervisor ([`crate::policy::protected::PINNED_GIT_DIR_WHY`]).
+fn pin_git_dir(out: &mut Vec<Protected>, dir: &Path) {
+    push(
+        out,
+        dir.to_path_buf(),
+        Guard::Pin,
+        crate::policy::protected::PINNED_GIT_DIR_WHY,
+    );
+}
+
 fn push(out: &mut Vec<Protected>, path: PathBuf, guard: Guard, why: &'static str) {
     out.push(Protected {
         path,
@@ -365,7 +376,7 @@ fn nested_repo(out: &mut Vec<Protected>, dir: &Path) {
     let p = dir.join(".git");
     match fs::symlink_metadata(&p) {
         Ok(m) if m.is_dir() && p.join("HEAD").is_file() => {
-            pin(out, &p);
+            pin_git_dir(out, &p);
             git_dir_entries(out, &p, mentions_worktree_config(&p.join("config")));
         }
         Ok(m) if m.is_file() && !out.iter().any(|q| q.path == p) => push(
@@ -418,8 +429,8 @@ fn modules(out: &mut Vec<Protected>, dir: &Path, wt: &Path, depth: usize) {
         return;
     }
     for sub in subdirs(dir) {
-        pin(out, &sub);
         if sub.join("HEAD").is_file() {
+            pin_git_dir(out, &sub);
             git_dir_entries(out, &sub, mentions_worktree_config(&sub.join("config")));
             if let Some(sub_wt) = core_value(&sub.join("config"), b"worktree") {
                 let sub_wt = normalize(&sub.join(OsStr::from_bytes(&sub_wt)));
@@ -438,6 +449,7 @@ fn modules(out: &mut Vec<Protected>, dir: &Path, wt: &Path, depth: usize) {
             pin(out, &sub.join("modules"));
             modules(out, &sub.join("modules"), wt, depth + 1);
         } else {
+            pin(out, &sub);
             // Submodule names may contain slashes: modules/a/b.
             modules(out, &sub, wt, depth + 1);
         }

@@ -97,10 +97,12 @@ pub const GIT_DIR_FILES: &[GitDirFile] = &[
                    status runs that directory's core.fsmonitor",
         code_bearing: true,
         guarding: Guarding::CaughtAfterLaunch,
-        how: "missing by nature and cannot be covered: an empty file or a directory there \
-              makes every git command die, \".\" changes what `git rev-parse \
-              --git-common-dir` prints; judged at exit (anything but \".\"), and the next \
-              launch refuses one",
+        how: "missing by nature, so no mount can cover it (an empty file or a directory \
+              there makes every git command die, \".\" changes what `git rev-parse \
+              --git-common-dir` prints): the file supervisor refuses to make one in the main \
+              git dir and in the git dirs pinned at the launch (src/inside/notify.rs, Linux \
+              5.19+), the launch's watch moves one in the main git dir aside at once, and \
+              any is judged at exit (anything but \".\"); the next launch refuses one",
     },
     GitDirFile {
         path: "commondir",

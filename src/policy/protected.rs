@@ -201,6 +201,13 @@ pub const SOCKET_SCAN_SKIP: &[&str] = &[".git", "node_modules", "target"];
 /// launch's cost); the rest is named in the warning as not looked at.
 pub const SOCKET_SCAN_LIMIT: usize = 2_000;
 
+/// Why a submodule's or a nested repository's git dir is pinned: a git dir of its own,
+/// which the file supervisor also guards (no `commondir` can be made in it; see
+/// `plan::confine`), as it guards the main one.
+pub const PINNED_GIT_DIR_WHY: &str =
+    "a git dir (a submodule's or a nested repository's), pinned: it cannot be renamed away \
+     and replaced, and no commondir can be made in it";
+
 /// Why a unix socket found in the project is covered with `--yes`.
 pub const SOCKET_WHY: &str =
     "another program's unix socket in the project (--yes): /dev/null over it, so connect() is refused";

@@ -873,7 +873,19 @@ fn confinement(
         mount_checks,
         default_signals: true,
         listen,
+        // The main git dir, and the submodules' and nested repositories' git dirs pinned
+        // at the launch (a mount point each: what the supervisor guards by inode stays
+        // that directory). One made during the session is judged at exit.
         guard_git_dirs: (inp.project.common_dir.iter())
+            .chain(
+                inp.protected
+                    .iter()
+                    .filter(|p| {
+                        p.guard == Guard::Pin
+                            && p.why == crate::policy::protected::PINNED_GIT_DIR_WHY
+                    })
+                    .map(|p| &p.path),
+            )
             .filter(|_| inp.protect_project_metadata)
             .cloned()
             .collect(),

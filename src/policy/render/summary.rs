@@ -216,6 +216,16 @@ pub fn summary(plan: &Plan) -> Vec<u8> {
             "a system call refused inside, and why",
         ),
         (
+            confine.is_some_and(|c| !c.guard_git_dirs.is_empty()),
+            "supervisor",
+            "the file supervisor, and a name it never lets the agent make",
+        ),
+        (
+            confine.is_some_and(|c| !c.guard_git_dirs.is_empty()),
+            "notify",
+            "a system call the file supervisor makes itself for the agent",
+        ),
+        (
             confine.is_some_and(|c| c.scope_abstract_unix),
             "landlock",
             "what Landlock refuses inside",

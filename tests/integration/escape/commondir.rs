@@ -345,10 +345,11 @@ fn arena() -> (World, PathBuf) {
     (w, proj)
 }
 
-/// Escape attempts (counted by `escape_suite`): every route with the supervisor on.
+/// Escape attempts (counted by `escape_suite`): every route with the supervisor on, and
+/// a commondir in a submodule's and a nested repository's git dir.
 pub fn attempts() -> Vec<(&'static str, bool)> {
     let (w, proj) = arena();
-    ROUTES
+    let mut v: Vec<(&'static str, bool)> = ROUTES
         .iter()
         .map(|(name, code)| {
             let (planted, text) = run_route(&w, &proj, code, true);
@@ -357,7 +358,84 @@ pub fn attempts() -> Vec<(&'static str, bool)> {
             }
             (*name, planted)
         })
+        .collect();
+    let (w, proj) = other_git_dirs_arena();
+    for (name, planted) in other_git_dirs(&w, &proj, true) {
+        v.push((name, planted));
+    }
+    v
+}
+
+/// The git dirs the supervisor guards besides the main one: an existing submodule's
+/// (`.git/modules/sub`, where the host's `git status` at the top runs `git status` in the
+/// submodule) and a nested repository's (`vendor/lib/.git`), both pinned at the launch.
+const OTHER_GIT_DIRS: [(&str, &str); 2] = [
+    ("a commondir in a submodule's git dir", ".git/modules/sub"),
+    (
+        "a commondir in a nested repository's git dir",
+        "vendor/lib/.git",
+    ),
+];
+
+fn other_git_dirs_arena() -> (World, PathBuf) {
+    let (w, proj) = arena();
+    let lib = w.dir("lib");
+    init_repo(&lib);
+    git(
+        &proj,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            lib.to_str().unwrap(),
+            "sub",
+        ],
+    );
+    git(&proj, &["commit", "-qm", "sub"]);
+    init_repo(&proj.join("vendor/lib"));
+    (w, proj)
+}
+
+/// Each of [`OTHER_GIT_DIRS`]: (attempt, whether a commondir was made there).
+fn other_git_dirs(w: &World, proj: &Path, supervisor: bool) -> Vec<(&'static str, bool)> {
+    let mut cmd = w.cmd(proj);
+    if !supervisor {
+        cmd.env("CLAUDEBOX_TEST_NO_FILE_SUPERVISOR", "1");
+    }
+    let script = OTHER_GIT_DIRS
+        .iter()
+        .map(|(_, d)| format!("echo ../../../evil > '{d}/commondir' && echo made-in '{d}'"))
+        .collect::<Vec<_>>()
+        .join("; ");
+    // Watched from the host while the sandbox runs: the exit review moves a planted one
+    // aside at the end, so what is left afterwards says nothing.
+    let watches: Vec<Watch> = OTHER_GIT_DIRS
+        .iter()
+        .map(|(_, d)| Watch::new(&proj.join(d)))
+        .collect();
+    let o = cmd.args(["--exec", "sh", "-c", &script]).output().unwrap();
+    OTHER_GIT_DIRS
+        .iter()
+        .zip(watches)
+        .map(|((name, d), watch)| {
+            let made = watch.finish() || stdout(&o).contains(&format!("made-in {d}"));
+            if made {
+                eprintln!("{name}: made\n{}{}", stdout(&o), stderr(&o));
+            }
+            (*name, made)
+        })
         .collect()
+}
+
+/// Their control: with the supervisor off, each is made.
+#[test]
+fn controls_a_commondir_is_made_in_other_git_dirs_without_the_supervisor() {
+    let (w, proj) = other_git_dirs_arena();
+    for (name, made) in other_git_dirs(&w, &proj, false) {
+        assert!(made, "{name}: not made without the supervisor");
+    }
 }
 
 /// The routes that can make the file at all (the kernel refuses the others whatever the
@@ -408,4 +486,14 @@ fn no_route_plants_a_commondir_with_the_supervisor() {
         .map(|(n, _)| n)
         .collect();
     assert!(escaped.is_empty(), "{escaped:#?}");
+}
+
+/// With the supervisor (also counted in `escape_suite`): neither is made, even for an
+/// instant.
+#[test]
+fn a_commondir_is_refused_in_other_git_dirs() {
+    let (w, proj) = other_git_dirs_arena();
+    for (name, made) in other_git_dirs(&w, &proj, true) {
+        assert!(!made, "{name}: made with the supervisor");
+    }
 }

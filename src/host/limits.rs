@@ -293,9 +293,11 @@ fn requested(d: &Decided) -> bool {
         .any(|a| a.origin != crate::policy::origin::Origin::Default)
 }
 
-/// Prints the default limit's warning once per user (a mark in claudebox's state).
-pub fn warn_once(state_dir: &Path, warning: &str) {
-    let mark = state_dir.join(".limits-warned");
+/// Prints a warning once per user: `mark` names its mark in claudebox's state
+/// (`.limits-warned` for the default limit's, `.supervisor-warned` for a kernel without
+/// the file supervisor).
+pub fn warn_once(state_dir: &Path, mark: &str, warning: &str) {
+    let mark = state_dir.join(mark);
     if mark.exists() {
         return;
     }

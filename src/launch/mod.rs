@@ -490,7 +490,23 @@ fn exec_registered(
             // The sandbox's limits: its own cgroup, entered by bwrap's process between fork
             // and exec (or the systemd-run prefix). Once, for every try.
             if let Some(w) = &plan.limits.warning {
-                crate::host::limits::warn_once(&p.state_home.dir, w);
+                crate::host::limits::warn_once(&p.state_home.dir, ".limits-warned", w);
+            }
+            // A kernel without the file supervisor: the launch's watch alone keeps a
+            // commondir out of the main git dir (said once; --check says it too).
+            if plan.confine.as_ref().is_some_and(|c| !c.guard_git_dirs.is_empty()) {
+                if let Err(why) = crate::inside::notify::available() {
+                    crate::host::limits::warn_once(
+                        &p.state_home.dir,
+                        ".supervisor-warned",
+                        &format!(
+                            "warning: no file supervisor here ({why}): a commondir the agent \
+                             plants in the project's git dir is moved aside within about a \
+                             millisecond, and a git run on the host in that moment can read \
+                             it (shown once; see claudebox --check)"
+                        ),
+                    );
+                }
             }
             limits = Some(crate::host::limits::prepare(
                 &plan.limits,

@@ -119,7 +119,7 @@ fn tail4(s: &str) -> String {
 
 #[test]
 fn claude_talks_and_runs_tools_with_the_login_kept_outside() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         // "default": no flag, open mode (the broker is the default).
         for mode in ["none", "allowlist", "open", "default"] {
@@ -910,7 +910,7 @@ fn api_keys(mock: &MockApi) -> Vec<String> {
 /// API-key users: claude inside gets a stand-in key; the broker sends the real one.
 #[test]
 fn api_key_users_talk_with_the_key_kept_outside() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         for mode in ["none", "allowlist", "open"] {
             let w = agent::world_with(BIN, &c);
@@ -1064,7 +1064,7 @@ fn runs_of(runs: &Path) -> usize {
 /// x-api-key and as a bearer: both are swapped).
 #[test]
 fn api_key_helper_users_talk_with_the_key_kept_outside() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         for mode in ["none", "allowlist", "open"] {
             let w = agent::world_with(BIN, &c);
@@ -1327,7 +1327,7 @@ fn unauthorized(mock: &MockApi) -> usize {
 /// tries that once, passes the 401 on, and never spends the dead token again.
 #[test]
 fn an_upstream_401_is_retried_once_with_a_refreshed_login() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         let w = agent::world_with(BIN, &c);
         let script = json!([
@@ -1401,7 +1401,7 @@ fn an_upstream_401_is_retried_once_with_a_refreshed_login() {
 /// first time, the live one after).
 #[test]
 fn an_upstream_401_runs_the_helper_again_and_retries_once() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     let c = agent::claude_versions().pop().unwrap();
     let w = agent::world_with(BIN, &c);
     let (p, mock, runs) = setup_helper(&w, &json!(["helper retried"]));
@@ -1498,7 +1498,7 @@ impl Drop for UserProxy {
 /// gets no answer).
 #[test]
 fn the_broker_goes_through_the_users_own_proxy() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     let c = agent::claude_versions().pop().unwrap();
     for mode in ["open", "none"] {
         let w = agent::world_with(BIN, &c);
@@ -1710,7 +1710,7 @@ fn setup_settings_key(w: &World, script: &Value) -> (PathBuf, MockApi) {
 /// the rest of its `env` kept); control: without the broker it is in the settings inside.
 #[test]
 fn a_key_in_the_settings_env_block_is_kept_outside() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         let w = agent::world_with(BIN, &c);
         let done = "settings key broker says done";
@@ -1749,7 +1749,7 @@ fn a_key_in_the_settings_env_block_is_kept_outside() {
 /// sets), both versions; each request reaches the API with the host's token.
 #[test]
 fn a_conversation_resumes_and_changes_model_through_the_broker() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         let w = agent::world_with(BIN, &c);
         let (p, mock) = setup(

@@ -767,6 +767,10 @@ fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
 fn escape_suite() {
     let _heavy = lab::heavy();
     let t0 = std::time::Instant::now();
+    // No launch at /tmp itself (shared_dirs, of this run or the other user's) while the
+    // arenas and the groups make their worlds under /tmp: its review at the sandbox's end
+    // moves aside the git dirs made there meanwhile.
+    let tmp = lab::machine_lock_shared("tmp-as-project");
     let (dealt, more) = std::thread::scope(|s| {
         let arenas: Vec<_> = (0..ARENAS)
             .map(|k| {
@@ -806,6 +810,7 @@ fn escape_suite() {
         let more: Vec<(&'static str, bool)> = more.into_iter().flat_map(joined).collect();
         (dealt, more)
     });
+    drop(tmp);
     let mut more = more;
     more.extend(took("escape suite: shared_dirs", shared_dirs::attempts));
     // Every arena made the same attempts and ran its share of them.
@@ -840,6 +845,8 @@ fn escape_suite() {
 #[test]
 fn controls_show_the_attempts_can_succeed() {
     let _heavy = lab::heavy();
+    // As in the suite: no launch at /tmp itself meanwhile; shared_dirs' controls last.
+    let tmp = lab::machine_lock_shared("tmp-as-project");
     let arena = Arena::new();
     let host = |script: &str| -> String {
         let o = Command::new("sh")
@@ -914,8 +921,9 @@ fn controls_show_the_attempts_can_succeed() {
     timed("credentials", &credentials::controls);
     timed("host_writes", &host_writes::controls);
     timed("gc_walk", &gc_walk::controls);
-    timed("shared_dirs", &shared_dirs::controls);
     timed("state_races", &state_races::controls);
+    drop(tmp);
+    timed("shared_dirs", &shared_dirs::controls);
 }
 
 /// A symlink planted at a protected path (say by an earlier session with the protection

@@ -304,6 +304,12 @@ pub fn machine_lock(name: &str) -> nix::fcntl::Flock<fs::File> {
     machine_lock_as(name, nix::fcntl::FlockArg::LockExclusive)
 }
 
+/// [`machine_lock`], shared: for the tests that only need the machine-wide place left
+/// alone meanwhile (several may hold it at once; [`machine_lock`] waits for them all).
+pub fn machine_lock_shared(name: &str) -> nix::fcntl::Flock<fs::File> {
+    machine_lock_as(name, nix::fcntl::FlockArg::LockShared)
+}
+
 fn machine_lock_as(name: &str, how: nix::fcntl::FlockArg) -> nix::fcntl::Flock<fs::File> {
     use std::os::unix::fs::OpenOptionsExt;
     let path = PathBuf::from(format!("/tmp/claudebox-test-{name}.lock"));

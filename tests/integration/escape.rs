@@ -731,12 +731,19 @@ fn run_attempt(a: &Arena, at: &Attempt) -> (bool, String) {
 /// dir ends every sandbox of the project): the arenas share nothing, so they cannot.
 const ARENAS: usize = 3;
 
+/// A group of attempts that take more than one launch: each attempt's name, and whether
+/// it got out.
+type Group = fn() -> Vec<(&'static str, bool)>;
+
+/// An arena's attempts: how many it made, and the name, outcome and output of its share.
+type Dealt = (usize, Vec<(&'static str, bool, String)>);
+
 /// The attempts that take more than one launch (tests/integration/escape/race.rs and the
 /// rest), each making its own world: in threads of groups beside the arenas, the groups
 /// of a thread one after the other (each thread about the same time). Not `shared_dirs`:
 /// it launches at `/tmp` itself, whose review at the sandbox's end moves aside what other
 /// worlds under `/tmp` made meanwhile (a linked worktree's commondir): it runs after them.
-const MORE: [&[(&str, fn() -> Vec<(&'static str, bool)>)]; 3] = [
+const MORE: [&[(&str, Group)]; 3] = [
     &[
         ("credentials", credentials::attempts),
         ("race", race::attempts),
@@ -805,8 +812,7 @@ fn escape_suite() {
                 })
             })
             .collect();
-        let dealt: Vec<(usize, Vec<(&'static str, bool, String)>)> =
-            arenas.into_iter().map(joined).collect();
+        let dealt: Vec<Dealt> = arenas.into_iter().map(joined).collect();
         let more: Vec<(&'static str, bool)> = more.into_iter().flat_map(joined).collect();
         (dealt, more)
     });

@@ -606,7 +606,7 @@ fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
 
 /// [`the_broker_alone_refreshes_the_login_under_claudes_lock`] with claude `c`.
 fn refreshes_under_claudes_lock(c: &Claude) {
-    let w = agent::world_with(BIN, &c);
+    let w = agent::world_with(BIN, c);
     let p = w.dir("proj");
     let mock = MockApi::start_oauth(&json!({"turns": [], "token_delay_ms": 1500}), SEED_REFRESH);
     let creds = w.home().join(".claude/.credentials.json");
@@ -622,7 +622,7 @@ fn refreshes_under_claudes_lock(c: &Claude) {
     let mut last = SEED_REFRESH.to_string();
     for round in 1..=3u32 {
         let o = ask(if round % 2 == 0 { "allowlist" } else { "none" });
-        let out = agent::ok_run(&c, &o, &mock);
+        let out = agent::ok_run(c, &o, &mock);
         assert!(
             out.contains("MOCK: the script is over."),
             "[{}] {out}",
@@ -672,7 +672,7 @@ fn refreshes_under_claudes_lock(c: &Claude) {
         let host = std::thread::spawn(move || agent::output_within(&mut host, LIMIT));
         std::thread::sleep(Duration::from_millis(200 * (round % 2)));
         let o = ask("none");
-        agent::ok_run(&c, &o, &mock);
+        agent::ok_run(c, &o, &mock);
         let h = host.join().unwrap().unwrap();
         assert!(
             h.status.success(),

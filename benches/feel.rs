@@ -26,6 +26,10 @@
 //!                    and $CLAUDEBOX_TEST_CLAUDE_LATEST, else the CI cache's two versions)
 //!   --no-tui         skip the idle-TUI memory figures
 //!   --only LIST      run only these parts, comma-separated: launch,token,proxy,memory
+//!   --cases LIST     run only these first-token cases, by number in the order of the
+//!                    table (1-9, 10 for --compare's), comma-separated: e.g. `6,7` for
+//!                    the two that compare allowlist with open mode under the broker,
+//!                    with many rounds where a difference needs resolving
 //!   --compare PATH   another claudebox build: one more first-token case, its login
 //!                    broker in open mode, in the same rounds
 //! Needs bwrap, git, python3 (/usr/bin/python3 inside the sandbox), and tmux for the TUI
@@ -73,6 +77,8 @@ struct Opts {
     only: Vec<String>,
     /// Another claudebox build: its login broker gets a first-token case of its own.
     compare: Option<PathBuf>,
+    /// The first-token cases to run, 0-based (`--cases`, 1-based; default all).
+    cases: Option<Vec<usize>>,
 }
 
 impl Opts {
@@ -89,6 +95,7 @@ impl Opts {
                 .map(String::from)
                 .to_vec(),
             compare: None,
+            cases: None,
         };
         let mut args = std::env::args_os().skip(1);
         while let Some(a) = args.next() {
@@ -105,6 +112,15 @@ impl Opts {
                 Some("--claude") => o.claudes.push(PathBuf::from(value())),
                 Some("--no-tui") => o.tui = false,
                 Some("--compare") => o.compare = Some(PathBuf::from(value())),
+                Some("--cases") => {
+                    o.cases = Some(
+                        value()
+                            .to_string_lossy()
+                            .split(',')
+                            .map(|n| number(std::ffi::OsStr::new(n)).max(1) - 1)
+                            .collect(),
+                    )
+                }
                 Some("--only") => {
                     o.only = value()
                         .to_string_lossy()
@@ -501,8 +517,13 @@ fn first_token(
     mock: &MockApi,
     oauth: &MockApi,
     rounds: usize,
+    only: Option<&[usize]>,
 ) -> (Vec<TokenCase>, Vec<f64>) {
-    let n = TOKEN_CASES.len() + usize::from(compare.is_some());
+    let all = TOKEN_CASES.len() + usize::from(compare.is_some());
+    let run: Vec<usize> = (0..all)
+        .filter(|i| only.is_none_or(|o| o.contains(i)))
+        .collect();
+    let n = run.len();
     say(&format!(
         "first token, claude {}: {n} cases x {rounds} rounds (+1 warm-up)...",
         c.label
@@ -598,13 +619,13 @@ fn first_token(
             runs: Vec::new(),
         })
         .collect();
-    for (i, name) in names.iter().enumerate() {
-        token_run(make(i), &format!("{name} (warm-up)"), &err_file);
+    for &i in &run {
+        token_run(make(i), &format!("{} (warm-up)", names[i]), &err_file);
     }
     let mut loads = Vec::new();
     for round in 0..rounds {
         for j in 0..n {
-            let i = (round + j) % n;
+            let i = run[(round + j) % n];
             let r = token_run(make(i), &names[i], &err_file);
             cases[i].runs.push(r);
         }
@@ -1087,7 +1108,7 @@ fn print_tokens(cases: &[TokenCase], loads: &[f64], rounds: usize) {
         "{:<56} {:>5} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7} {:>7}",
         "case", "runs", "1st ln", "min", "p25", "median", "p75", "max", "exit"
     );
-    for c in cases {
+    for c in cases.iter().filter(|c| !c.runs.is_empty()) {
         let tok = c.col(|r| r.first_token);
         println!(
             "{:<56} {:>5} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0} {:>7.0}",
@@ -1121,6 +1142,7 @@ fn print_tokens(cases: &[TokenCase], loads: &[f64], rounds: usize) {
     ]
     .iter()
     .chain(compared.iter().filter(|_| cases.len() > 9))
+    .filter(|(a, b)| !cases[*a].runs.is_empty() && !cases[*b].runs.is_empty())
     {
         let a = cases[case].col(|r| r.first_token);
         let b = cases[base].col(|r| r.first_token);
@@ -1182,8 +1204,15 @@ fn main() {
     let mut tokens = Vec::new();
     if part("token") {
         for c in &claudes {
-            let (cases, loads) =
-                first_token(&bin, o.compare.as_deref(), c, &mock, &oauth, o.rounds);
+            let (cases, loads) = first_token(
+                &bin,
+                o.compare.as_deref(),
+                c,
+                &mock,
+                &oauth,
+                o.rounds,
+                o.cases.as_deref(),
+            );
             print_tokens(&cases, &loads, o.rounds);
             tokens.push(cases);
         }

@@ -15,8 +15,10 @@
 //! (which binds bwrap to the keeper) is armed only some time after bwrap starts, and
 //! bwrap's child waits for ever if bwrap dies before letting it go on (bubblewrap issue
 //! #633). The keeper is a child subreaper: it kills bwrap when claudebox dies, and every
-//! bwrap orphan left once bwrap has ended, then passes bwrap's status on and exits. No
-//! bwrap outlives the launch, and nothing holds the caller's stderr after it. A SIGKILL of
+//! bwrap orphan left once bwrap has ended, then passes bwrap's status on and exits (or,
+//! holding the exit review's inotify instance, closes everything else and waits for
+//! claudebox's end: see [`run`]'s `hold`). No bwrap outlives the launch, and nothing
+//! holds the caller's stderr after it. A SIGKILL of
 //! the whole process group (keeper included) is covered by the group itself: bwrap and its
 //! waiting child are in it (never `--new-session` or `setsid` before the sandbox is up), and
 //! a SIGKILL from an ancestor pid namespace reaches a namespace's init (test
@@ -104,11 +106,20 @@ pub enum Ended {
 /// `pre_exec` runs in the child right before the exec (async-signal-safe calls only); its
 /// error is the launch's. `watch_setup`: the child's stderr is a pipe read until the step
 /// inside writes `UP_MARKER` (see the module's header).
+///
+/// `hold`: a descriptor whose last close must not fall to this process (an inotify
+/// instance: its last close waits for the kernel, see `state::review`). Once bwrap and
+/// every orphan are gone, the keeper closes all its other descriptors (the caller's
+/// stdio too), sends bwrap's status and keeps `hold` open until this process has ended;
+/// this process does not wait for the keeper's exit (the second value: the keeper holds
+/// it). Without `hold`, or where the keeper cannot do so, it exits at once as before and
+/// is waited for.
 pub fn run<S: AsRef<OsStr>>(
     argv: &[S],
     pre_exec: &dyn Fn() -> io::Result<()>,
     watch_setup: bool,
-) -> io::Result<Ended> {
+    hold: Option<libc::c_int>,
+) -> io::Result<(Ended, bool)> {
     let mut args = Vec::with_capacity(argv.len());
     for a in argv {
         args.push(CString::new(a.as_ref().as_bytes()).map_err(|_| {
@@ -175,6 +186,7 @@ pub fn run<S: AsRef<OsStr>>(
         status_wr: std::os::fd::AsRawFd::as_raw_fd(&status_wr),
         launcher: me,
         rename: named_keeper(),
+        hold,
     };
     // SAFETY: the child (the keeper) only makes async-signal-safe calls (see `keep`).
     match unsafe { nix::unistd::fork() }? {
@@ -195,11 +207,22 @@ pub fn run<S: AsRef<OsStr>>(
             let _ = signal::sigprocmask(signal::SigmaskHow::SIG_SETMASK, Some(&old), None);
             let mut buf = [0u8; 4];
             let n = read_full(&rd, &mut buf);
-            let kept = wait_for(child);
+            // bwrap's status and whether the keeper holds `hold`, sent once bwrap and every
+            // orphan are gone; nothing (the keeper was killed, or bwrap never started): the
+            // keeper's own end tells.
+            let mut raw = [0u8; 8];
+            let sent = read_full(&status_rd, &mut raw) == 8;
+            let field = |i: usize| i32::from_ne_bytes([raw[i], raw[i + 1], raw[i + 2], raw[i + 3]]);
+            let holding = sent && field(4) == 1;
+            // A holding keeper waits for this process's end: not waited for.
+            let kept = if holding {
+                WaitStatus::Exited(child, 1)
+            } else {
+                wait_for(child)
+            };
             CHILD.store(0, Ordering::SeqCst);
-            let mut raw = [0u8; 4];
-            let status = if read_full(&status_rd, &mut raw) == 4 {
-                WaitStatus::from_raw(child, i32::from_ne_bytes(raw)).unwrap_or(kept)
+            let status = if sent {
+                WaitStatus::from_raw(child, field(0)).unwrap_or(kept)
             } else {
                 kept
             };
@@ -207,10 +230,11 @@ pub fn run<S: AsRef<OsStr>>(
                 return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(buf)));
             }
             end_orphans(child);
-            Ok(match watcher {
+            let ended = match watcher {
                 None => Ended::Ran(status),
                 Some(w) => w.ended(status),
-            })
+            };
+            Ok((ended, holding))
         }
     }
 }
@@ -239,6 +263,8 @@ struct Start<'a> {
     launcher: Pid,
     /// The keeper takes [`KEEPER_NAME`] (false only for the control, see [`named_keeper`]).
     rename: bool,
+    /// Kept open by the keeper until the launcher has ended (see [`run`]).
+    hold: Option<libc::c_int>,
 }
 
 /// The keeper's own name (`comm`), which holds no `claudebox`: `pkill claudebox` (a regex
@@ -273,7 +299,8 @@ extern "C" fn launcher_gone(_: libc::c_int) {
 /// without its claudebox or a stuck child holding the caller's stderr. The keeper is a
 /// child subreaper: it gets bwrap's orphans; on claudebox's death (its parent-death
 /// signal) it kills bwrap, and once bwrap has ended it kills and reaps every orphan left,
-/// sends bwrap's wait status to claudebox and exits. SIGHUP and SIGTERM (forwarded by
+/// sends bwrap's wait status to claudebox and exits (with `hold`: closes every other
+/// descriptor first and exits once claudebox has ended). SIGHUP and SIGTERM (forwarded by
 /// claudebox) it forwards to bwrap; SIGINT/SIGQUIT it ignores as claudebox does.
 /// Async-signal-safe calls only: claudebox may have threads.
 fn keep(s: &Start) -> ! {
@@ -336,8 +363,62 @@ fn keep(s: &Start) -> ! {
         }
         CHILD.store(0, Ordering::SeqCst);
         kill_orphans();
-        let _ = libc::write(s.status_wr, (&raw const status).cast(), 4);
+        let launcher = match s.hold {
+            Some(fd) => hold_alone(s.launcher, fd, s.status_wr),
+            None => None,
+        };
+        let mut msg = [0u8; 8];
+        msg[..4].copy_from_slice(&status.to_ne_bytes());
+        msg[4..].copy_from_slice(&i32::from(launcher.is_some()).to_ne_bytes());
+        let _ = libc::write(s.status_wr, msg.as_ptr().cast(), msg.len());
+        if let Some(pidfd) = launcher {
+            // Until the launcher has ended (a signal, its parent-death one included, ends
+            // the wait too; a minute at most): `hold`'s last close is this process's.
+            let mut p = libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            libc::poll(&raw mut p, 1, 60_000);
+        }
         libc::_exit(0)
+    }
+}
+
+/// In the keeper, once bwrap and its orphans are gone: a pidfd of the launcher, with every
+/// descriptor but it, `hold` and `status_wr` closed (the caller's stdio too: the keeper
+/// may outlive the launcher, and nothing of the launch may hold them then). `None`, and
+/// the keeper exits at once: no pidfd (before Linux 5.3, or the launcher gone), or a
+/// descriptor left open (`close_range` before Linux 5.9).
+///
+/// # Safety
+/// Async-signal-safe calls only; call in the single-threaded keeper.
+unsafe fn hold_alone(
+    launcher: Pid,
+    hold: libc::c_int,
+    status_wr: libc::c_int,
+) -> Option<libc::c_int> {
+    // SAFETY: raw system calls with no pointers.
+    unsafe {
+        let pidfd = libc::syscall(libc::SYS_pidfd_open, launcher.as_raw(), 0);
+        let pidfd = libc::c_int::try_from(pidfd).ok().filter(|fd| *fd >= 0)?;
+        let mut keep = [hold, status_wr, pidfd];
+        keep.sort_unstable();
+        let mut from: libc::c_uint = 0;
+        let mut closed = true;
+        for k in keep {
+            let k = libc::c_uint::try_from(k).unwrap_or(0);
+            if k > from {
+                closed &= libc::syscall(libc::SYS_close_range, from, k - 1, 0) == 0;
+            }
+            from = k + 1;
+        }
+        closed &= libc::syscall(libc::SYS_close_range, from, libc::c_uint::MAX, 0) == 0;
+        if !closed {
+            libc::close(pidfd);
+            return None;
+        }
+        Some(pidfd)
     }
 }
 
@@ -550,5 +631,126 @@ pub fn exit_as(status: WaitStatus) -> ! {
             std::process::exit(128 + sig as i32)
         }
         _ => std::process::exit(1),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::{BufRead, Write};
+    use std::os::fd::{AsRawFd, OwnedFd};
+    use std::os::unix::process::CommandExt;
+
+    /// The descriptor numbers `keeper_role` finds its pipes on.
+    const CALLERS: i32 = 10;
+    const HELD: i32 = 11;
+    const RELEASE: i32 = 12;
+    const ROLE: &str = "CLAUDEBOX_TEST_KEEPER_ROLE";
+
+    /// Not a test on its own: the launcher's part of
+    /// `a_holding_keeper_keeps_only_what_it_holds_and_ends_with_the_launcher`, in a process
+    /// of its own (that test starts this binary for it, with [`ROLE`] set).
+    #[test]
+    fn keeper_role() {
+        if std::env::var_os(ROLE).is_none() {
+            return;
+        }
+        let (ended, holding) = super::run(&["/bin/true"], &|| Ok(()), false, Some(HELD))
+            .expect("bwrap's stand-in runs");
+        assert!(matches!(ended, super::Ended::Ran(_)), "{ended:?}");
+        // Only the keeper has them now.
+        // SAFETY: descriptors this process was started with, not used elsewhere.
+        unsafe {
+            nix::libc::close(CALLERS);
+            nix::libc::close(HELD);
+        }
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "holding {holding}");
+        let _ = out.flush();
+        // Alive until the test says so (the end of its pipe).
+        let mut b = [0u8; 1];
+        // SAFETY: a read into a local buffer.
+        unsafe { nix::libc::read(RELEASE, b.as_mut_ptr().cast(), 1) };
+    }
+
+    /// Whether `fd` shows `events` within `ms`.
+    fn polled(fd: &OwnedFd, events: nix::libc::c_short, ms: i32) -> bool {
+        let mut p = nix::libc::pollfd {
+            fd: fd.as_raw_fd(),
+            events,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack.
+        unsafe { nix::libc::poll(&raw mut p, 1, ms) == 1 && p.revents != 0 }
+    }
+
+    /// The keeper that holds the review's inotify instance past the launcher's end holds
+    /// nothing else of the launch (the caller's descriptors, a pipe here, reach their end
+    /// while the launcher still runs) and lets go of it once the launcher has ended.
+    /// Control: without the keeper's `close_range` calls (`hold_alone`) the caller's pipe
+    /// stays open until the launcher ends (fails after 5 s).
+    #[test]
+    fn a_holding_keeper_keeps_only_what_it_holds_and_ends_with_the_launcher() {
+        let pipe = || nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).expect("pipe");
+        let (callers_r, callers_w) = pipe();
+        let (held_r, held_w) = pipe();
+        let (release_r, release_w) = pipe();
+        let fds = [
+            (callers_w.as_raw_fd(), CALLERS),
+            (held_r.as_raw_fd(), HELD),
+            (release_r.as_raw_fd(), RELEASE),
+        ];
+        let mut cmd = std::process::Command::new(std::env::current_exe().expect("test binary"));
+        cmd.args([
+            "--exact",
+            "host::supervise::tests::keeper_role",
+            "--nocapture",
+        ])
+        .args(["--test-threads", "1"])
+        .env(ROLE, "1")
+        .stdout(std::process::Stdio::piped());
+        // SAFETY: dup2 only (async-signal-safe), on descriptors open in the child.
+        unsafe {
+            cmd.pre_exec(move || {
+                for (from, to) in fds {
+                    if nix::libc::dup2(from, to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        let mut launcher = cmd.spawn().expect("the launcher's stand-in starts");
+        drop((callers_w, held_r, release_r));
+        let mut said = String::new();
+        let mut out = std::io::BufReader::new(launcher.stdout.take().expect("stdout"));
+        for line in (&mut out).lines() {
+            let line = line.expect("a line");
+            // (after libtest's own "test ... " on the same line)
+            if let Some(at) = line.find("holding ") {
+                said = line[at..].to_string();
+                break;
+            }
+        }
+        assert_eq!(said, "holding true", "the keeper did not hold");
+        // The launcher (alive) and its keeper have let go of the caller's descriptor.
+        assert!(
+            polled(&callers_r, nix::libc::POLLIN, 5_000),
+            "the keeper still holds the caller's descriptor"
+        );
+        let mut b = [0u8; 1];
+        assert_eq!(nix::unistd::read(callers_r.as_raw_fd(), &mut b), Ok(0));
+        // The keeper holds `hold` while the launcher lives...
+        assert!(
+            !polled(&held_w, nix::libc::POLLERR, 300),
+            "the keeper let go of what it holds before the launcher ended"
+        );
+        // ... and lets go of it once the launcher has ended.
+        drop(release_w);
+        let _ = std::io::copy(&mut out, &mut std::io::sink());
+        let _ = launcher.wait();
+        assert!(
+            polled(&held_w, nix::libc::POLLERR, 5_000),
+            "the keeper outlived the launcher"
+        );
     }
 }

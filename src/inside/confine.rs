@@ -28,6 +28,9 @@
 //!
 //! - in allowlist mode or with forwarded host ports, last, the proxy's listeners (see
 //!   `inside::listen`).
+//! - with `--guard-git-dir DIR` (the project's main git dir), the file supervisor (see
+//!   `inside::notify`): this process forks, the parent makes every call of the command
+//!   that can make a name appear and refuses a `commondir` in DIR; the child goes on.
 //!
 //! It runs as a step of the printed command line, so `--dry-run` shows it and pasting that
 //! line applies it too. Any failure ends the launch: nothing runs unconfined.
@@ -77,6 +80,9 @@ pub struct Args {
     /// SIGINT and SIGQUIT back to their default action.
     #[arg(long = "default-signals")]
     pub default_signals: bool,
+    /// A git dir where the file supervisor refuses a `commondir` (`inside::notify`).
+    #[arg(long = "guard-git-dir", value_name = "DIR")]
+    pub guard_git_dir: Vec<PathBuf>,
     /// A read-only mount that must be at exactly this path.
     #[arg(long = "expect-ro", value_name = "PATH")]
     pub expect_ro: Vec<PathBuf>,
@@ -118,8 +124,8 @@ pub fn main(args: &[OsString]) -> ExitCode {
     }
 }
 
-/// In order: the mount checks, Landlock, seccomp, the signals, the proxy's listeners; then
-/// the command in this process's place.
+/// In order: the mount checks, Landlock, seccomp, the proxy's listeners, the file
+/// supervisor (a fork), the signals; then the command in this process's place.
 fn run(args: Args) -> Result<std::convert::Infallible> {
     // First: bwrap's setup is done (every mount in place) when this step runs at all.
     if let Some(fd) = args.stderr_fd {
@@ -137,13 +143,6 @@ fn run(args: Args) -> Result<std::convert::Infallible> {
     }
     let filter = filter()?;
     seccompiler::apply_filter(&filter).context("cannot install the seccomp filter")?;
-    if args.default_signals {
-        for sig in TERMINAL_SIGNALS {
-            // SAFETY: SIG_DFL installs no handler.
-            unsafe { signal(sig, SigHandler::SigDfl) }
-                .with_context(|| format!("cannot restore the default action of {sig}"))?;
-        }
-    }
     if let Some(fd) = args.proxy_fd {
         let forwards: Vec<(std::net::SocketAddr, bool)> =
             (args.forward.iter().map(|a| (*a, false)))
@@ -155,6 +154,16 @@ fn run(args: Args) -> Result<std::convert::Infallible> {
             &forwards,
             args.broker_dir.as_deref(),
         )?;
+    }
+    // Last before the command: this process forks; the parent becomes the file
+    // supervisor, this one goes on under the notifying filter.
+    crate::inside::notify::start(&args.guard_git_dir)?;
+    if args.default_signals {
+        for sig in TERMINAL_SIGNALS {
+            // SAFETY: SIG_DFL installs no handler.
+            unsafe { signal(sig, SigHandler::SigDfl) }
+                .with_context(|| format!("cannot restore the default action of {sig}"))?;
+        }
     }
     let err = crate::host::exec::replace_with(cmd);
     Err(err).with_context(|| format!("cannot run {}", crate::policy::escape::shown(&cmd[0])))

@@ -462,6 +462,8 @@ fn exec_registered(
     let started = std::time::SystemTime::now() - std::time::Duration::from_millis(20);
     let mut limits = None;
     let mut tries = 0;
+    // The keeper keeps the commondir watch's inotify instance past this process's end.
+    let mut held = false;
     let status = loop {
         tries += 1;
         let table = opened.table();
@@ -513,8 +515,12 @@ fn exec_registered(
                 }
                 limits.enter()
             };
-            match crate::host::supervise::run(&argv, &pre_exec, stderr_copy.is_some()) {
-                Ok(ended) => Some(ended),
+            let hold = pending.as_ref().and_then(|_| review::commondir_watch_fd());
+            match crate::host::supervise::run(&argv, &pre_exec, stderr_copy.is_some(), hold) {
+                Ok((ended, holding)) => {
+                    held = holding;
+                    Some(ended)
+                }
                 Err(err) => {
                     let _ = limits.finish(&plan.limits);
                     if let Some(p) = pending {
@@ -575,7 +581,7 @@ fn exec_registered(
         None => status,
     };
     if let Some(p) = pending {
-        p.finish(&inp.state, &mut std::io::stderr());
+        p.finish(&inp.state, held, &mut std::io::stderr());
     }
     if let Some(common) = &inp.project.common_dir {
         for lost in crate::state::worktrees::lost(common, started) {

@@ -156,7 +156,30 @@ fn checks() -> Result<Vec<Row>> {
     rows.push(state_row(&StateHome::from_env(&home)));
     rows.push(config_row(&home));
     rows.push(limits_row(&crate::host::limits::probe()));
+    rows.push(supervisor_row());
     Ok(rows)
+}
+
+/// Whether the file supervisor guards the main git dir here (seccomp user notification),
+/// or the launch's inotify watch alone.
+fn supervisor_row() -> Row {
+    match crate::inside::notify::available() {
+        Ok(()) => ok(
+            "file supervisor",
+            "seccomp user notification: no commondir can be made in a project's main git \
+             dir (the launch's watch stays as a second line)"
+                .into(),
+        ),
+        Err(why) => warn(
+            "file supervisor",
+            format!(
+                "none ({why}): a commondir planted in a project's main git dir is moved aside \
+                 by the launch's watch within about a millisecond, and one git run on the \
+                 host in that moment can read it"
+            ),
+            "Linux 5.19 or newer, with Yama's ptrace_scope at 0 or 1".into(),
+        ),
+    }
 }
 
 /// Whether `--memory`, `--pids`, `--cpu` and the default process limit can be applied.

@@ -95,7 +95,201 @@ pub const SECCOMP: &[Rule] = &[
         arg: None,
         reason: "the host session's kernel keyring",
     },
+    Rule {
+        syscall: "io_uring_setup",
+        nr: libc::SYS_io_uring_setup,
+        arg: None,
+        reason: "io_uring opens, renames and links files without a system call this filter \
+                 or the file supervisor sees (callers fall back to plain calls)",
+    },
+    Rule {
+        syscall: "io_uring_enter",
+        nr: libc::SYS_io_uring_enter,
+        arg: None,
+        reason: "io_uring (see io_uring_setup)",
+    },
+    Rule {
+        syscall: "io_uring_register",
+        nr: libc::SYS_io_uring_register,
+        arg: None,
+        reason: "io_uring (see io_uring_setup)",
+    },
 ];
+
+/// `--guard-git-dir DIR`: the file supervisor refuses to make a `commondir` in DIR (the
+/// project's main git dir), see [`NOTIFIED`].
+pub const GUARD_FLAG: &str = "--guard-git-dir";
+
+/// Tests only (debug builds; a release build ignores it): set in claudebox's environment,
+/// the step inside starts no file supervisor (the controls of the escape attempts). Not a
+/// user setting: the launch's inotify watch still runs.
+pub const NO_SUPERVISOR_ENV: &str = "CLAUDEBOX_TEST_NO_FILE_SUPERVISOR";
+
+/// The names the file supervisor never lets appear in a guarded git dir: git lstats them
+/// there, they do not exist at launch (so no read-only mount can hold them), and the
+/// host's git follows what they say (`src/policy/git_dir.rs`).
+pub const GUARDED_NAMES: &[(&str, &str)] = &[(
+    "commondir",
+    "git reads config (core.fsmonitor) and hooks from the directory it names: the host's \
+     next git status would run the agent's code",
+)];
+
+/// When a call is handed to the file supervisor.
+pub enum When {
+    /// Always (its flags are in memory, or every form of it makes a name).
+    Always,
+    /// When argument `index` has a bit of `mask` set (`O_CREAT` of an open).
+    FlagSet {
+        index: u8,
+        name: &'static str,
+        mask: u32,
+    },
+}
+
+/// One call the file supervisor performs itself (seccomp user notification): the calls
+/// that can make a name appear in a directory.
+pub struct Notified {
+    pub syscall: &'static str,
+    pub nr: i64,
+    pub when: When,
+    pub reason: &'static str,
+}
+
+/// The notified calls, policy as data: the step inside compiles them into a second
+/// filter whose listener the file supervisor holds; `--dry-run` prints them from here.
+/// Left to the kernel: `bind()` of a unix socket and an `O_TMPFILE` open (a socket named
+/// `commondir` makes the host's git die rather than follow it; the launch's watch and the
+/// exit review move it aside), and every call that makes no name.
+pub const NOTIFIED: &[Notified] = &[
+    Notified {
+        syscall: "open",
+        nr: legacy::OPEN,
+        when: When::FlagSet {
+            index: 1,
+            name: "O_CREAT",
+            mask: libc::O_CREAT as u32,
+        },
+        reason: "creates a file",
+    },
+    Notified {
+        syscall: "openat",
+        nr: libc::SYS_openat,
+        when: When::FlagSet {
+            index: 2,
+            name: "O_CREAT",
+            mask: libc::O_CREAT as u32,
+        },
+        reason: "creates a file",
+    },
+    Notified {
+        syscall: "creat",
+        nr: legacy::CREAT,
+        when: When::Always,
+        reason: "creates a file",
+    },
+    Notified {
+        syscall: "openat2",
+        nr: libc::SYS_openat2,
+        when: When::Always,
+        reason: "its flags are in memory the filter cannot read",
+    },
+    Notified {
+        syscall: "rename",
+        nr: legacy::RENAME,
+        when: When::Always,
+        reason: "puts an entry at a new name",
+    },
+    Notified {
+        syscall: "renameat",
+        nr: libc::SYS_renameat,
+        when: When::Always,
+        reason: "puts an entry at a new name",
+    },
+    Notified {
+        syscall: "renameat2",
+        nr: libc::SYS_renameat2,
+        when: When::Always,
+        reason: "puts an entry at a new name (RENAME_EXCHANGE at either)",
+    },
+    Notified {
+        syscall: "link",
+        nr: legacy::LINK,
+        when: When::Always,
+        reason: "puts a file at a new name",
+    },
+    Notified {
+        syscall: "linkat",
+        nr: libc::SYS_linkat,
+        when: When::Always,
+        reason: "puts a file at a new name (an O_TMPFILE one too)",
+    },
+    Notified {
+        syscall: "symlink",
+        nr: legacy::SYMLINK,
+        when: When::Always,
+        reason: "makes a symlink",
+    },
+    Notified {
+        syscall: "symlinkat",
+        nr: libc::SYS_symlinkat,
+        when: When::Always,
+        reason: "makes a symlink",
+    },
+    Notified {
+        syscall: "mkdir",
+        nr: legacy::MKDIR,
+        when: When::Always,
+        reason: "makes a directory (at commondir git would die)",
+    },
+    Notified {
+        syscall: "mkdirat",
+        nr: libc::SYS_mkdirat,
+        when: When::Always,
+        reason: "makes a directory (at commondir git would die)",
+    },
+    Notified {
+        syscall: "mknod",
+        nr: legacy::MKNOD,
+        when: When::Always,
+        reason: "makes a file or FIFO",
+    },
+    Notified {
+        syscall: "mknodat",
+        nr: libc::SYS_mknodat,
+        when: When::Always,
+        reason: "makes a file or FIFO",
+    },
+];
+
+/// The calls x86_64 has and the newer architectures do not (-1 there: no row is compiled).
+pub mod legacy {
+    #[cfg(target_arch = "x86_64")]
+    pub use nix::libc::{
+        SYS_creat as CREAT, SYS_link as LINK, SYS_mkdir as MKDIR, SYS_mknod as MKNOD,
+        SYS_open as OPEN, SYS_rename as RENAME, SYS_symlink as SYMLINK,
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    mod none {
+        pub const CREAT: i64 = -1;
+        pub const LINK: i64 = -1;
+        pub const MKDIR: i64 = -1;
+        pub const MKNOD: i64 = -1;
+        pub const OPEN: i64 = -1;
+        pub const RENAME: i64 = -1;
+        pub const SYMLINK: i64 = -1;
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    pub use none::*;
+}
+
+/// What the supervisor does with a notified call, as `--dry-run` says it.
+pub const SUPERVISOR: &str = "a process forked before the command (its parent, not \
+     dumpable, reaping the orphans) reads each notified call's path from the caller, opens \
+     the parent directory itself, refuses a guarded name in a guarded git dir with EPERM and \
+     otherwise makes the call itself on that directory and answers with its result (a \
+     created file's descriptor injected into the caller): what it checked is what is used \
+     (Linux 5.19+, Yama's ptrace_scope 0 or 1: --check says; elsewhere the launch's watch \
+     alone)";
 
 /// The filter's architecture check, the one rule that kills: a call through another ABI
 /// than the native one (i386's `int 0x80` on x86_64) would use other syscall numbers, which
@@ -133,4 +327,33 @@ pub fn seccomp_lines() -> Vec<String> {
         .chain([FOREIGN_ABI.to_string()])
         .map(|l| format!("seccomp\t{l}"))
         .collect()
+}
+
+impl Notified {
+    /// The row as `--dry-run` prints it after `notify\t`.
+    pub fn shown(&self) -> String {
+        let when = match &self.when {
+            When::Always => String::new(),
+            When::FlagSet { index, name, .. } => format!(" with {name} in arg{index}"),
+        };
+        format!("{}{when} -> file supervisor: {}", self.syscall, self.reason)
+    }
+}
+
+/// The `--dry-run` lines of the file supervisor, when one guards `dirs`.
+pub fn notify_lines(dirs: &[std::path::PathBuf]) -> Vec<String> {
+    if dirs.is_empty() {
+        return Vec::new();
+    }
+    let mut out = vec![format!("supervisor\t{SUPERVISOR}")];
+    for (name, why) in GUARDED_NAMES {
+        for d in dirs {
+            out.push(format!(
+                "supervisor\trefuse {}/{name}: {why}",
+                crate::policy::escape::shown(d.as_os_str())
+            ));
+        }
+    }
+    out.extend(NOTIFIED.iter().map(|r| format!("notify\t{}", r.shown())));
+    out
 }

@@ -181,6 +181,10 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
         if c.default_signals && !rt.signals_ignored_on_entry {
             a.push(confinement::SIGNALS_FLAG.into());
         }
+        for dir in &c.guard_git_dirs {
+            a.push(confinement::GUARD_FLAG.into());
+            a.push(dir.clone().into_os_string());
+        }
         for check in &c.mount_checks {
             a.push(
                 if check.read_only {
@@ -348,8 +352,12 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
         line("set", e.name.as_bytes(), Some(e.value.as_bytes()), &from);
     }
     if let Some(c) = &plan.confine {
-        out.extend_from_slice(b"# inside, before the command (claudebox --sandbox-init, one step: mount checks, Landlock, seccomp, signals, and in allowlist mode or with forwarded ports the proxy's listeners)\n");
+        out.extend_from_slice(b"# inside, before the command (claudebox --sandbox-init, one step: mount checks, Landlock, seccomp, the file supervisor, signals, and in allowlist mode or with forwarded ports the proxy's listeners)\n");
         for l in crate::policy::confinement::seccomp_lines() {
+            out.extend_from_slice(l.as_bytes());
+            out.push(b'\n');
+        }
+        for l in crate::policy::confinement::notify_lines(&c.guard_git_dirs) {
             out.extend_from_slice(l.as_bytes());
             out.push(b'\n');
         }

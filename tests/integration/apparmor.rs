@@ -165,7 +165,9 @@ fn a_bwrap_path_it_cannot_name_is_refused() {
 /// refused), with claudebox-bwrap loaded (everything starts, the nested bwrap too), with
 /// Ubuntu's bwrap-userns-restrict loaded as well (conflicting attachments: refused again,
 /// and --check says why), and with bwrap-userns-restrict alone (the sandbox starts, the
-/// nested bwrap does not: anthropics/claude-code#87680). Needs root (it builds the image)
+/// nested bwrap does not: anthropics/claude-code#87680); with claudebox-bwrap, the file
+/// supervisor under Yama's ptrace_scope 1 (files made inside, a commondir renamed into the
+/// main git dir refused and absent on the host). Needs root (it builds the image)
 /// and qemu-system-x86_64; in CI their absence fails the test.
 #[test]
 fn on_a_real_ubuntu_kernel() {
@@ -215,6 +217,17 @@ fn on_a_real_ubuntu_kernel() {
     assert!(row("B", "nested sandbox").starts_with("ok"));
     assert_eq!(one("B", "launch-rc"), "0");
     assert!(all("B", "launch-err").is_empty());
+    // The file supervisor under Yama's ptrace_scope 1: files are made, a commondir is not.
+    assert_eq!(one("B", "yama"), "1");
+    assert_eq!(
+        all("B", "supervised"),
+        ["made", "mv-rc 1"],
+        "{:?}",
+        all("B", "supervised-err")
+    );
+    assert_eq!(one("B", "commondir"), "absent");
+    let sup = one("B", "supervisor-check");
+    assert!(sup.starts_with("ok"), "{sup}");
     // C: and Ubuntu's bwrap-userns-restrict: two profiles name /usr/bin/bwrap.
     assert_eq!(one("C", "loaded"), "bwrap-userns-restrict");
     assert_ne!(one("C", "bwrap-rc"), "0");

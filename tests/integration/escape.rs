@@ -6,6 +6,7 @@
 
 mod claude_home;
 mod codex_home;
+mod commondir;
 mod credentials;
 mod gc_walk;
 mod gpu;
@@ -754,7 +755,10 @@ const MORE: [&[(&str, Group)]; 3] = [
         ("state_races", state_races::attempts),
         ("gc_walk", gc_walk::attempts),
     ],
-    &[("login_broker", crate::login_broker::attempts)],
+    &[
+        ("login_broker", crate::login_broker::attempts),
+        ("commondir", commondir::attempts),
+    ],
 ];
 
 /// Shows how long a part of the suite took (scripts/test's output keeps it).

@@ -27,6 +27,7 @@ mod e2e_claude;
 mod e2e_codex;
 mod escape;
 mod faults;
+mod file_supervisor;
 mod first_contact;
 mod forward_ports;
 mod gc;

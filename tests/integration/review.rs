@@ -163,6 +163,9 @@ fn a_new_commondir_runs_nothing_on_the_hosts_git_status() {
             marker.display()
         );
         let mut c = w.cmd(&p);
+        // The launch's watch, the second line: the file supervisor off (it refuses the
+        // plant itself: escape::commondir).
+        c.env(NO_SUPERVISOR, "1");
         if !protected {
             c.arg("--writable-project-config");
         }
@@ -527,6 +530,9 @@ fn a_commondir_planted_while_the_sandbox_runs_is_moved_aside_at_once() {
             marker.display()
         );
         let mut c = w.cmd(&p);
+        // The launch's watch, the second line: the file supervisor off (it refuses the
+        // plant itself: escape::commondir).
+        c.env(NO_SUPERVISOR, "1");
         if !protected {
             c.arg("--writable-project-config");
         }
@@ -589,6 +595,9 @@ fn an_agent_that_keeps_planting_commondir_is_ended() {
             marker.display()
         );
         let mut c = w.cmd(&p);
+        // The launch's watch, the second line: the file supervisor off (it refuses the
+        // plant itself: escape::commondir).
+        c.env(NO_SUPERVISOR, "1");
         if !protected {
             c.arg("--writable-project-config");
         }
@@ -632,7 +641,12 @@ fn an_agent_that_keeps_planting_commondir_is_ended() {
 /// the host's git opens it, renames a prepared `commondir` into place and takes it away
 /// again `hold` seconds later; the host runs `git status` `rounds` times, 100 ms apart.
 /// How many runs ran the planted fsmonitor, and whether the sandbox was ended.
-fn timed_commondir_plant(protected: bool, hold: &str, rounds: usize) -> (usize, bool, String) {
+fn timed_commondir_plant(
+    protected: bool,
+    supervisor: bool,
+    hold: &str,
+    rounds: usize,
+) -> (usize, bool, String) {
     const TIMED: &str = r#"
 import ctypes, os, select, sys
 libc = ctypes.CDLL(None, use_errno=True)
@@ -669,6 +683,9 @@ print("PLANTS", n, flush=True)
         sq(TIMED)
     );
     let mut c = w.cmd(&p);
+    if !supervisor {
+        c.env(NO_SUPERVISOR, "1");
+    }
     if !protected {
         c.arg("--writable-project-config");
     }
@@ -711,11 +728,19 @@ print("PLANTS", n, flush=True)
 /// Control: with the opt-out every `git status` runs it.
 #[test]
 fn a_commondir_planted_for_a_moment_ends_the_sandbox_at_once() {
-    let (runs, ended, text) = timed_commondir_plant(true, "0.003", 15);
+    let (runs, ended, text) = timed_commondir_plant(true, false, "0.003", 15);
     eprintln!("protected: {runs} of 15 git status ran the fsmonitor; ended {ended}");
     assert!(ended, "{text}");
     assert!(runs <= 1, "{runs} runs: {text}");
-    let (runs, ended, text) = timed_commondir_plant(false, "0.003", 15);
+    // With the file supervisor (the default) no plant is made at all: nothing runs and
+    // the watch has nothing to end.
+    let (runs, ended, text) = timed_commondir_plant(true, true, "0.003", 15);
+    eprintln!("supervisor: {runs} of 15 git status ran the fsmonitor; ended {ended}");
+    assert!(
+        !ended && runs == 0 && text.contains("Operation not permitted"),
+        "{text}"
+    );
+    let (runs, ended, text) = timed_commondir_plant(false, false, "0.003", 15);
     eprintln!("control: {runs} of 15 git status ran the fsmonitor");
     assert!(!ended && runs >= 1, "control: {runs} runs: {text}");
 }
@@ -724,13 +749,21 @@ fn a_commondir_planted_for_a_moment_ends_the_sandbox_at_once() {
 #[test]
 #[ignore]
 fn timed_commondir_plant_figures() {
-    for (protected, hold) in [(true, "0.003"), (true, "0"), (false, "0.003")] {
-        let (runs, ended, _) = timed_commondir_plant(protected, hold, 30);
+    for (protected, supervisor, hold) in [
+        (true, true, "0.003"),
+        (true, false, "0.003"),
+        (true, false, "0"),
+        (false, false, "0.003"),
+    ] {
+        let (runs, ended, _) = timed_commondir_plant(protected, supervisor, hold, 30);
         println!(
-            "protected={protected} hold={hold}: {runs} of 30 ran the fsmonitor; ended {ended}"
+            "protected={protected} supervisor={supervisor} hold={hold}: {runs} of 30 ran the fsmonitor; ended {ended}"
         );
     }
 }
+
+/// The tests' switch that starts no file supervisor (`policy::confinement`).
+const NO_SUPERVISOR: &str = "CLAUDEBOX_TEST_NO_FILE_SUPERVISOR";
 
 fn sq(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))

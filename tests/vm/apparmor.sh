@@ -80,6 +80,18 @@ step A
 \$U claudebox --apparmor-profile >/etc/apparmor.d/claudebox-bwrap 2>/dev/null
 load -r /etc/apparmor.d/claudebox-bwrap && r B loaded claudebox-bwrap
 step B
+# The file supervisor under Yama's ptrace_scope 1 (the kernel's default, Ubuntu's too): it
+# reads the agent's paths as the agent's ancestor. A git dir made by hand (claudebox finds
+# projects in-process; the guest has no git): a file made inside keeps working, a
+# commondir renamed into the main git dir is refused and never appears on the host.
+r B yama "\$(cat /proc/sys/kernel/yama/ptrace_scope 2>/dev/null)"
+mkdir -p /home/user/proj/.git/objects /home/user/proj/.git/refs
+echo 'ref: refs/heads/main' >/home/user/proj/.git/HEAD
+chown -R 1000:1000 /home/user/proj
+(cd /home/user/proj && \$U claudebox --exec sh -c 'echo made >made; cat made; echo x >.git/x; busybox mv .git/x .git/commondir; echo "mv-rc \$?"') 2>/tmp/serr | sed 's/^/RESULT B supervised /'
+sed 's/^/RESULT B supervised-err /' /tmp/serr | head -n 3
+r B commondir "\$([ -e /home/user/proj/.git/commondir ] && echo present || echo absent)"
+\$U claudebox --check 2>&1 | grep -E '^(ok|warn|fail) +file supervisor ' | sed 's/^/RESULT B supervisor-check /'
 cp /opt/bwrap-userns-restrict /etc/apparmor.d/bwrap-userns-restrict
 load -r /etc/apparmor.d/bwrap-userns-restrict && r C loaded bwrap-userns-restrict
 step C

@@ -260,6 +260,10 @@ pub struct Confine {
     /// Allowlist mode: the listening sockets this step opens in the sandbox's network
     /// namespace and hands to the proxy on the host, before the command starts.
     pub listen: Option<Listen>,
+    /// The git dirs the file supervisor guards (the project's main git dir, unless the
+    /// project's metadata is left writable): no `commondir` can be made there
+    /// (`policy::confinement::NOTIFIED`).
+    pub guard_git_dirs: Vec<PathBuf>,
 }
 
 /// The sockets the step inside opens for the proxy: the proxy port (allowlist mode), then
@@ -869,6 +873,10 @@ fn confinement(
         mount_checks,
         default_signals: true,
         listen,
+        guard_git_dirs: (inp.project.common_dir.iter())
+            .filter(|_| inp.protect_project_metadata)
+            .cloned()
+            .collect(),
     }
 }
 

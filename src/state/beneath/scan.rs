@@ -27,6 +27,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/host/fd.rs", 1, "/proc/self/fd: this process's own descriptors, listed when close_range is missing"),
     ("src/host/sources.rs", 9, "/proc/self/fd: the bind sources' own descriptors; the canonical directory of each source (then checked through its descriptor); a no-follow stat of each source's path, only compared with its descriptor (a difference reopens it, checked again), or to see an optional one renamed away, or made again under its name (then skipped, as if missing)"),
     ("src/inside/listen.rs", 3, "inside the sandbox, before the agent runs: the broker's stand-in login written into the sandbox's own tmpfs login dir (O_NOFOLLOW, create_new)"),
+    ("src/inside/notify.rs", 9, "inside the sandbox, the file supervisor: /proc/<tid>/status, /proc/<tid>/stat and /proc/self/stat (the controlling terminal of /dev/tty), and the caller's base (cwd, root, fd) read through /proc, /proc/sys's Yama scope; and File::from_raw_fd of a /proc status opened by descriptor; the caller's own paths are opened by descriptor, never through these"),
     ("src/inside/confine.rs", 6, "inside the sandbox: /proc/self, its own mounts (and two rustix::fs lines: a statx of a descriptor it holds)"),
     ("src/launch/mod.rs", 6, "the ssh agent's socket and the home, canonicalised: the user's; the host's ~/.claude/plugins/known_marketplaces.json and the directories it names, read and canonicalised: the user's setup, never bound writable by default"),
     ("src/layers.rs", 2, "the crate's own sources, read in a test"),

@@ -220,8 +220,10 @@ impl Pending {
     }
 
     /// Runs the review, then removes the record. Returns how many entries were moved.
-    pub fn finish(self, st: &ProjectState, err: &mut dyn Write) -> usize {
-        stop_commondir_watch();
+    /// `held`: another process (the launch's keeper) holds the watch's inotify instance
+    /// until this one has ended (see [`stop_commondir_watch`]).
+    pub fn finish(self, st: &ProjectState, held: bool, err: &mut dyn Write) -> usize {
+        stop_commondir_watch(held);
         let n = run(st, &self.target, self.since, err);
         let _ = nix::unistd::unlinkat(
             Some(self.dir.as_raw_fd()),
@@ -235,7 +237,7 @@ impl Pending {
     /// Removes the record without a review: no sandbox came up (bwrap could not start, or
     /// its setup failed before the step inside ran), so nothing in the project changed.
     pub fn cancel(self) {
-        stop_commondir_watch();
+        stop_commondir_watch(false);
         let _ = nix::unistd::unlinkat(
             Some(self.dir.as_raw_fd()),
             self.name.as_os_str(),
@@ -347,17 +349,29 @@ fn commondir_watch(dirfd: RawFd) -> Option<&'static Inotify> {
     Some(ino)
 }
 
+/// The watch's inotify instance, while there is one: the launch's keeper, forked with it,
+/// holds it past this process's end (`host::supervise::run`'s `hold`).
+pub fn commondir_watch_fd() -> Option<RawFd> {
+    let w = COMMONDIR_WATCH.lock().ok()?;
+    w.as_ref().map(|(ino, _)| ino.as_fd().as_raw_fd())
+}
+
 /// Removes the watch (its thread sees `IN_IGNORED` and ends): the sandbox ended and the
 /// exit review takes over. The last close of an inotify instance waits for the kernel to
 /// release the removed mark (measured ~7 ms, in `close`, or in the exit when the process
-/// holds it): a child forked here holds the instance past this process's end and is the
-/// one to close it, so the launcher's exit does not wait (the fork: ~0.2 ms). The child
-/// only closes descriptors, waits for its parent's end (a pidfd) and exits.
-fn stop_commondir_watch() {
+/// holds it): another process holds the instance past this process's end and is the one
+/// to close it, so the launcher's exit does not wait. `held`: the launch's keeper does
+/// (it waits for this process's end anyway); else a child forked here (~0.2 - 0.4 ms on
+/// the way to the prompt), which only closes descriptors, waits for its parent's end (a
+/// pidfd) and exits.
+fn stop_commondir_watch(held: bool) {
     let Some((ino, wd)) = COMMONDIR_WATCH.lock().ok().and_then(|mut w| w.take()) else {
         return;
     };
     let _ = ino.rm_watch(wd);
+    if held {
+        return;
+    }
     let keep = ino.as_fd().as_raw_fd();
     // SAFETY: a raw system call with no pointers; the descriptor is checked by the caller.
     let parent =

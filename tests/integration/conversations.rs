@@ -394,7 +394,7 @@ fn has_rule_of_width(screen: &str, n: usize) -> bool {
 /// stays), `/exit`, and claudebox's exit status is 0.
 #[test]
 fn tui_under_tmux_answers_resizes_interrupts_and_exits_zero() {
-    for c in lab::agent::each_claude() {
+    for c in lab::agent::each_claude_timed() {
         let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);

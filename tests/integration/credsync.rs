@@ -72,52 +72,65 @@ const F: &str = "F=\"$CLAUDE_SECURESTORAGE_CONFIG_DIR/.credentials.json\"";
 #[test]
 fn a_user_without_inotify_instances_keeps_every_sandbox_in_step() {
     let _g = heavy();
-    for sync in [true, false] {
-        let w = World::new(BIN);
-        fs::write(host_creds(&w), creds("old")).unwrap();
-        let script = format!(
-            "{F}; touch ready; i=0; while ! grep -q new \"$F\" && [ $i -lt 80 ]; do \
-             sleep 0.1; i=$((i+1)); done; cat \"$F\""
-        );
-        let env: &[(&str, &str)] = if sync {
-            &[]
-        } else {
-            &[("CLAUDEBOX_NO_CREDENTIALS_SYNC", "1")]
-        };
-        let mut kids = Vec::new();
-        for n in 0..3 {
-            let p = w.dir(&format!("p{n}"));
-            init_repo(&p);
-            kids.push((p.clone(), sandbox(&w, &p, &script, true, env)));
-        }
-        let t = Instant::now();
-        for (p, _) in &kids {
-            while !p.join("ready").exists() {
-                assert!(
-                    t.elapsed() < Duration::from_secs(60),
-                    "a sandbox did not start"
+    // The sync and its control at once, each in its own world.
+    std::thread::scope(|s| {
+        for sync in [true, false] {
+            s.spawn(move || {
+                let w = World::new(BIN);
+                fs::write(host_creds(&w), creds("old")).unwrap();
+                // Up to 8 s for the sync (it looks every 1 s); the control is told to stop
+                // 3 s (three of its looks) after the host's refresh.
+                let script = format!(
+                    "{F}; touch ready; i=0; while ! grep -q new \"$F\" && [ ! -e stop ] && \
+                     [ $i -lt 80 ]; do sleep 0.1; i=$((i+1)); done; cat \"$F\""
                 );
-                std::thread::sleep(Duration::from_millis(50));
-            }
+                let env: &[(&str, &str)] = if sync {
+                    &[]
+                } else {
+                    &[("CLAUDEBOX_NO_CREDENTIALS_SYNC", "1")]
+                };
+                let mut kids = Vec::new();
+                for n in 0..3 {
+                    let p = w.dir(&format!("p{n}"));
+                    init_repo(&p);
+                    kids.push((p.clone(), sandbox(&w, &p, &script, true, env)));
+                }
+                let t = Instant::now();
+                for (p, _) in &kids {
+                    while !p.join("ready").exists() {
+                        assert!(
+                            t.elapsed() < Duration::from_secs(60),
+                            "a sandbox did not start"
+                        );
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                }
+                host_refresh(&w, &creds("new"));
+                if !sync {
+                    std::thread::sleep(Duration::from_secs(3));
+                    for (p, _) in &kids {
+                        fs::write(p.join("stop"), b"").unwrap();
+                    }
+                }
+                for (_, k) in kids {
+                    let o: Output = k.wait_with_output().unwrap();
+                    let (out, err) = (stdout(&o), stderr(&o));
+                    eprintln!("sync {sync}: {out:?} {err:?}");
+                    if sync {
+                        assert!(
+                            out.contains("\"new\""),
+                            "the sandbox kept the old login: {out} {err}"
+                        );
+                        let lines: Vec<_> = err.lines().filter(|l| l.contains("inotify")).collect();
+                        assert_eq!(lines.len(), 1, "{err}");
+                        assert!(lines[0].contains("every 1 s"), "{err}");
+                    } else {
+                        assert!(out.contains("\"old\""), "control: {out} {err}");
+                    }
+                }
+            });
         }
-        host_refresh(&w, &creds("new"));
-        for (_, k) in kids {
-            let o: Output = k.wait_with_output().unwrap();
-            let (out, err) = (stdout(&o), stderr(&o));
-            eprintln!("sync {sync}: {out:?} {err:?}");
-            if sync {
-                assert!(
-                    out.contains("\"new\""),
-                    "the sandbox kept the old login: {out} {err}"
-                );
-                let lines: Vec<_> = err.lines().filter(|l| l.contains("inotify")).collect();
-                assert_eq!(lines.len(), 1, "{err}");
-                assert!(lines[0].contains("every 1 s"), "{err}");
-            } else {
-                assert!(out.contains("\"old\""), "control: {out} {err}");
-            }
-        }
-    }
+    });
 }
 
 /// Dates `p` `ago` in the past.
@@ -132,64 +145,69 @@ fn date_back(p: &Path, ago: Duration) {
 #[test]
 fn a_dead_holders_refresh_lock_is_broken_a_live_one_is_waited_for() {
     let _g = heavy();
-    for dead in [true, false] {
-        let w = World::new(BIN);
-        fs::write(host_creds(&w), creds("old")).unwrap();
-        let lock = w.home().join(".claude/.oauth_refresh.lock");
-        fs::create_dir(&lock).unwrap();
-        date_back(&lock, Duration::from_secs(if dead { 30 } else { 0 }));
-        let p = w.dir("p");
-        init_repo(&p);
-        // The host refreshed since the launch (the sandbox holds another inode, which
-        // the sync brought in step); then the agent refreshes inside (in place, as claude
-        // does on the bound file) and stays a while.
-        let script = format!(
-            "{F}; touch ready; i=0; while ! grep -q old2 \"$F\" && [ $i -lt 100 ]; do \
+    // The dead holder and the live one at once, each in its own world.
+    std::thread::scope(|s| {
+        for dead in [true, false] {
+            s.spawn(move || {
+                let w = World::new(BIN);
+                fs::write(host_creds(&w), creds("old")).unwrap();
+                let lock = w.home().join(".claude/.oauth_refresh.lock");
+                fs::create_dir(&lock).unwrap();
+                date_back(&lock, Duration::from_secs(if dead { 30 } else { 0 }));
+                let p = w.dir("p");
+                init_repo(&p);
+                // The host refreshed since the launch (the sandbox holds another inode, which
+                // the sync brought in step); then the agent refreshes inside (in place, as claude
+                // does on the bound file) and stays a while.
+                let script = format!(
+                    "{F}; touch ready; i=0; while ! grep -q old2 \"$F\" && [ $i -lt 100 ]; do \
              sleep 0.1; i=$((i+1)); done; printf '%s' '{}' > \"$F.tmp\"; \
              cat \"$F.tmp\" > \"$F\"; sleep 4",
-            creds("inside")
-        );
-        let mut k = sandbox(&w, &p, &script, false, &[]);
-        let t = Instant::now();
-        while !p.join("ready").exists() {
-            assert!(
-                t.elapsed() < Duration::from_secs(60),
-                "the sandbox did not start"
-            );
-            std::thread::sleep(Duration::from_millis(20));
+                    creds("inside")
+                );
+                let mut k = sandbox(&w, &p, &script, false, &[]);
+                let t = Instant::now();
+                while !p.join("ready").exists() {
+                    assert!(
+                        t.elapsed() < Duration::from_secs(60),
+                        "the sandbox did not start"
+                    );
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                host_refresh(&w, &creds("old2"));
+                let mut reached = None;
+                while t.elapsed() < Duration::from_secs(20) && k.try_wait().unwrap().is_none() {
+                    if fs::read_to_string(host_creds(&w))
+                        .unwrap()
+                        .contains("\"inside\"")
+                    {
+                        reached = Some(t.elapsed());
+                        break;
+                    }
+                    if !dead {
+                        // A live holder touches its lock (proper-lockfile: every 5 s).
+                        date_back(&lock, Duration::ZERO);
+                    }
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let o = k.wait_with_output().unwrap();
+                eprintln!(
+                    "dead {dead}: reached the host after {reached:?}; {}",
+                    stderr(&o)
+                );
+                if dead {
+                    assert!(
+                        reached.is_some(),
+                        "the copy waited for a dead holder's lock"
+                    );
+                    assert!(!lock.exists(), "the dead holder's lock outlived the copy");
+                } else {
+                    assert!(reached.is_none(), "control: the copy went past a live lock");
+                    assert!(lock.exists());
+                }
+            });
         }
-        host_refresh(&w, &creds("old2"));
-        let mut reached = None;
-        while t.elapsed() < Duration::from_secs(20) && k.try_wait().unwrap().is_none() {
-            if fs::read_to_string(host_creds(&w))
-                .unwrap()
-                .contains("\"inside\"")
-            {
-                reached = Some(t.elapsed());
-                break;
-            }
-            if !dead {
-                // A live holder touches its lock (proper-lockfile: every 5 s).
-                date_back(&lock, Duration::ZERO);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        let o = k.wait_with_output().unwrap();
-        eprintln!(
-            "dead {dead}: reached the host after {reached:?}; {}",
-            stderr(&o)
-        );
-        if dead {
-            assert!(
-                reached.is_some(),
-                "the copy waited for a dead holder's lock"
-            );
-            assert!(!lock.exists(), "the dead holder's lock outlived the copy");
-        } else {
-            assert!(reached.is_none(), "control: the copy went past a live lock");
-            assert!(lock.exists());
-        }
-    }
+    });
 }
 
 /// Reads, invalid reads and switches to another file (device and inode) of a reader loop inside
@@ -260,7 +278,19 @@ print(\"reads\", reads, \"bad\", bad, \"switches\", switches)
 #[test]
 fn readers_inside_never_see_a_torn_file() {
     let _g = heavy();
-    let (reads, bad, switches) = torn_reads(true, 10);
+    // The copies as they are and the control's first try at once (each its own world;
+    // 10 s of reads each), the control's other tries after.
+    let (mine, control) = std::thread::scope(|s| {
+        let control = s.spawn(|| torn_reads(false, 10));
+        let mine = torn_reads(true, 10);
+        (
+            mine,
+            control
+                .join()
+                .unwrap_or_else(|e| std::panic::resume_unwind(e)),
+        )
+    });
+    let (reads, bad, switches) = mine;
     assert!(reads > 10_000, "{reads}");
     // The copies did come in as new files (a dozen or more in 10 s: one per 500 ms).
     assert!(
@@ -272,7 +302,7 @@ fn readers_inside_never_see_a_torn_file() {
     assert_eq!(bad, 0, "readers saw torn files: {bad} of {reads}");
     // Control: the old copies (in place, write-then-truncate, at every event) tear; the
     // window is between two system calls, so it gets up to three tries.
-    let torn = (0..3).any(|_| torn_reads(false, 10).1 > 0);
+    let torn = control.1 > 0 || (0..2).any(|_| torn_reads(false, 10).1 > 0);
     assert!(
         torn,
         "control: write-then-truncate in place tore no read in three tries"

@@ -43,7 +43,7 @@ fn files_containing(dir: &Path, needle: &str) -> Vec<std::path::PathBuf> {
 
 #[test]
 fn real_codex_holds_a_conversation_with_a_shell_call_inside_the_sandbox() {
-    let _heavy = heavy();
+    let _heavy = busy();
     let codex_sandbox = if nix::unistd::geteuid().is_root() {
         "danger-full-access"
     } else {
@@ -265,7 +265,7 @@ fn the_agent_is_chosen_by_flag_or_config_and_shown() {
 /// by exact cwd).
 #[test]
 fn codex_named_sessions_resume_their_own_thread_from_a_worktree() {
-    let _heavy = heavy();
+    let _heavy = busy();
     for c in codex_versions() {
         let w = World::new_in(BIN, Path::new("/var/tmp"));
         symlink(&c.bin, w.bin().join("codex")).unwrap();

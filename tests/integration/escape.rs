@@ -726,38 +726,125 @@ fn run_attempt(a: &Arena, at: &Attempt) -> (bool, String) {
     (inside || host, text)
 }
 
+/// How many arenas the suite's one-launch attempts are dealt to: each arena (its own
+/// home, project, listeners) runs its share one after the other, beside the others. An
+/// arena's attempts may end each other's sandboxes (a commondir planted in the main git
+/// dir ends every sandbox of the project): the arenas share nothing, so they cannot.
+const ARENAS: usize = 3;
+
+/// A group of attempts that take more than one launch: each attempt's name, and whether
+/// it got out.
+type Group = fn() -> Vec<(&'static str, bool)>;
+
+/// An arena's attempts: how many it made, and the name, outcome and output of its share.
+type Dealt = (usize, Vec<(&'static str, bool, String)>);
+
+/// The attempts that take more than one launch (tests/integration/escape/race.rs and the
+/// rest), each making its own world: in threads of groups beside the arenas, the groups
+/// of a thread one after the other (each thread about the same time). Not `shared_dirs`:
+/// it launches at `/tmp` itself, whose review at the sandbox's end moves aside what other
+/// worlds under `/tmp` made meanwhile (a linked worktree's commondir): it runs after them.
+const MORE: [&[(&str, Group)]; 3] = [
+    &[
+        ("credentials", credentials::attempts),
+        ("race", race::attempts),
+        ("host_writes", host_writes::attempts),
+        ("codex_home", codex_home::attempts_more),
+    ],
+    &[
+        ("state_races", state_races::attempts),
+        ("gc_walk", gc_walk::attempts),
+    ],
+    &[
+        ("login_broker", crate::login_broker::attempts),
+        ("commondir", commondir::attempts),
+    ],
+];
+
+/// Shows how long a part of the suite took (scripts/test's output keeps it).
+fn took<R>(what: &str, f: impl FnOnce() -> R) -> R {
+    let t = std::time::Instant::now();
+    let r = f();
+    eprintln!("{what}: {:.1} s", t.elapsed().as_secs_f64());
+    r
+}
+
+/// A thread's result; its panic goes on as the test's.
+fn joined<T>(h: std::thread::ScopedJoinHandle<'_, T>) -> T {
+    h.join().unwrap_or_else(|e| std::panic::resume_unwind(e))
+}
+
 #[test]
 fn escape_suite() {
     let _heavy = lab::heavy();
-    let arena = Arena::new();
-    let attempts = attempts(&arena);
+    let t0 = std::time::Instant::now();
+    // No launch at /tmp itself (shared_dirs, of this run or the other user's) while the
+    // arenas and the groups make their worlds under /tmp: its review at the sandbox's end
+    // moves aside the git dirs made there meanwhile.
+    let tmp = lab::machine_lock_shared("tmp-as-project");
+    let (dealt, more) = std::thread::scope(|s| {
+        let arenas: Vec<_> = (0..ARENAS)
+            .map(|k| {
+                s.spawn(move || {
+                    let arena = Arena::new();
+                    let attempts = attempts(&arena);
+                    let n = attempts.len();
+                    let ran: Vec<(&'static str, bool, String)> =
+                        took(&format!("escape suite: arena {k}"), || {
+                            attempts
+                                .iter()
+                                .skip(k)
+                                .step_by(ARENAS)
+                                .map(|at| {
+                                    let (escaped, text) = run_attempt(&arena, at);
+                                    (at.name, escaped, text)
+                                })
+                                .collect()
+                        });
+                    (n, ran)
+                })
+            })
+            .collect();
+        let more: Vec<_> = MORE
+            .iter()
+            .map(|groups| {
+                s.spawn(move || {
+                    groups
+                        .iter()
+                        .flat_map(|(group, f)| took(&format!("escape suite: {group}"), f))
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let dealt: Vec<Dealt> = arenas.into_iter().map(joined).collect();
+        let more: Vec<(&'static str, bool)> = more.into_iter().flat_map(joined).collect();
+        (dealt, more)
+    });
+    drop(tmp);
+    let mut more = more;
+    more.extend(took("escape suite: shared_dirs", shared_dirs::attempts));
+    // Every arena made the same attempts and ran its share of them.
+    let made = dealt[0].0;
+    assert!(dealt.iter().all(|(n, _)| *n == made));
+    let ran: Vec<_> = dealt.into_iter().flat_map(|(_, ran)| ran).collect();
+    assert_eq!(ran.len(), made);
     let mut succeeded = Vec::new();
-    for at in &attempts {
-        let (escaped, text) = run_attempt(&arena, at);
-        if escaped {
-            eprintln!("ESCAPE: {}\n{text}", at.name);
-            succeeded.push(at.name);
+    for (name, escaped, text) in &ran {
+        if *escaped {
+            eprintln!("ESCAPE: {name}\n{text}");
+            succeeded.push(*name);
         }
     }
-    // Attempts that take more than one launch (tests/integration/escape/race.rs).
-    let mut more = race::attempts();
-    more.extend(credentials::attempts());
-    more.extend(commondir::attempts());
-    more.extend(host_writes::attempts());
-    more.extend(gc_walk::attempts());
-    more.extend(shared_dirs::attempts());
-    more.extend(state_races::attempts());
-    more.extend(codex_home::attempts_more());
-    more.extend(crate::login_broker::attempts());
     for (name, escaped) in &more {
         if *escaped {
             eprintln!("ESCAPE: {name}");
             succeeded.push(name);
         }
     }
+    eprintln!("escape suite: {:.1} s in all", t0.elapsed().as_secs_f64());
     lab::figure!(
         "{} escape attempts, {} succeeded",
-        attempts.len() + more.len(),
+        ran.len() + more.len(),
         succeeded.len()
     );
     assert!(succeeded.is_empty(), "escapes: {succeeded:#?}");
@@ -768,6 +855,8 @@ fn escape_suite() {
 #[test]
 fn controls_show_the_attempts_can_succeed() {
     let _heavy = lab::heavy();
+    // As in the suite: no launch at /tmp itself meanwhile; shared_dirs' controls last.
+    let tmp = lab::machine_lock_shared("tmp-as-project");
     let arena = Arena::new();
     let host = |script: &str| -> String {
         let o = Command::new("sh")
@@ -818,8 +907,9 @@ fn controls_show_the_attempts_can_succeed() {
             .unwrap();
         assert!(stdout(&o).contains(MARK), "TIOCSTI control: {}", stdout(&o));
     }
-    claude_home::controls(&arena);
-    codex_home::controls(&arena);
+    let timed = |name: &str, f: &dyn Fn()| took(&format!("escape controls: {name}"), f);
+    timed("claude_home", &|| claude_home::controls(&arena));
+    timed("codex_home", &|| codex_home::controls(&arena));
     // Inside with --writable-project-config, planting a hook and a config works.
     let o = arena
         .cmd(&arena.proj, &[])
@@ -832,17 +922,18 @@ fn controls_show_the_attempts_can_succeed() {
         .unwrap();
     assert!(stdout(&o).contains("CONFIG-OK"), "{}", stderr(&o));
     assert!(contains_planted(&arena.proj.join(".git/hooks/post-commit")));
-    project_files::controls(&arena);
-    host_ports::controls(&arena);
-    gpu::controls(&arena);
+    timed("project_files", &|| project_files::controls(&arena));
+    timed("host_ports", &|| host_ports::controls(&arena));
+    timed("gpu", &|| gpu::controls(&arena));
     // The launch race and an inherited descriptor, with sources bound by name and
     // descriptors left open.
-    race::controls();
-    credentials::controls();
-    host_writes::controls();
-    gc_walk::controls();
-    shared_dirs::controls();
-    state_races::controls();
+    timed("race", &race::controls);
+    timed("credentials", &credentials::controls);
+    timed("host_writes", &host_writes::controls);
+    timed("gc_walk", &gc_walk::controls);
+    timed("state_races", &state_races::controls);
+    drop(tmp);
+    timed("shared_dirs", &shared_dirs::controls);
 }
 
 /// A symlink planted at a protected path (say by an earlier session with the protection

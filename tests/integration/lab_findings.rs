@@ -142,7 +142,7 @@ fn paths_a_moved_conversation_cites_still_resolve() {
 fn ctrl_c_in_print_mode_gives_claudes_own_status() {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     use std::time::Instant;
-    for c in lab::agent::each_claude() {
+    for c in lab::agent::each_claude_timed() {
         let w = world_with(BIN, &c);
         let p = w.dir("proj");
         init_repo(&p);

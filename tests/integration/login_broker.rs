@@ -119,7 +119,7 @@ fn tail4(s: &str) -> String {
 
 #[test]
 fn claude_talks_and_runs_tools_with_the_login_kept_outside() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         // "default": no flag, open mode (the broker is the default).
         for mode in ["none", "allowlist", "open", "default"] {
@@ -594,148 +594,157 @@ fn host_claude(w: &World, p: &Path, mock: &MockApi) -> std::process::Command {
 #[test]
 fn the_broker_alone_refreshes_the_login_under_claudes_lock() {
     let _g = lab::heavy();
-    for c in agent::claude_versions() {
-        let w = agent::world_with(BIN, &c);
-        let p = w.dir("proj");
-        let mock =
-            MockApi::start_oauth(&json!({"turns": [], "token_delay_ms": 1500}), SEED_REFRESH);
-        let creds = w.home().join(".claude/.credentials.json");
-        log_in(&w, &p, &expired(SEED_ACCESS, SEED_REFRESH));
-        let ask = |mode: &str| {
-            let mut args = broker_args(mode);
-            args.extend(["-p", "hello"]);
-            run(&w, &p, &mock, &args)
-        };
-
-        // Several token lifetimes with no claude on the host: each time the host's login
-        // has expired, the broker refreshes it once, with the token it got last time.
-        let mut last = SEED_REFRESH.to_string();
-        for round in 1..=3u32 {
-            let o = ask(if round % 2 == 0 { "allowlist" } else { "none" });
-            let out = agent::ok_run(&c, &o, &mock);
-            assert!(
-                out.contains("MOCK: the script is over."),
-                "[{}] {out}",
-                c.label
-            );
-            let n = format!("{round:04}");
-            assert_eq!(
-                mock.refreshes().last(),
-                Some(&(last[last.len() - 4..].to_string(), Some(n.clone()))),
-                "[{}] round {round}: {:?}",
-                c.label,
-                mock.refreshes()
-            );
-            assert_eq!(mock.refreshes().len(), round as usize, "[{}]", c.label);
-            let host = host_file(&w);
-            let o = &host["claudeAiOauth"];
-            assert_eq!(
-                o["accessToken"],
-                format!("sk-ant-oat01-mock-a{n}"),
-                "[{}]",
-                c.label
-            );
-            assert!(o["expiresAt"].as_u64().unwrap() > 1000);
-            assert_eq!(
-                o["subscriptionType"], "max",
-                "[{}] the rest is kept",
-                c.label
-            );
-            last = o["refreshToken"].as_str().unwrap().to_string();
-            assert!(bearers(&mock).last().unwrap().contains(&format!("'{n}'")));
-            // The next lifetime: the token expires.
-            let mut v = host;
-            v["claudeAiOauth"]["expiresAt"] = 1000.into();
-            fs::write(&creds, v.to_string()).unwrap();
+    // The versions at once, each with its own world and mock (their races are their own;
+    // they mostly wait for the token endpoint's 1.5 s).
+    let versions = agent::claude_versions();
+    std::thread::scope(|s| {
+        for c in &versions {
+            s.spawn(move || refreshes_under_claudes_lock(c));
         }
+    });
+}
 
-        // The host's claude and a sandbox find the login expired at once (the token
-        // endpoint takes 1.5 s): one of them refreshes, the other uses its pair.
-        // CLAUDEBOX_TEST_RACE_ROUNDS rounds (3 unless set; BENCHMARKS.md has a run of 50).
-        let rounds: u64 = std::env::var("CLAUDEBOX_TEST_RACE_ROUNDS")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(3);
-        for round in 0..rounds {
-            let before = mock.refreshes().len();
-            let mut host = host_claude(&w, &p, &mock);
-            let host = std::thread::spawn(move || agent::output_within(&mut host, LIMIT));
-            std::thread::sleep(Duration::from_millis(200 * (round % 2)));
-            let o = ask("none");
-            agent::ok_run(&c, &o, &mock);
-            let h = host.join().unwrap().unwrap();
-            assert!(
-                h.status.success(),
-                "[{}] host: {}",
-                c.label,
-                lab::stderr(&h)
-            );
-            let spent = &mock.refreshes()[before..];
-            assert_eq!(spent.len(), 1, "[{}] race {round}: {spent:?}", c.label);
-            assert!(
-                spent[0].1.is_some(),
-                "[{}] race {round}: {spent:?}",
-                c.label
-            );
-            let mut v = host_file(&w);
-            v["claudeAiOauth"]["expiresAt"] = 1000.into();
-            fs::write(&creds, v.to_string()).unwrap();
-        }
-        lab::figure!(
-            "login broker refresh race, the host's claude and a sandbox ({}, as {}): the \
-             token spent once in {rounds} of {rounds} rounds",
-            c.label,
-            if nix::unistd::geteuid().is_root() {
-                "root"
-            } else {
-                "an ordinary user"
-            }
-        );
-        assert!(!w.home().join(".claude/.oauth_refresh.lock").exists());
+/// [`the_broker_alone_refreshes_the_login_under_claudes_lock`] with claude `c`.
+fn refreshes_under_claudes_lock(c: &Claude) {
+    let w = agent::world_with(BIN, c);
+    let p = w.dir("proj");
+    let mock = MockApi::start_oauth(&json!({"turns": [], "token_delay_ms": 1500}), SEED_REFRESH);
+    let creds = w.home().join(".claude/.credentials.json");
+    log_in(&w, &p, &expired(SEED_ACCESS, SEED_REFRESH));
+    let ask = |mode: &str| {
+        let mut args = broker_args(mode);
+        args.extend(["-p", "hello"]);
+        run(&w, &p, &mock, &args)
+    };
 
-        // Control: the host's claude with its lock elsewhere (its config dir moved, the
-        // login reached through a symlink): the same race spends the token twice.
-        let x = w.dir("elsewhere");
-        fs::copy(w.home().join(".claude.json"), x.join(".claude.json")).unwrap();
-        std::os::unix::fs::symlink(&creds, x.join(".credentials.json")).unwrap();
-        // A race needs both sides at the token endpoint within its 1.5 s: under a heavy
-        // load the sandbox can start after the host's claude has its new pair (then one
-        // spend, which shows nothing). The control shows the race *can* be lost, so it
-        // tries up to five times.
-        let mut spent = Vec::new();
-        for attempt in 0..5 {
-            let mut v = host_file(&w);
-            v["claudeAiOauth"]["expiresAt"] = 1000.into();
-            fs::write(&creds, v.to_string()).unwrap();
-            let before = mock.refreshes().len();
-            let mut host = host_claude(&w, &p, &mock);
-            host.env("CLAUDE_CONFIG_DIR", &x);
-            let host = std::thread::spawn(move || agent::output_within(&mut host, LIMIT));
-            // The loser is logged out (the broker answers 401 and spends the dead token
-            // no more); how claude reports that is not the point here.
-            let mut sandbox = w.cmd(&p);
-            sandbox.envs(upstream_env(&mock)).args([
-                "--login-broker",
-                "--network",
-                "none",
-                "-p",
-                "hello",
-            ]);
-            let _ = agent::output_within(&mut sandbox, LIMIT);
-            let _ = host.join().unwrap();
-            spent = mock.refreshes()[before..].to_vec();
-            eprintln!("[{}] control {attempt}, locks apart: {spent:?}", c.label);
-            if spent.len() >= 2 && spent.iter().any(|r| r.1.is_none()) {
-                break;
-            }
-        }
-        assert!(spent.len() >= 2, "[{}] control: {spent:?}", c.label);
+    // Several token lifetimes with no claude on the host: each time the host's login
+    // has expired, the broker refreshes it once, with the token it got last time.
+    let mut last = SEED_REFRESH.to_string();
+    for round in 1..=3u32 {
+        let o = ask(if round % 2 == 0 { "allowlist" } else { "none" });
+        let out = agent::ok_run(c, &o, &mock);
         assert!(
-            spent.iter().any(|r| r.1.is_none()),
-            "[{}] control: {spent:?}",
+            out.contains("MOCK: the script is over."),
+            "[{}] {out}",
             c.label
         );
+        let n = format!("{round:04}");
+        assert_eq!(
+            mock.refreshes().last(),
+            Some(&(last[last.len() - 4..].to_string(), Some(n.clone()))),
+            "[{}] round {round}: {:?}",
+            c.label,
+            mock.refreshes()
+        );
+        assert_eq!(mock.refreshes().len(), round as usize, "[{}]", c.label);
+        let host = host_file(&w);
+        let o = &host["claudeAiOauth"];
+        assert_eq!(
+            o["accessToken"],
+            format!("sk-ant-oat01-mock-a{n}"),
+            "[{}]",
+            c.label
+        );
+        assert!(o["expiresAt"].as_u64().unwrap() > 1000);
+        assert_eq!(
+            o["subscriptionType"], "max",
+            "[{}] the rest is kept",
+            c.label
+        );
+        last = o["refreshToken"].as_str().unwrap().to_string();
+        assert!(bearers(&mock).last().unwrap().contains(&format!("'{n}'")));
+        // The next lifetime: the token expires.
+        let mut v = host;
+        v["claudeAiOauth"]["expiresAt"] = 1000.into();
+        fs::write(&creds, v.to_string()).unwrap();
     }
+
+    // The host's claude and a sandbox find the login expired at once (the token
+    // endpoint takes 1.5 s): one of them refreshes, the other uses its pair.
+    // CLAUDEBOX_TEST_RACE_ROUNDS rounds (3 unless set; BENCHMARKS.md has a run of 50).
+    let rounds: u64 = std::env::var("CLAUDEBOX_TEST_RACE_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3);
+    for round in 0..rounds {
+        let before = mock.refreshes().len();
+        let mut host = host_claude(&w, &p, &mock);
+        let host = std::thread::spawn(move || agent::output_within(&mut host, LIMIT));
+        std::thread::sleep(Duration::from_millis(200 * (round % 2)));
+        let o = ask("none");
+        agent::ok_run(c, &o, &mock);
+        let h = host.join().unwrap().unwrap();
+        assert!(
+            h.status.success(),
+            "[{}] host: {}",
+            c.label,
+            lab::stderr(&h)
+        );
+        let spent = &mock.refreshes()[before..];
+        assert_eq!(spent.len(), 1, "[{}] race {round}: {spent:?}", c.label);
+        assert!(
+            spent[0].1.is_some(),
+            "[{}] race {round}: {spent:?}",
+            c.label
+        );
+        let mut v = host_file(&w);
+        v["claudeAiOauth"]["expiresAt"] = 1000.into();
+        fs::write(&creds, v.to_string()).unwrap();
+    }
+    lab::figure!(
+        "login broker refresh race, the host's claude and a sandbox ({}, as {}): the \
+         token spent once in {rounds} of {rounds} rounds",
+        c.label,
+        if nix::unistd::geteuid().is_root() {
+            "root"
+        } else {
+            "an ordinary user"
+        }
+    );
+    assert!(!w.home().join(".claude/.oauth_refresh.lock").exists());
+
+    // Control: the host's claude with its lock elsewhere (its config dir moved, the
+    // login reached through a symlink): the same race spends the token twice.
+    let x = w.dir("elsewhere");
+    fs::copy(w.home().join(".claude.json"), x.join(".claude.json")).unwrap();
+    std::os::unix::fs::symlink(&creds, x.join(".credentials.json")).unwrap();
+    // A race needs both sides at the token endpoint within its 1.5 s: under a heavy
+    // load the sandbox can start after the host's claude has its new pair (then one
+    // spend, which shows nothing). The control shows the race *can* be lost, so it
+    // tries up to five times.
+    let mut spent = Vec::new();
+    for attempt in 0..5 {
+        let mut v = host_file(&w);
+        v["claudeAiOauth"]["expiresAt"] = 1000.into();
+        fs::write(&creds, v.to_string()).unwrap();
+        let before = mock.refreshes().len();
+        let mut host = host_claude(&w, &p, &mock);
+        host.env("CLAUDE_CONFIG_DIR", &x);
+        let host = std::thread::spawn(move || agent::output_within(&mut host, LIMIT));
+        // The loser is logged out (the broker answers 401 and spends the dead token
+        // no more); how claude reports that is not the point here.
+        let mut sandbox = w.cmd(&p);
+        sandbox.envs(upstream_env(&mock)).args([
+            "--login-broker",
+            "--network",
+            "none",
+            "-p",
+            "hello",
+        ]);
+        let _ = agent::output_within(&mut sandbox, LIMIT);
+        let _ = host.join().unwrap();
+        spent = mock.refreshes()[before..].to_vec();
+        eprintln!("[{}] control {attempt}, locks apart: {spent:?}", c.label);
+        if spent.len() >= 2 && spent.iter().any(|r| r.1.is_none()) {
+            break;
+        }
+    }
+    assert!(spent.len() >= 2, "[{}] control: {spent:?}", c.label);
+    assert!(
+        spent.iter().any(|r| r.1.is_none()),
+        "[{}] control: {spent:?}",
+        c.label
+    );
 }
 
 /// The attacks above as escape attempts (`escape::escape_suite` counts them): each is
@@ -910,7 +919,7 @@ fn api_keys(mock: &MockApi) -> Vec<String> {
 /// API-key users: claude inside gets a stand-in key; the broker sends the real one.
 #[test]
 fn api_key_users_talk_with_the_key_kept_outside() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         for mode in ["none", "allowlist", "open"] {
             let w = agent::world_with(BIN, &c);
@@ -1064,7 +1073,7 @@ fn runs_of(runs: &Path) -> usize {
 /// x-api-key and as a bearer: both are swapped).
 #[test]
 fn api_key_helper_users_talk_with_the_key_kept_outside() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         for mode in ["none", "allowlist", "open"] {
             let w = agent::world_with(BIN, &c);
@@ -1327,7 +1336,7 @@ fn unauthorized(mock: &MockApi) -> usize {
 /// tries that once, passes the 401 on, and never spends the dead token again.
 #[test]
 fn an_upstream_401_is_retried_once_with_a_refreshed_login() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         let w = agent::world_with(BIN, &c);
         let script = json!([
@@ -1401,7 +1410,7 @@ fn an_upstream_401_is_retried_once_with_a_refreshed_login() {
 /// first time, the live one after).
 #[test]
 fn an_upstream_401_runs_the_helper_again_and_retries_once() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     let c = agent::claude_versions().pop().unwrap();
     let w = agent::world_with(BIN, &c);
     let (p, mock, runs) = setup_helper(&w, &json!(["helper retried"]));
@@ -1498,7 +1507,7 @@ impl Drop for UserProxy {
 /// gets no answer).
 #[test]
 fn the_broker_goes_through_the_users_own_proxy() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     let c = agent::claude_versions().pop().unwrap();
     for mode in ["open", "none"] {
         let w = agent::world_with(BIN, &c);
@@ -1710,7 +1719,7 @@ fn setup_settings_key(w: &World, script: &Value) -> (PathBuf, MockApi) {
 /// the rest of its `env` kept); control: without the broker it is in the settings inside.
 #[test]
 fn a_key_in_the_settings_env_block_is_kept_outside() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         let w = agent::world_with(BIN, &c);
         let done = "settings key broker says done";
@@ -1749,7 +1758,7 @@ fn a_key_in_the_settings_env_block_is_kept_outside() {
 /// sets), both versions; each request reaches the API with the host's token.
 #[test]
 fn a_conversation_resumes_and_changes_model_through_the_broker() {
-    let _g = lab::heavy();
+    let _g = lab::busy();
     for c in agent::claude_versions() {
         let w = agent::world_with(BIN, &c);
         let (p, mock) = setup(

@@ -1,8 +1,11 @@
 //! The integration tests: one binary (`cargo test --test integration`), one module per
-//! subject. Tests that run the real Claude Code, the fault loops or the escape suite's
-//! races hold `lab::heavy()` (through `World::heavy(BIN)`, `lab::agent::each_claude()` or
-//! directly) so that two of them never share the machine's cores. What the tests share
-//! with the benches (worlds, the mock APIs, the real agents) is the lab crate (tests/lab).
+//! subject. Tests bound by time (the fault loops, the escape suite's races, refresh races,
+//! Ctrl-C) hold `lab::heavy()` (through `World::heavy(BIN)`,
+//! `lab::agent::each_claude_timed()` or directly) so that two of them never share the
+//! machine's cores; conversations with the real Claude Code hold `lab::busy()` (through
+//! `lab::agent::each_claude()` or directly): two at once, never beside a heavy one. What
+//! the tests share with the benches (worlds, the mock APIs, the real agents) is the lab
+//! crate (tests/lab).
 
 // A test: a panic on an unexpected None or Err is its failure report.
 #![allow(clippy::unwrap_used, clippy::expect_used)]

@@ -240,7 +240,7 @@ fn at_once(a: &mut Command, b: &mut Command) -> (Output, Output) {
 
 #[test]
 fn two_sandboxes_refreshing_at_once_spend_the_token_once() {
-    for c in lab::agent::each_claude() {
+    for c in lab::agent::each_claude_timed() {
         let (w, p, mock, ca) = setup(&c, TOKEN_DELAY_MS);
         let mut last = SEED_REFRESH.to_string();
         for round in 0..1 {

@@ -267,14 +267,20 @@ pub(crate) fn controls() {
         planted,
         "control: the plant in the opt-in's login directory (nothing bound) failed:\n{text}"
     );
-    for (name, write) in BAD_WRITES {
-        let f = Fixture::new();
-        let ino = fs::metadata(f.creds()).unwrap().ino();
-        let host = f.run(write, false);
-        assert_eq!(fs::metadata(f.creds()).unwrap().ino(), ino);
-        assert!(
-            !sound(&host),
-            "control of {name:?}: the write did not reach the host's file"
-        );
-    }
+    // Each write in its own fixture, all at once (without a rename there is nothing to
+    // race: the write lands in the host's file itself).
+    std::thread::scope(|s| {
+        for (name, write) in BAD_WRITES {
+            s.spawn(move || {
+                let f = Fixture::new();
+                let ino = fs::metadata(f.creds()).unwrap().ino();
+                let host = f.run(write, false);
+                assert_eq!(fs::metadata(f.creds()).unwrap().ino(), ino);
+                assert!(
+                    !sound(&host),
+                    "control of {name:?}: the write did not reach the host's file"
+                );
+            });
+        }
+    });
 }

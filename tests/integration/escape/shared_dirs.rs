@@ -116,14 +116,26 @@ fn tidy_tmp() {
     let _ = fs::remove_dir(Path::new("/tmp/.claude"));
 }
 
+/// Whether each marker was made, all given the same 3 s (from now).
+fn typed_all(markers: &[&Path]) -> Vec<bool> {
+    let end = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < end && !markers.iter().all(|m| m.exists()) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    markers.iter().map(|m| m.exists()).collect()
+}
+
 pub(super) fn attempts() -> Vec<(&'static str, bool)> {
     // The other user's run (scripts/test runs root's and claudebox-test's at once) must not
     // have its tmux server in /tmp, or launch at /tmp, meanwhile.
     let _tmp = lab::machine_lock("tmp-as-project");
-    let mut v = Vec::new();
     let w = World::new(BIN);
     let home = home_outside_tmp();
-    let marker = w.root().join("typed");
+    // Each attempt types into its own marker; the servers live to the end, where the
+    // markers are given their 3 s together.
+    let marker: Vec<PathBuf> = (0..4)
+        .map(|i| w.root().join(format!("typed-{i}")))
+        .collect();
 
     // 1. /tmp as the project, a tmux server's socket in it.
     let s = Server::start(Path::new("/tmp"));
@@ -132,58 +144,61 @@ pub(super) fn attempts() -> Vec<(&'static str, bool)> {
         home.path(),
         Path::new("/tmp"),
         &[],
-        &type_into(&s.sock, &marker),
+        &type_into(&s.sock, &marker[0]),
     );
-    let stopped = refused(&o, "shared system directory");
-    v.push((
-        "/tmp as the project: type into a host shell through a tmux socket there",
-        !stopped || typed(&marker),
-    ));
+    let stopped_tmp = refused(&o, "shared system directory");
     let o = launch(
         &w,
         home.path(),
         Path::new("/tmp"),
         &["--yes"],
-        &type_into(&s.sock, &marker),
+        &type_into(&s.sock, &marker[1]),
     );
     tidy_tmp();
-    let warned = stderr(&o).contains("covered with /dev/null");
-    if !warned || !o.status.success() {
+    let warned_tmp = stderr(&o).contains("covered with /dev/null");
+    if !warned_tmp || !o.status.success() {
         eprintln!("/tmp --yes: {}{}", stdout(&o), stderr(&o));
     }
-    v.push((
-        "/tmp as the project with --yes: the tmux socket there",
-        !warned || typed(&marker),
-    ));
-    drop(s);
 
     // 2. A project holding a live socket three levels down (`tmp/cbx-tmux-*/default`).
     let proj = w.dir("sockproj");
     init_repo(&proj);
     fs::create_dir_all(proj.join("tmp")).unwrap();
-    let s = Server::start(&proj.join("tmp"));
-    let o = launch(&w, &w.home(), &proj, &[], &type_into(&s.sock, &marker));
-    v.push((
-        "a project holding a tmux socket: type into the host shell",
-        !refused(&o, "unix sockets of other programs") || typed(&marker),
-    ));
+    let s2 = Server::start(&proj.join("tmp"));
+    let o = launch(&w, &w.home(), &proj, &[], &type_into(&s2.sock, &marker[2]));
+    let stopped_proj = refused(&o, "unix sockets of other programs");
     let o = launch(
         &w,
         &w.home(),
         &proj,
         &["--yes"],
-        &type_into(&s.sock, &marker),
+        &type_into(&s2.sock, &marker[3]),
     );
-    let warned =
-        o.status.success() && stderr(&o).contains(s.sock.file_name().unwrap().to_str().unwrap());
-    if !warned {
+    let warned_proj =
+        o.status.success() && stderr(&o).contains(s2.sock.file_name().unwrap().to_str().unwrap());
+    if !warned_proj {
         eprintln!("project --yes: {}{}", stdout(&o), stderr(&o));
     }
-    v.push((
-        "a project holding a tmux socket, --yes: type into the host shell",
-        !warned || typed(&marker),
-    ));
-    v
+    let typed = typed_all(&marker.iter().map(PathBuf::as_path).collect::<Vec<_>>());
+    drop((s, s2));
+    vec![
+        (
+            "/tmp as the project: type into a host shell through a tmux socket there",
+            !stopped_tmp || typed[0],
+        ),
+        (
+            "/tmp as the project with --yes: the tmux socket there",
+            !warned_tmp || typed[1],
+        ),
+        (
+            "a project holding a tmux socket: type into the host shell",
+            !stopped_proj || typed[2],
+        ),
+        (
+            "a project holding a tmux socket, --yes: type into the host shell",
+            !warned_proj || typed[3],
+        ),
+    ]
 }
 
 /// The same keys reach the host shell from the host, and from inside through the same

@@ -30,9 +30,21 @@ fn one_sandbox_talks_over_many_token_lifetimes_and_each_refresh_token_is_spent_o
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(8);
-    for c in agent::claude_versions() {
-        let (w, mock, o, took) = talk(&c, lifetimes, LIFE_S, LIFE_S as f64 + 0.3, LIFE_S + 2);
-        let out = agent::ok_run(&c, &o, &mock);
+    // The versions' conversations at once (each its own world and mock; they mostly
+    // sleep through their turns), then each one's checks.
+    let versions = agent::claude_versions();
+    let talks: Vec<_> = std::thread::scope(|s| {
+        let talking: Vec<_> = versions
+            .iter()
+            .map(|c| s.spawn(move || talk(c, lifetimes, LIFE_S, LIFE_S as f64 + 0.3, LIFE_S + 2)))
+            .collect();
+        talking
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
+            .collect()
+    });
+    for (c, (w, mock, o, took)) in versions.iter().zip(talks) {
+        let out = agent::ok_run(c, &o, &mock);
         assert!(
             out.contains("talked through every lifetime"),
             "[{}] the conversation did not end: {out}\n{}",

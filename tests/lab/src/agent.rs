@@ -97,8 +97,19 @@ pub fn codex_config(port: u16) -> String {
 }
 
 /// Both Claude Code versions ([`claude_versions`]), one after the other, holding
-/// [`crate::heavy()`] until the loop ends: `for c in agent::each_claude() { ... }`.
+/// [`crate::busy()`] until the loop ends: `for c in agent::each_claude() { ... }`. For
+/// conversations whose checks do not hang on timing (two of them run at once).
 pub fn each_claude() -> EachClaude {
+    let heavy = crate::busy();
+    EachClaude {
+        versions: claude_versions().into_iter(),
+        _heavy: heavy,
+    }
+}
+
+/// [`each_claude`] holding [`crate::heavy()`] instead: for the tests that race or time
+/// the real Claude Code (two refreshes at once, Ctrl-C, the TUI's screens).
+pub fn each_claude_timed() -> EachClaude {
     let heavy = crate::heavy();
     EachClaude {
         versions: claude_versions().into_iter(),
@@ -106,7 +117,7 @@ pub fn each_claude() -> EachClaude {
     }
 }
 
-/// What [`each_claude`] returns: the versions, and the heavy lock while they are run.
+/// What [`each_claude`] returns: the versions, and the lock while they are run.
 pub struct EachClaude {
     versions: std::vec::IntoIter<Claude>,
     _heavy: crate::Heavy,

@@ -149,48 +149,103 @@ impl World {
     }
 }
 
-/// Taken for the whole test by the tests that load the machine or are bound by time: the
-/// real Claude Code (node, both versions), the fault loops, the escape suite's races, the
-/// `.claude.json` writers, Ctrl-C, twenty launches at once. In one test binary they would
-/// otherwise run beside each other on the harness's threads; with this, at most one of
-/// them runs at a time, beside light tests. Another user's run at the same time (scripts/test
-/// runs root's and claudebox-test's at once) has its own: the machine-wide lock is shared
-/// here, and exclusive only for [`heavy_alone`]. A test that failed while holding it does
-/// not stop the others.
+/// Taken for the whole test by the tests that load the machine and are bound by time:
+/// the fault loops, the escape suite's races, the `.claude.json` writers, Ctrl-C, twenty
+/// launches at once, token lifetimes and refresh races against the real Claude Code. In
+/// one test binary they would otherwise run beside each other on the harness's threads;
+/// with this, at most one of them runs at a time, beside light tests and no [`busy()`]
+/// one. Another user's run at the same time (scripts/test runs root's and claudebox-test's
+/// at once) has its own: the machine-wide lock is shared here, and exclusive only for
+/// [`heavy_alone`]. A test that failed while holding it does not stop the others.
 pub fn heavy() -> Heavy {
-    heavy_with(nix::fcntl::FlockArg::LockShared)
+    heavy_with(SLOTS, nix::fcntl::FlockArg::LockShared)
+}
+
+/// Taken by the tests that load the machine (the real Claude Code, node, a second or
+/// more of CPU at each start) but whose checks do not hang on timing: conversations,
+/// tools, resumes, with limits of tens of seconds. Two of them run at once in a process
+/// (they mostly wait: the mock, the sandbox's start, node's), never beside a [`heavy()`]
+/// one; waiters are served in the order they came, so a heavy test waits for the busy
+/// ones ahead of it and none behind it.
+pub fn busy() -> Heavy {
+    heavy_with(1, nix::fcntl::FlockArg::LockShared)
 }
 
 /// [`heavy()`], and no heavy test of another user's run meanwhile (scripts/test runs root's
 /// and an ordinary user's at once): for the tests whose figures a loaded machine changes,
 /// such as a launch racing a host that renames files every few milliseconds.
 pub fn heavy_alone() -> Heavy {
-    heavy_with(nix::fcntl::FlockArg::LockExclusive)
+    heavy_with(SLOTS, nix::fcntl::FlockArg::LockExclusive)
 }
 
-/// Held while a heavy test runs: this process's lock, then the machine's
-/// (`/tmp/claudebox-test-heavy.lock`, shared by heavy tests, exclusive for [`heavy_alone`]).
-/// When `CLAUDEBOX_TEST_HEAVY_LOG` names a file, each hold appends a line to it on drop:
-/// seconds held, seconds waited for it, the test's name (scripts/test prints the longest:
-/// the heavy tests run one at a time, so their holds add up to the run's floor).
+/// A process's heavy slots: [`heavy()`] takes them all, [`busy()`] one.
+const SLOTS: u32 = 2;
+
+/// The slots in use, and the tickets: each caller takes the next ticket and goes when
+/// the tickets before it have gone and its slots are free (first come, first served).
+struct Slots {
+    used: u32,
+    next_ticket: u64,
+    serving: u64,
+}
+
+static SLOTS_STATE: Mutex<Slots> = Mutex::new(Slots {
+    used: 0,
+    next_ticket: 0,
+    serving: 0,
+});
+static SLOTS_FREED: std::sync::Condvar = std::sync::Condvar::new();
+
+fn slots() -> MutexGuard<'static, Slots> {
+    SLOTS_STATE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Held while a heavy (or busy) test runs: its slots of this process, then the machine's
+/// lock (`/tmp/claudebox-test-heavy.lock`, shared by heavy tests, exclusive for
+/// [`heavy_alone`]). When `CLAUDEBOX_TEST_HEAVY_LOG` names a file, each hold appends a line
+/// to it on drop: seconds held, seconds waited for it, the test's name, and `busy` for a
+/// [`busy()`] hold (scripts/test prints the longest and the run's floor: the heavy holds
+/// add up, the busy ones count half, two running at once).
 pub struct Heavy {
     _machine: nix::fcntl::Flock<fs::File>,
-    _process: MutexGuard<'static, ()>,
+    slots: Taken,
     asked: std::time::Instant,
     got: std::time::Instant,
 }
 
-fn heavy_with(how: nix::fcntl::FlockArg) -> Heavy {
-    static HEAVY: Mutex<()> = Mutex::new(());
+fn heavy_with(weight: u32, how: nix::fcntl::FlockArg) -> Heavy {
     let asked = std::time::Instant::now();
-    let process = HEAVY
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut s = slots();
+    let ticket = s.next_ticket;
+    s.next_ticket += 1;
+    while s.serving != ticket || s.used + weight > SLOTS {
+        s = SLOTS_FREED
+            .wait(s)
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+    }
+    s.used += weight;
+    s.serving += 1;
+    drop(s);
+    SLOTS_FREED.notify_all();
+    // Given back on drop, also when the machine's lock below panics.
+    let slots = Taken(weight);
     Heavy {
         _machine: machine_lock_as("heavy", how),
-        _process: process,
+        slots,
         asked,
         got: std::time::Instant::now(),
+    }
+}
+
+/// A process's heavy slots, taken: given back when dropped.
+struct Taken(u32);
+
+impl Drop for Taken {
+    fn drop(&mut self) {
+        slots().used -= self.0;
+        SLOTS_FREED.notify_all();
     }
 }
 
@@ -201,10 +256,11 @@ impl Drop for Heavy {
         };
         use std::io::Write;
         let line = format!(
-            "{:.1}\t{:.1}\t{}\n",
+            "{:.1}\t{:.1}\t{}{}\n",
             self.got.elapsed().as_secs_f64(),
             (self.got - self.asked).as_secs_f64(),
-            std::thread::current().name().unwrap_or("?")
+            std::thread::current().name().unwrap_or("?"),
+            if self.slots.0 < SLOTS { "\tbusy" } else { "" }
         );
         // One write of the line, appended: holds ending at once do not interleave. A log
         // that cannot be written loses its line, not the test.
@@ -246,6 +302,12 @@ pub fn figure_line(line: &str) {
 /// such as `/tmp` itself as a project: `/tmp/claudebox-test-NAME.lock`, held until dropped.
 pub fn machine_lock(name: &str) -> nix::fcntl::Flock<fs::File> {
     machine_lock_as(name, nix::fcntl::FlockArg::LockExclusive)
+}
+
+/// [`machine_lock`], shared: for the tests that only need the machine-wide place left
+/// alone meanwhile (several may hold it at once; [`machine_lock`] waits for them all).
+pub fn machine_lock_shared(name: &str) -> nix::fcntl::Flock<fs::File> {
+    machine_lock_as(name, nix::fcntl::FlockArg::LockShared)
 }
 
 fn machine_lock_as(name: &str, how: nix::fcntl::FlockArg) -> nix::fcntl::Flock<fs::File> {

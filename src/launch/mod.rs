@@ -494,7 +494,11 @@ fn exec_registered(
             }
             // A kernel without the file supervisor: the launch's watch alone keeps a
             // commondir out of the main git dir (said once; --check says it too).
-            if plan.confine.as_ref().is_some_and(|c| !c.guard_git_dirs.is_empty()) {
+            if plan
+                .confine
+                .as_ref()
+                .is_some_and(|c| !c.guard_git_dirs.is_empty())
+            {
                 if let Err(why) = crate::inside::notify::available() {
                     crate::host::limits::warn_once(
                         &p.state_home.dir,

@@ -27,7 +27,7 @@
 //!   --no-tui         skip the idle-TUI memory figures
 //!   --only LIST      run only these parts, comma-separated: launch,token,proxy,memory
 //!   --cases LIST     run only these first-token cases, by number in the order of the
-//!                    table (1-9, 10 for --compare's), comma-separated: e.g. `6,7` for
+//!                    table (1-9, 10 for --compare's), comma-separated: e.g. `7,8` for
 //!                    the two that compare allowlist with open mode under the broker,
 //!                    with many rounds where a difference needs resolving
 //!   --compare PATH   another claudebox build: one more first-token case, its login

@@ -145,8 +145,10 @@ fn median(mut v: Vec<f64>) -> f64 {
 }
 
 /// What a creating call costs through the supervisor, and the launch: medians of
-/// interleaved runs with and without it (printed, not asserted).
+/// interleaved runs with and without it (printed, not asserted; `-- --ignored
+/// --nocapture`, best on a release build: ~90 s of a debug build's heavy hold in CI).
 #[test]
+#[ignore]
 fn figures_the_cost_of_a_creating_call() {
     let _heavy = lab::heavy();
     let w = World::new(BIN);

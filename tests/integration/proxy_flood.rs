@@ -328,16 +328,27 @@ time.sleep(0.5)
 # One idle connection to the forwarded port too: it takes the slot the forward's accept
 # loop holds ready, so claude's next connection needs a slot the flood holds.
 idle = socket.create_connection(("127.0.0.1", forwarded))
-time.sleep(0.5)
-est, queued = 0, 0
-for line in open("/proc/net/tcp").read().splitlines()[1:]:
-    f = line.split()
-    if f[1].endswith(":0C38"):
-        if f[3] == "0A":
-            queued = int(f[4].split(":")[1], 16)
-        elif f[3] == "01":
-            est += 1
-print("HELD accepted=%d" % (est - queued), flush=True)
+def held():
+    est, queued = 0, 0
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        f = line.split()
+        if f[1].endswith(":0C38"):
+            if f[3] == "0A":
+                queued = int(f[4].split(":")[1], 16)
+            elif f[3] == "01":
+                est += 1
+    return est - queued
+# Counted once the proxy has taken what it takes (the same count over a second: on a
+# loaded machine its accepts can trail the flood's connects), at most 15 s.
+prev, same = -1, 0
+for _ in range(60):
+    time.sleep(0.25)
+    h = held()
+    same = same + 1 if h == prev else 0
+    prev = h
+    if same >= 4:
+        break
+print("HELD accepted=%d" % prev, flush=True)
 while True:
     time.sleep(5)
     for c in flood:
@@ -368,7 +379,7 @@ fn real_claude_is_answered_under_the_flood() {
         let cmd = if flood {
             format!(
                 "setsid python3 flood.py 256 $PORT {mode} > flood.log 2>&1 < /dev/null & \
-                 for i in $(seq 200); do grep -q HELD flood.log && break; sleep 0.05; done; \
+                 for i in $(seq 400); do grep -q HELD flood.log && break; sleep 0.05; done; \
                  cat flood.log; echo TOOL-END $(date +%s.%N)"
             )
         } else {

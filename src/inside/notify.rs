@@ -1071,23 +1071,9 @@ impl Me {
         at: u64,
         mode: u32,
     ) -> Res<Answer> {
-        let path = localize(c.tid, read_path(mem, at)?);
-        let base = self.base(c, dirfd, &path)?;
-        let umask = umask_of(c.tid)?;
-        Self::still(listener, c)?;
-        if path.is_empty() {
-            return Err(libc::ENOENT);
-        }
-        let s = split(&path);
-        let pfd = self.parent(c, &base, &s, 0)?;
-        if self.guarded(&pfd, &s.name)? {
-            return Err(libc::EPERM);
-        }
-        let n = cstr(&with_slash(&s))?;
-        with_umask(umask, || {
+        self.make_name(listener, c, mem, dirfd, at, |dir, name| {
             // SAFETY: a NUL-terminated string and a descriptor alive for the call.
-            let r = unsafe { libc::mkdirat(pfd.as_raw_fd(), n.as_ptr(), mode as libc::mode_t) };
-            result(i64::from(r))
+            unsafe { libc::mkdirat(dir, name.as_ptr(), mode as libc::mode_t) }
         })
     }
 
@@ -1102,6 +1088,24 @@ impl Me {
         mode: u32,
         dev: u64,
     ) -> Res<Answer> {
+        self.make_name(listener, c, mem, dirfd, at, |dir, name| {
+            // SAFETY: a NUL-terminated string and a descriptor alive for the call.
+            unsafe { libc::mknodat(dir, name.as_ptr(), mode, dev as libc::dev_t) }
+        })
+    }
+
+    /// mkdir's and mknod's common course: the path at `at` read, its directory opened
+    /// (a guarded name refused), then `call(directory, final name)` made under the
+    /// caller's umask.
+    fn make_name(
+        &self,
+        listener: RawFd,
+        c: &Caller,
+        mem: &Mem,
+        dirfd: i32,
+        at: u64,
+        call: impl FnOnce(RawFd, &std::ffi::CStr) -> libc::c_int,
+    ) -> Res<Answer> {
         let path = localize(c.tid, read_path(mem, at)?);
         let base = self.base(c, dirfd, &path)?;
         let umask = umask_of(c.tid)?;
@@ -1115,11 +1119,7 @@ impl Me {
             return Err(libc::EPERM);
         }
         let n = cstr(&with_slash(&s))?;
-        with_umask(umask, || {
-            // SAFETY: a NUL-terminated string and a descriptor alive for the call.
-            let r = unsafe { libc::mknodat(pfd.as_raw_fd(), n.as_ptr(), mode, dev as libc::dev_t) };
-            result(i64::from(r))
-        })
+        with_umask(umask, || result(i64::from(call(pfd.as_raw_fd(), &n))))
     }
 }
 

@@ -24,7 +24,24 @@ use crate::BIN;
 use lab::agent::MockApi;
 use lab::*;
 
-/// The attacker and the measuring client, run inside the sandbox. Prints `KEY value` lines.
+/// Python for both scripts below: the proxy's side of the sandbox's TCP table.
+const PROXY_SIDE: &str = r#"
+def proxy_side():
+    """Connections the proxy has accepted and those waiting in its queue, from the
+    sandbox's own TCP table (3128 = 0x0C38)."""
+    est, queued = 0, 0
+    for line in open("/proc/net/tcp").read().splitlines()[1:]:
+        f = line.split()
+        if f[1].endswith(":0C38"):
+            if f[3] == "0A":
+                queued = int(f[4].split(":")[1], 16)
+            elif f[3] == "01":
+                est += 1
+    return est - queued, queued
+"#;
+
+/// The attacker and the measuring client, run inside the sandbox (after [`PROXY_SIDE`]).
+/// Prints `KEY value` lines.
 const ATTACK: &str = r#"
 import os, socket, sys, threading, time
 proxy = ("127.0.0.1", 3128)
@@ -51,19 +68,6 @@ def timed(label):
     for i in range(3):
         dt, status = request()
         print(label, "%.3f" % dt, status, flush=True)
-
-def proxy_side():
-    """Connections the proxy has accepted and those waiting in its queue, from the
-    sandbox's own TCP table (3128 = 0x0C38)."""
-    est, queued = 0, 0
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
-        f = line.split()
-        if f[1].endswith(":0C38"):
-            if f[3] == "0A":
-                queued = int(f[4].split(":")[1], 16)
-            elif f[3] == "01":
-                est += 1
-    return est - queued, queued
 
 def wait_for(name):
     while not os.path.exists(name):
@@ -215,7 +219,7 @@ fn a_slow_client_flood_does_not_starve_the_proxy() {
     });
     let w = World::new(BIN);
     let proj = w.dir("proj");
-    fs::write(proj.join("attack.py"), ATTACK).unwrap();
+    fs::write(proj.join("attack.py"), format!("{PROXY_SIDE}{ATTACK}")).unwrap();
     let script = format!(
         "echo $CLAUDEBOX_INSTANCE_ID > id.tmp && mv id.tmp id
          python3 attack.py {} {hold_port} {SLOTS}",
@@ -310,7 +314,7 @@ fn a_slow_client_flood_does_not_starve_the_proxy() {
     assert!(tunnels_closed >= 1, "no tunnel was closed for room:\n{out}");
 }
 
-/// The flood for the real-claude test: `n` connections to the proxy, one byte each
+/// The flood for the real-claude test (after [`PROXY_SIDE`]): `n` connections to the proxy, one byte each
 /// every 5 s, started by claude's own Bash tool and left running in the background.
 const FLOOD: &str = r#"
 import socket, sys, time
@@ -328,22 +332,12 @@ time.sleep(0.5)
 # One idle connection to the forwarded port too: it takes the slot the forward's accept
 # loop holds ready, so claude's next connection needs a slot the flood holds.
 idle = socket.create_connection(("127.0.0.1", forwarded))
-def held():
-    est, queued = 0, 0
-    for line in open("/proc/net/tcp").read().splitlines()[1:]:
-        f = line.split()
-        if f[1].endswith(":0C38"):
-            if f[3] == "0A":
-                queued = int(f[4].split(":")[1], 16)
-            elif f[3] == "01":
-                est += 1
-    return est - queued
 # Counted once the proxy has taken what it takes (the same count over a second: on a
 # loaded machine its accepts can trail the flood's connects), at most 15 s.
 prev, same = -1, 0
 for _ in range(60):
     time.sleep(0.25)
-    h = held()
+    h = proxy_side()[0]; print("count", h, flush=True)
     same = same + 1 if h == prev else 0
     prev = h
     if same >= 4:
@@ -392,7 +386,7 @@ fn real_claude_is_answered_under_the_flood() {
         ]));
         let w = lab::agent::world_with(BIN, &c);
         let proj = w.dir("proj");
-        fs::write(proj.join("flood.py"), FLOOD).unwrap();
+        fs::write(proj.join("flood.py"), format!("{PROXY_SIDE}{FLOOD}")).unwrap();
         fs::write(proj.join("port"), mock.port().to_string()).unwrap();
         lab::agent::seed_claude_json(&w.home(), &[&proj]);
         let allow = format!("127.0.0.1:{}", mock.port());
@@ -419,7 +413,11 @@ fn real_claude_is_answered_under_the_flood() {
                 .unwrap_or(0);
             // Open tunnels hold at most 7/8 of the 256 slots (224).
             let least = if mode == "tunnels" { 216 } else { 248 };
-            assert!(accepted >= least, "the flood held {accepted} slots");
+            assert!(
+                accepted >= least,
+                "the flood held {accepted} slots: {}",
+                &text[..text.len().min(3000)]
+            );
         }
         // The last mention is the output (the first is the command itself).
         let end: f64 = text

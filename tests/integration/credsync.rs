@@ -97,13 +97,7 @@ fn a_user_without_inotify_instances_keeps_every_sandbox_in_step() {
                 }
                 let t = Instant::now();
                 for (p, _) in &kids {
-                    while !p.join("ready").exists() {
-                        assert!(
-                            t.elapsed() < Duration::from_secs(60),
-                            "a sandbox did not start"
-                        );
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
+                    wait_ready(p, t);
                 }
                 host_refresh(&w, &creds("new"));
                 if !sync {
@@ -167,13 +161,7 @@ fn a_dead_holders_refresh_lock_is_broken_a_live_one_is_waited_for() {
                 );
                 let mut k = sandbox(&w, &p, &script, false, &[]);
                 let t = Instant::now();
-                while !p.join("ready").exists() {
-                    assert!(
-                        t.elapsed() < Duration::from_secs(60),
-                        "the sandbox did not start"
-                    );
-                    std::thread::sleep(Duration::from_millis(20));
-                }
+                wait_ready(&p, t);
                 host_refresh(&w, &creds("old2"));
                 let mut reached = None;
                 while t.elapsed() < Duration::from_secs(20) && k.try_wait().unwrap().is_none() {
@@ -249,13 +237,7 @@ print(\"reads\", reads, \"bad\", bad, \"switches\", switches)
     };
     let k = sandbox(&w, &p, &reader, false, env);
     let t = Instant::now();
-    while !p.join("ready").exists() {
-        assert!(
-            t.elapsed() < Duration::from_secs(60),
-            "the sandbox did not start"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_ready(&p, t);
     let t = Instant::now();
     let mut n = 0;
     while t.elapsed() < Duration::from_secs(secs + 1) {
@@ -358,10 +340,7 @@ fn a_sync_killed_holding_the_refresh_lock_leaves_no_lock() {
             &[("CLAUDEBOX_CREDENTIALS_SYNC_HOLD_MS", "3000")],
         );
         let t = Instant::now();
-        while !p.join("ready").exists() {
-            assert!(t.elapsed() < Duration::from_secs(60), "no sandbox");
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        wait_ready(&p, t);
         host_refresh(&w, &creds("old2"));
         while !lock.exists() {
             assert!(
@@ -427,5 +406,17 @@ fn a_sync_killed_holding_the_refresh_lock_leaves_no_lock() {
             );
         }
         assert!(leftovers.is_empty(), "{leftovers:?}");
+    }
+}
+
+/// Until the sandbox's script in `p` has written `ready` (60 s from `since` at most).
+fn wait_ready(p: &Path, since: Instant) {
+    while !p.join("ready").exists() {
+        assert!(
+            since.elapsed() < Duration::from_secs(60),
+            "the sandbox in {} did not start",
+            p.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
     }
 }

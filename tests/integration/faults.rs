@@ -6,6 +6,7 @@
 //! faults:: -- --nocapture`) and is bounded: loops have fixed counts, servers are on 127.0.0.1 and
 //! stop with the test.
 
+use std::ffi::OsStr;
 use std::fs;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -271,12 +272,15 @@ fn kills_during_session_record_writes_leave_whole_records() {
         .filter(|s| !s["problem"].is_null())
         .collect();
     let tmp = leftovers(&w.state());
-    // The next launch of a name removes its own leftovers (it holds the name's lock).
+    // The next launch of a name removes its own leftovers (it holds the name's lock). A
+    // session record's, in sessions/: a killed launcher can also leave the project's
+    // `.list-summary.json.tmp.*` at its top, which only --gc removes (once taken for a
+    // session named `list-summary`, it failed this test now and then).
     let mut relaunch_cleaned = 0;
-    if let Some(t) = tmp
-        .iter()
-        .find(|p| p.to_string_lossy().contains(".json.tmp."))
-    {
+    if let Some(t) = tmp.iter().find(|p| {
+        p.parent().and_then(Path::file_name) == Some(OsStr::new("sessions"))
+            && p.to_string_lossy().contains(".json.tmp.")
+    }) {
         let file = t.file_name().unwrap().to_string_lossy().into_owned();
         let name = file[1..].split(".json.tmp.").next().unwrap().to_string();
         ok(&w.cmd(&dir).args(["--session", &name]).output().unwrap());

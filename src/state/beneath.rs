@@ -69,7 +69,8 @@ fn check_rel(rel: &Path) -> io::Result<()> {
 /// The race harness's control (tests/integration/escape/state_races.rs), in debug builds
 /// only: `CLAUDEBOX_TEST_BY_NAME=<ms>` makes every operation here by name, as before
 /// issue 21 (paths followed through symlinks, no regular-file or link-count check, a new
-/// file created, closed, and after `<ms>` opened again by name to be written), so the
+/// file created, closed, and after `<ms>` opened again by name to be written, a new
+/// directory followed by the same wait), so the
 /// harness can show it hits what the protection stops. A release build never reads it.
 #[cfg(debug_assertions)]
 fn by_name() -> Option<Duration> {
@@ -381,7 +382,14 @@ impl Dir {
     pub fn mkdir(&self, rel: &Path, mode: u32) -> io::Result<()> {
         self.at(rel, |d, n| {
             rustix::fs::mkdirat(d, n, Mode::from_raw_mode(mode)).map_err(err)
-        })
+        })?;
+        // The race harness's control waits after a new directory as after a new file:
+        // without it, its by-name import was hit only when the host was slow between
+        // two mkdirs (0 of 40 rounds on a quiet machine with the file supervisor inside).
+        if let Some(wait) = by_name() {
+            std::thread::sleep(wait);
+        }
+        Ok(())
     }
 
     /// Makes `rel` a directory unless it is one (never a symlink to one).

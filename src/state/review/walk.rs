@@ -19,7 +19,7 @@ use nix::errno::Errno;
 use nix::fcntl::{self, OFlag};
 use nix::sys::stat::{self, FileStat, Mode};
 
-use crate::policy::git_dir::{judged_files, GitDirKind};
+use crate::policy::git_dir::{judged_files, GitDirKind, MODULES_DEPTH};
 use crate::policy::review::{self, Severity};
 
 /// A point in the file system's clock: what a file's ctime is compared with.
@@ -186,6 +186,18 @@ impl Walk<'_> {
         // A `.claude` directory that is itself new or renamed here makes its settings files
         // count as new, whatever their own ctime (a whole old directory moved into place).
         let claude_dir_new = in_claude_dir && stat::fstat(raw).is_ok_and(|st| since.precedes(&st));
+        // A directory git's discovery takes for a bare repository (the top too: git looks
+        // there when the main .git is no valid git dir): judged as a nested git dir.
+        if review::bare_repo_shaped(|n| list.iter().any(|(x, _)| x == n)) {
+            let hits = judge(raw, GitDirKind::Nested, true, Some(since))
+                .into_iter()
+                .map(|h| Hit {
+                    reason: review::bare_repo_reason(&h.reason),
+                    ..h
+                })
+                .collect();
+            report_hits(raw, &path, hits, &mut *self.found);
+        }
         for (name, kind) in list {
             if depth == 0 && (name == ".git" || review::is_claude_dir(&name)) {
                 continue;
@@ -217,6 +229,17 @@ impl Walk<'_> {
                 None => lstat_at(raw, name.as_os_str()).is_ok_and(|st| is_dir(&st)),
             };
             if !is_dir {
+                // A symlinked `.claude`: a host claude follows it, this walk does not.
+                if review::is_claude_dir(&name) && changed(raw, &name, since) {
+                    let rule = review::CLAUDE_DIR_NOT_A_DIRECTORY;
+                    (self.found)(Found {
+                        dirfd: raw,
+                        dir: &path,
+                        name: &name,
+                        severity: rule.severity,
+                        reason: rule.reason.to_string(),
+                    });
+                }
                 continue;
             }
             match open_dir(Some(raw), name.as_os_str()) {
@@ -564,11 +587,22 @@ fn modules(
     since: Since,
     found: &mut dyn FnMut(Found<'_>),
 ) {
-    if depth > 64 {
-        return;
-    }
     for (name, kind) in entries(&fd).unwrap_or_default() {
         if kind.is_some_and(|k| k != Type::Directory) {
+            continue;
+        }
+        // Past the depth looked at: what changed there is not kept unjudged (a .git file
+        // in the work tree can name a git dir at any depth).
+        if depth >= MODULES_DEPTH {
+            if changed(fd.as_raw_fd(), &name, since) {
+                found(Found {
+                    dirfd: fd.as_raw_fd(),
+                    dir: &path,
+                    name: &name,
+                    severity: Severity::High,
+                    reason: review::too_deep_reason(MODULES_DEPTH),
+                });
+            }
             continue;
         }
         let Ok(module) = open_dir(Some(fd.as_raw_fd()), name.as_os_str()) else {

@@ -175,6 +175,22 @@ pub fn too_deep_reason(depth: usize) -> String {
     )
 }
 
+/// How many directories deep below the work tree's top the exit review walks. The walk
+/// holds a descriptor per level (and `changed` one per level below a match), so a tree
+/// the agent made deeper than the open-file limit (1,024 by default) would leave the
+/// review unable to look, or to move anything aside; paths of real projects stay far
+/// shallower (PATH_MAX, 4,096 bytes, is about 2,000 levels of one-letter names).
+pub const MAX_WALK_DEPTH: usize = 256;
+
+/// The line for a directory deeper than the walk goes ([`MAX_WALK_DEPTH`], or past the
+/// open-file limit) in which something changed during the session.
+pub fn too_deep_to_walk_reason() -> String {
+    format!(
+        "a directory tree deeper than the review walks ({MAX_WALK_DEPTH} levels, or the \
+         open-file limit) that changed in the session: not looked into, so not kept"
+    )
+}
+
 /// Whether a directory name is a `.claude` directory (its settings files have rules).
 pub fn is_claude_dir(name: &OsStr) -> bool {
     name.as_bytes() == CLAUDE_DIR.as_bytes()

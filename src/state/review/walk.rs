@@ -102,7 +102,9 @@ fn entries(fd: &OwnedFd) -> nix::Result<Vec<(OsString, Option<Type>)>> {
 }
 
 /// Whether the entry, or (for a directory) anything below it, changed at or after
-/// `since`. Never follows a symlink; an unreadable directory counts as changed.
+/// `since`. Never follows a symlink; an unreadable directory (one past the open-file
+/// limit too) counts as changed. Iterative: a tree of any depth the agent made cannot
+/// overflow the stack (a recursive walk aborted at 5,000 levels).
 fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
     let Ok(st) = lstat_at(dirfd, name) else {
         return false; // gone meanwhile
@@ -119,7 +121,31 @@ fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
     let Ok(list) = entries(&fd) else {
         return true;
     };
-    list.iter().any(|(n, _)| changed(fd.as_raw_fd(), n, since))
+    let mut stack = vec![(fd, list.into_iter())];
+    while let Some((fd, rest)) = stack.last_mut() {
+        let Some((n, _)) = rest.next() else {
+            stack.pop();
+            continue;
+        };
+        let raw = fd.as_raw_fd();
+        let Ok(st) = lstat_at(raw, n.as_os_str()) else {
+            continue;
+        };
+        if since.precedes(&st) {
+            return true;
+        }
+        if !is_dir(&st) {
+            continue;
+        }
+        let Ok(child) = open_dir(Some(raw), n.as_os_str()) else {
+            return true;
+        };
+        let Ok(list) = entries(&child) else {
+            return true;
+        };
+        stack.push((child, list.into_iter()));
+    }
+    false
 }
 
 /// Walks the work tree at `root` (its top-level `.claude`, a scratch directory, and
@@ -172,33 +198,37 @@ struct Walk<'a> {
     unread: &'a mut Vec<Unread>,
 }
 
+/// A directory the walk is in: its entries not looked at yet.
+struct Frame {
+    fd: OwnedFd,
+    path: PathBuf,
+    depth: usize,
+    in_claude_dir: bool,
+    /// A `.claude` directory that is itself new or renamed here makes its settings files
+    /// count as new, whatever their own ctime (a whole old directory moved into place).
+    claude_dir_new: bool,
+    rest: std::vec::IntoIter<(OsString, Option<Type>)>,
+}
+
 impl Walk<'_> {
+    /// Depth first with a stack of its own (a recursive walk overflowed the thread's stack
+    /// at 5,000 levels, and the review, every later one too, aborted before the rest of
+    /// the tree and the git dirs).
     fn walk(&mut self, fd: OwnedFd, path: PathBuf, depth: usize, in_claude_dir: bool) {
         let since = self.since;
-        let list = match entries(&fd) {
-            Ok(l) => l,
+        let mut stack = match self.enter(fd, path.clone(), depth, in_claude_dir) {
+            Ok(frame) => vec![frame],
             Err(error) => {
                 self.unread.push(Unread { path, error });
                 return;
             }
         };
-        let raw = fd.as_raw_fd();
-        // A `.claude` directory that is itself new or renamed here makes its settings files
-        // count as new, whatever their own ctime (a whole old directory moved into place).
-        let claude_dir_new = in_claude_dir && stat::fstat(raw).is_ok_and(|st| since.precedes(&st));
-        // A directory git's discovery takes for a bare repository (the top too: git looks
-        // there when the main .git is no valid git dir): judged as a nested git dir.
-        if review::bare_repo_shaped(|n| list.iter().any(|(x, _)| x == n)) {
-            let hits = judge(raw, GitDirKind::Nested, true, Some(since))
-                .into_iter()
-                .map(|h| Hit {
-                    reason: review::bare_repo_reason(&h.reason),
-                    ..h
-                })
-                .collect();
-            report_hits(raw, &path, hits, &mut *self.found);
-        }
-        for (name, kind) in list {
+        while let Some(top) = stack.last_mut() {
+            let Some((name, kind)) = top.rest.next() else {
+                stack.pop();
+                continue;
+            };
+            let (raw, depth, in_claude_dir) = (top.fd.as_raw_fd(), top.depth, top.in_claude_dir);
             if depth == 0 && (name == ".git" || review::is_claude_dir(&name)) {
                 continue;
             }
@@ -206,7 +236,7 @@ impl Walk<'_> {
                 let hit = match rule.pattern {
                     review::Pattern::NestedGit => nested_git(raw, &name, since, self.judged_there)
                         .map(|why| review::nested_reason(&why)),
-                    review::Pattern::InClaudeDir(_) => (claude_dir_new
+                    review::Pattern::InClaudeDir(_) => (top.claude_dir_new
                         || changed(raw, &name, since))
                     .then(|| rule.reason.to_string()),
                     _ => changed(raw, &name, since).then(|| rule.reason.to_string()),
@@ -214,7 +244,7 @@ impl Walk<'_> {
                 if let Some(reason) = hit {
                     (self.found)(Found {
                         dirfd: raw,
-                        dir: &path,
+                        dir: &top.path,
                         name: &name,
                         severity: rule.severity,
                         reason,
@@ -234,7 +264,7 @@ impl Walk<'_> {
                     let rule = review::CLAUDE_DIR_NOT_A_DIRECTORY;
                     (self.found)(Found {
                         dirfd: raw,
-                        dir: &path,
+                        dir: &top.path,
                         name: &name,
                         severity: rule.severity,
                         reason: rule.reason.to_string(),
@@ -242,21 +272,82 @@ impl Walk<'_> {
                 }
                 continue;
             }
-            match open_dir(Some(raw), name.as_os_str()) {
-                Ok(child) => self.walk(
-                    child,
-                    path.join(&name),
-                    depth + 1,
-                    review::is_claude_dir(&name),
-                ),
+            // Past the depth the walk goes to: a changed tree there is moved aside whole
+            // (with descriptors to spare for the move, under a 1,024 open-file limit).
+            if depth + 1 >= review::MAX_WALK_DEPTH {
+                if changed(raw, &name, since) {
+                    (self.found)(Found {
+                        dirfd: raw,
+                        dir: &top.path,
+                        name: &name,
+                        severity: Severity::High,
+                        reason: review::too_deep_to_walk_reason(),
+                    });
+                }
+                continue;
+            }
+            let opened = open_dir(Some(raw), name.as_os_str()).and_then(|child| {
+                let claude = review::is_claude_dir(&name);
+                self.enter(child, top.path.join(&name), depth + 1, claude)
+            });
+            match opened {
+                Ok(frame) => stack.push(frame),
                 // Replaced by a non-directory or removed meanwhile: nothing to walk.
                 Err(Errno::ENOTDIR | Errno::ENOENT | Errno::ELOOP) => {}
+                // Past the open-file limit (a tree deeper than it): what the session made
+                // there is not kept unlooked-at.
+                Err(Errno::EMFILE | Errno::ENFILE)
+                    if lstat_at(raw, name.as_os_str()).is_ok_and(|st| since.precedes(&st)) =>
+                {
+                    (self.found)(Found {
+                        dirfd: raw,
+                        dir: &top.path,
+                        name: &name,
+                        severity: Severity::High,
+                        reason: review::too_deep_to_walk_reason(),
+                    });
+                }
                 Err(error) => self.unread.push(Unread {
-                    path: path.join(&name),
+                    path: top.path.join(&name),
                     error,
                 }),
             }
         }
+    }
+
+    /// Lists a directory the walk goes into and judges it when git would take it for a
+    /// bare repository.
+    fn enter(
+        &mut self,
+        fd: OwnedFd,
+        path: PathBuf,
+        depth: usize,
+        in_claude_dir: bool,
+    ) -> nix::Result<Frame> {
+        let since = self.since;
+        let list = entries(&fd)?;
+        let raw = fd.as_raw_fd();
+        let claude_dir_new = in_claude_dir && stat::fstat(raw).is_ok_and(|st| since.precedes(&st));
+        // A directory git's discovery takes for a bare repository (the top too: git looks
+        // there when the main .git is no valid git dir): judged as a nested git dir.
+        if review::bare_repo_shaped(|n| list.iter().any(|(x, _)| x == n)) {
+            let hits = judge(raw, GitDirKind::Nested, true, Some(since))
+                .into_iter()
+                .map(|h| Hit {
+                    reason: review::bare_repo_reason(&h.reason),
+                    ..h
+                })
+                .collect();
+            report_hits(raw, &path, hits, &mut *self.found);
+        }
+        Ok(Frame {
+            fd,
+            path,
+            depth,
+            in_claude_dir,
+            claude_dir_new,
+            rest: list.into_iter(),
+        })
     }
 }
 

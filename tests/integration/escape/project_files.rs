@@ -395,6 +395,31 @@ fn plants() -> Vec<Plant> {
         },
     ));
     v.push(Plant {
+        // Unfixed, the review overflowed its stack and aborted (every later one too).
+        ended_by: Some("overflowed its stack"),
+        ..plant_case(
+            "a 5,000-level directory tree, then a rebase todo with an exec line: the review \
+             must not stop before the git dirs",
+            "python3 -c 'import os\nos.mkdir(\"deeptree\"); os.chdir(\"deeptree\")\n\
+             for i in range(5000):\n    os.mkdir(\"d\"); os.chdir(\"d\")' && \
+             mkdir -p .git/rebase-merge && printf 'pick 1 a\\nexec echo PLANTED\\n' \
+             > .git/rebase-merge/git-rebase-todo",
+            |a: &Arena| {
+                let todo = a.proj.join(".git/rebase-merge");
+                let landed = contains_planted(&todo.join("git-rebase-todo"));
+                let _ = fs::remove_dir_all(&todo);
+                // rm's walk, not std's recursive one (a test thread's stack).
+                let q = a.w.home().join(".claudebox/projects");
+                let _ = std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg("rm -rf \"$1\"/deeptree \"$2\"/*/quarantine")
+                    .args(["sh".as_ref(), a.proj.as_os_str(), q.as_os_str()])
+                    .status();
+                landed
+            },
+        )
+    });
+    v.push(Plant {
         linked: true,
         ..plant_case(
             "a work tree without .claude: create .claude/settings.json with a hook",

@@ -191,6 +191,14 @@ pub fn too_deep_to_walk_reason() -> String {
     )
 }
 
+/// Why a symlink made in the session that leads into claudebox's state is moved aside:
+/// the sandbox writes there too (the login directory is even mounted at its own path), so
+/// a host tool in the directory the link stands for (git's discovery from the real path,
+/// direnv, a host claude) would read files the review never walks.
+pub const INTO_STATE_WHY: &str = "a symlink into claudebox's state, which the sandbox \
+    writes and the review does not walk: git, direnv or claude started through it would \
+    read the agent's files there";
+
 /// Whether a directory name is a `.claude` directory (its settings files have rules).
 pub fn is_claude_dir(name: &OsStr) -> bool {
     name.as_bytes() == CLAUDE_DIR.as_bytes()

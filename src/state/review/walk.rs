@@ -156,16 +156,22 @@ fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
 ///
 /// `judged_there`: the directories (`modules/`, `worktrees/` of the common dir) whose git
 /// dirs [`git_dir`] judges; a gitlink file naming one of them is not judged again.
+///
+/// `state_dirs`: the directories a sandbox can write outside the work tree (claudebox's
+/// state home: the shared login directory, each project's claude-config and
+/// conversations); a symlink made during the session that leads into one is moved aside.
 pub fn work_tree(
     root: &Path,
     since: Since,
     judged_there: &[Ino],
+    state_dirs: &[Ino],
     found: &mut dyn FnMut(Found<'_>),
     unread: &mut Vec<Unread>,
 ) {
     let mut w = Walk {
         since,
         judged_there,
+        state_dirs,
         found,
         unread,
     };
@@ -194,6 +200,7 @@ pub fn dir_ino(p: &Path) -> Option<Ino> {
 struct Walk<'a> {
     since: Since,
     judged_there: &'a [Ino],
+    state_dirs: &'a [Ino],
     found: &'a mut dyn FnMut(Found<'_>),
     unread: &'a mut Vec<Unread>,
 }
@@ -268,6 +275,16 @@ impl Walk<'_> {
                         name: &name,
                         severity: rule.severity,
                         reason: rule.reason.to_string(),
+                    });
+                } else if kind.is_none_or(|k| k == Type::Symlink)
+                    && into_state(raw, &name, since, self.state_dirs)
+                {
+                    (self.found)(Found {
+                        dirfd: raw,
+                        dir: &top.path,
+                        name: &name,
+                        severity: Severity::High,
+                        reason: review::INTO_STATE_WHY.to_string(),
                     });
                 }
                 continue;
@@ -349,6 +366,28 @@ impl Walk<'_> {
             rest: list.into_iter(),
         })
     }
+}
+
+/// Whether `name` in `dirfd` is a symlink made at or after `since` that leads (through
+/// any chain) to a directory in or below one of `state_dirs`. The link is followed only
+/// to open its target as a path (`O_PATH`), nothing read through it.
+fn into_state(dirfd: RawFd, name: &OsStr, since: Since, state_dirs: &[Ino]) -> bool {
+    if state_dirs.is_empty() {
+        return false;
+    }
+    let Ok(st) = lstat_at(dirfd, name) else {
+        return false;
+    };
+    if st.st_mode & nix::libc::S_IFMT != nix::libc::S_IFLNK || !since.precedes(&st) {
+        return false;
+    }
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let Ok(fd) = fcntl::openat(Some(dirfd), name, flags, Mode::empty()) else {
+        return false; // dangling, or no directory
+    };
+    // SAFETY: openat just returned this descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    beneath(&fd, state_dirs)
 }
 
 /// The most of a file the review reads to judge it; a larger one is not judged, and so

@@ -394,6 +394,26 @@ fn plants() -> Vec<Plant> {
             ran
         },
     ));
+    v.push(plant_case(
+        "a symlink into the project's claude-config (the sandbox's ~/.claude, its host path \
+         in /proc/self/mountinfo), where a directory shaped as a bare repository waits: git \
+         status through the link runs it",
+        format!(
+            "c=$(awk -v m=\"$HOME/.claude\" '$5 == m {{print $4}}' /proc/self/mountinfo) && \
+             mkdir -p ~/.claude/bare-x && cd ~/.claude/bare-x && {} && \
+             cd \"$T_PROJ\" && ln -s \"$c/bare-x\" state-link",
+            bare_config("fsm-into-state")
+        ),
+        |a: &Arena| {
+            let ran = host_git_status_in(a, "state-link", "fsm-into-state");
+            let _ = fs::remove_file(a.proj.join("state-link"));
+            let projects = a.w.home().join(".claudebox/projects");
+            for e in fs::read_dir(projects).into_iter().flatten().flatten() {
+                let _ = fs::remove_dir_all(e.path().join("claude-config/bare-x"));
+            }
+            ran
+        },
+    ));
     v.push(Plant {
         // Unfixed, the review overflowed its stack and aborted (every later one too).
         ended_by: Some("overflowed its stack"),

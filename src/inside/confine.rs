@@ -83,6 +83,9 @@ pub struct Args {
     /// A git dir where the file supervisor refuses a `commondir` (`inside::notify`).
     #[arg(long = "guard-git-dir", value_name = "DIR")]
     pub guard_git_dir: Vec<PathBuf>,
+    /// A work tree's top where the file supervisor refuses a `HEAD` (`inside::notify`).
+    #[arg(long = "guard-work-tree", value_name = "DIR")]
+    pub guard_work_tree: Vec<PathBuf>,
     /// A read-only mount that must be at exactly this path.
     #[arg(long = "expect-ro", value_name = "PATH")]
     pub expect_ro: Vec<PathBuf>,
@@ -157,7 +160,7 @@ fn run(args: Args) -> Result<std::convert::Infallible> {
     }
     // Last before the command: this process forks; the parent becomes the file
     // supervisor, this one goes on under the notifying filter.
-    crate::inside::notify::start(&args.guard_git_dir)?;
+    crate::inside::notify::start(&args.guard_git_dir, &args.guard_work_tree)?;
     if args.default_signals {
         for sig in TERMINAL_SIGNALS {
             // SAFETY: SIG_DFL installs no handler.

@@ -44,7 +44,12 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use nix::libc;
 
-use crate::policy::confinement::{When, GUARDED_NAMES, NOTIFIED, NO_SUPERVISOR_ENV, NO_WALK_ENV};
+use crate::policy::confinement::{
+    When, GUARDED_NAMES, GUARDED_TOP_NAMES, NOTIFIED, NO_SUPERVISOR_ENV, NO_WALK_ENV,
+};
+
+/// A guarded directory: `(st_dev, st_ino)` and the names refused in it.
+type Guard = ((u64, u64), &'static [(&'static str, &'static str)]);
 
 /// Whether this kernel and host let the supervisor run: `Err(why not)`.
 pub fn available() -> std::result::Result<(), String> {
@@ -79,7 +84,7 @@ pub fn available() -> std::result::Result<(), String> {
 /// (the command's process, filtered), never in the parent (the supervisor exits with the
 /// command's status). Nothing to guard, the tests' switch, or a kernel without the
 /// mechanism: returns at once (the launch's inotify watch is the protection then).
-pub fn start(dirs: &[PathBuf]) -> Result<()> {
+pub fn start(dirs: &[PathBuf], tops: &[PathBuf]) -> Result<()> {
     if dirs.is_empty() || (cfg!(debug_assertions) && std::env::var_os(NO_SUPERVISOR_ENV).is_some())
     {
         return Ok(());
@@ -87,16 +92,17 @@ pub fn start(dirs: &[PathBuf]) -> Result<()> {
     if available().is_err() {
         return Ok(());
     }
-    let mut guards = Vec::new();
-    for d in dirs {
+    let mut guards: Vec<Guard> = Vec::new();
+    let tables = (dirs.iter().map(|d| (d, GUARDED_NAMES)))
+        .chain(tops.iter().map(|d| (d, GUARDED_TOP_NAMES)));
+    for (d, names) in tables {
         let f = open_path(libc::AT_FDCWD, d.as_os_str().as_bytes(), libc::O_NOFOLLOW)
             .map_err(std::io::Error::from_raw_os_error)
             .with_context(|| format!("cannot open {}", crate::policy::escape::shown(d)))?;
-        guards.push(
-            dev_ino(f.as_raw_fd())
-                .map_err(std::io::Error::from_raw_os_error)
-                .context("cannot stat a guarded git dir")?,
-        );
+        let id = dev_ino(f.as_raw_fd())
+            .map_err(std::io::Error::from_raw_os_error)
+            .context("cannot stat a guarded directory")?;
+        guards.push((id, names));
     }
     let prog = program();
     let (parent_end, child_end) = nix::sys::socket::socketpair(
@@ -261,7 +267,7 @@ const IGNORED: &[libc::c_int] = &[
 
 /// The supervisor's life: receive the listener, answer notifications, reap, and exit
 /// with the command's status.
-fn supervise(sock: OwnedFd, agent: libc::pid_t, guards: Vec<(u64, u64)>) -> Result<()> {
+fn supervise(sock: OwnedFd, agent: libc::pid_t, guards: Vec<Guard>) -> Result<()> {
     // SAFETY: prctl with integer arguments.
     unsafe {
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
@@ -522,7 +528,7 @@ fn split(path: &[u8]) -> Split {
 
 /// The supervisor's fixed state.
 struct Me {
-    guards: Vec<(u64, u64)>,
+    guards: Vec<Guard>,
     pid: libc::pid_t,
     /// The supervisor's own root: (mount id, device, inode).
     root: (u64, u64, u64),
@@ -538,7 +544,7 @@ struct Caller {
 }
 
 impl Me {
-    fn new(guards: Vec<(u64, u64)>) -> Result<Me> {
+    fn new(guards: Vec<Guard>) -> Result<Me> {
         Ok(Me {
             guards,
             // SAFETY: getpid takes no arguments.
@@ -782,10 +788,15 @@ impl Me {
     }
 
     fn guarded(&self, pfd: &OwnedFd, name: &[u8]) -> Res<bool> {
-        if !GUARDED_NAMES.iter().any(|(n, _)| n.as_bytes() == name) {
+        let named = |names: &[(&str, &str)]| names.iter().any(|(n, _)| n.as_bytes() == name);
+        if !named(GUARDED_NAMES) && !named(GUARDED_TOP_NAMES) {
             return Ok(false);
         }
-        Ok(self.guards.contains(&dev_ino(pfd.as_raw_fd())?))
+        let id = dev_ino(pfd.as_raw_fd())?;
+        Ok(self
+            .guards
+            .iter()
+            .any(|(g, names)| *g == id && named(names)))
     }
 
     /// Checks the caller is still the one that asked (after its memory and /proc

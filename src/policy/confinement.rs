@@ -139,6 +139,22 @@ pub const GUARDED_NAMES: &[(&str, &str)] = &[(
      next git status would run the agent's code",
 )];
 
+/// The names the file supervisor never lets appear at the work tree's top (the main
+/// checkout's): with one there, and `objects/` and `refs/` beside it, git's discovery
+/// takes the top for a bare repository as soon as the main `.git` is no valid git dir
+/// (its `HEAD`, which git writes, made no ref), and reads the top's `config` (measured
+/// with git 2.47: the host's git status at the top ran its core.fsmonitor while the
+/// sandbox ran, and the agent removed its files before the exit review).
+pub const GUARDED_TOP_NAMES: &[(&str, &str)] = &[(
+    "HEAD",
+    "git takes the work tree's top for a bare repository once .git is made invalid, and \
+     the host's next git status would run the fsmonitor of the top's config",
+)];
+
+/// `--guard-work-tree DIR`: the file supervisor refuses [`GUARDED_TOP_NAMES`] in DIR (the
+/// project's work tree top).
+pub const GUARD_TOP_FLAG: &str = "--guard-work-tree";
+
 /// When a call is handed to the file supervisor.
 pub enum When {
     /// Always (its flags are in memory, or every form of it makes a name).
@@ -346,17 +362,19 @@ impl Notified {
 }
 
 /// The `--dry-run` lines of the file supervisor, when one guards `dirs`.
-pub fn notify_lines(dirs: &[std::path::PathBuf]) -> Vec<String> {
+pub fn notify_lines(dirs: &[std::path::PathBuf], tops: &[std::path::PathBuf]) -> Vec<String> {
     if dirs.is_empty() {
         return Vec::new();
     }
     let mut out = vec![format!("supervisor\t{SUPERVISOR}")];
-    for (name, why) in GUARDED_NAMES {
-        for d in dirs {
-            out.push(format!(
-                "supervisor\trefuse {}/{name}: {why}",
-                crate::policy::escape::shown(d.as_os_str())
-            ));
+    for (names, dirs) in [(GUARDED_NAMES, dirs), (GUARDED_TOP_NAMES, tops)] {
+        for (name, why) in names {
+            for d in dirs {
+                out.push(format!(
+                    "supervisor\trefuse {}/{name}: {why}",
+                    crate::policy::escape::shown(d.as_os_str())
+                ));
+            }
         }
     }
     out.extend(NOTIFIED.iter().map(|r| format!("notify\t{}", r.shown())));

@@ -142,7 +142,9 @@ pub const GIT_DIR_FILES: &[GitDirFile] = &[
         code_bearing: true,
         guarding: Guarding::CaughtAfterLaunch,
         how: "modules/ and each existing entry pinned, their config and hooks read-only; a \
-              new one (git submodule add) judged at exit as Module",
+              new one (git submodule add) judged at exit as Module; a directory of modules/ \
+              nested deeper than the review looks (MODULES_DEPTH), which a .git file can \
+              name as well, is moved aside unjudged",
     },
     GitDirFile {
         path: "(the whole git dir of a repository nested in the work tree)",
@@ -156,6 +158,21 @@ pub const GIT_DIR_FILES: &[GitDirFile] = &[
         how: "existing ones at the top level and one level below vendor/, third_party/, ... \
               pinned with config and hooks read-only; one made during the session cannot \
               be foreseen by a mount: judged at exit as Nested",
+    },
+    GitDirFile {
+        path: "(a work-tree directory holding HEAD with objects/ and refs/, or with commondir)",
+        kinds: &[Nested],
+        git_does: "git's discovery takes it for a bare repository: git run in it or below it \
+                   (a shell prompt's git, git status in a subdirectory) uses it as its git dir \
+                   and reads its config (core.worktree gives it a work tree, whose \
+                   core.fsmonitor then runs); at the project's top too once the main .git is \
+                   no valid git dir (its HEAD, writable, not a ref: measured with git 2.47)",
+        code_bearing: true,
+        guarding: Guarding::CaughtAfterLaunch,
+        how: "any directory can take that shape, so no mount foresees it: the exit review \
+              judges each such directory of the work tree (its top included) as a nested \
+              repository's git dir, the files changed during the session, and moves the ones \
+              that bear code aside",
     },
     GitDirFile {
         path: "rebase-merge/git-rebase-todo",
@@ -206,12 +223,20 @@ pub const GIT_DIR_FILES: &[GitDirFile] = &[
         path: "HEAD, index, packed-refs, refs/, logs/, objects/, shallow, info/grafts, \
                FETCH_HEAD, ORIG_HEAD, MERGE_HEAD, COMMIT_EDITMSG",
         kinds: ALL,
-        git_does: "history and state, written by every commit and fetch",
+        git_does: "history and state, written by every commit and fetch; a HEAD that is no \
+                   ref makes git pass the git dir over and look at the work tree's top as a \
+                   bare repository (the row above judges that)",
         code_bearing: false,
         guarding: Guarding::NotCodeBearing,
         how: "nothing (writable: git works inside)",
     },
 ];
+
+/// How many directories deep the exit review looks for submodules' git dirs below
+/// `modules/` (a submodule's name may hold slashes); a directory below that which changed
+/// during the session is moved aside unjudged: a `.git` file anywhere in the work tree
+/// can name a git dir at any depth (`gitdir: ../.git/modules/a/a/.../x`).
+pub const MODULES_DEPTH: usize = 64;
 
 /// The files of a git dir of `kind` the exit review reads and hands to
 /// [`git_dir_finding`], from [`GIT_DIR_FILES`]: the code-bearing rows naming one file (or

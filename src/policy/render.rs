@@ -185,6 +185,10 @@ pub fn argv_with(plan: &Plan, rt: &Runtime) -> Vec<OsString> {
             a.push(confinement::GUARD_FLAG.into());
             a.push(dir.clone().into_os_string());
         }
+        for dir in &c.guard_work_tree {
+            a.push(confinement::GUARD_TOP_FLAG.into());
+            a.push(dir.clone().into_os_string());
+        }
         for check in &c.mount_checks {
             a.push(
                 if check.read_only {
@@ -357,7 +361,7 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
             out.extend_from_slice(l.as_bytes());
             out.push(b'\n');
         }
-        for l in crate::policy::confinement::notify_lines(&c.guard_git_dirs) {
+        for l in crate::policy::confinement::notify_lines(&c.guard_git_dirs, &c.guard_work_tree) {
             out.extend_from_slice(l.as_bytes());
             out.push(b'\n');
         }

@@ -137,6 +137,68 @@ pub fn work_tree_rule(name: &OsStr, depth: usize, in_claude_dir: bool) -> Option
         })
 }
 
+/// A `.claude` below the top that is no directory (a symlink): a host `claude` started in
+/// that directory follows it to the settings it names (measured with 2.1.330: a
+/// SessionStart hook in the target's `settings.json` ran), which the review's walk, never
+/// following a symlink, does not see as a `.claude` directory's.
+pub const CLAUDE_DIR_NOT_A_DIRECTORY: Rule = Rule {
+    pattern: Pattern::Name(CLAUDE_DIR),
+    severity: Severity::High,
+    reason: "a .claude that is no directory (a symlink): a host claude started in this \
+             directory follows it and runs the hooks, status line and MCP servers of the \
+             settings it leads to",
+};
+
+/// Whether a directory of the work tree is shaped as a bare repository to git's discovery
+/// (`is_git_directory` in git's setup.c): a `HEAD`, and `objects/` and `refs/`, or a
+/// `commondir` naming where those are. `has` says whether the directory holds a name.
+/// git run in such a directory, or below it with no `.git` between, uses it as its git
+/// dir and reads its `config`; at the project's top too, once the main `.git` is no valid
+/// git dir (policy::git_dir's row).
+pub fn bare_repo_shaped(has: impl Fn(&str) -> bool) -> bool {
+    has("HEAD") && (has("commondir") || (has("objects") && has("refs")))
+}
+
+/// The line for a file judged in a directory shaped as a bare repository.
+pub fn bare_repo_reason(finding: &str) -> String {
+    format!(
+        "a directory shaped as a bare repository (HEAD, objects/, refs/: git run in it, or at \
+         the top once .git is not valid, uses it as its git dir): {finding}"
+    )
+}
+
+/// The line for a directory below a git dir's `modules/` deeper than the review looks.
+pub fn too_deep_reason(depth: usize) -> String {
+    format!(
+        "deeper than {depth} directories below modules/, where the review does not judge \
+         submodules' git dirs (a .git file can name one there)"
+    )
+}
+
+/// How many directories deep below the work tree's top the exit review walks. The walk
+/// holds a descriptor per level (and `changed` one per level below a match), so a tree
+/// the agent made deeper than the open-file limit (1,024 by default) would leave the
+/// review unable to look, or to move anything aside; paths of real projects stay far
+/// shallower (PATH_MAX, 4,096 bytes, is about 2,000 levels of one-letter names).
+pub const MAX_WALK_DEPTH: usize = 256;
+
+/// The line for a directory deeper than the walk goes ([`MAX_WALK_DEPTH`], or past the
+/// open-file limit) in which something changed during the session.
+pub fn too_deep_to_walk_reason() -> String {
+    format!(
+        "a directory tree deeper than the review walks ({MAX_WALK_DEPTH} levels, or the \
+         open-file limit) that changed in the session: not looked into, so not kept"
+    )
+}
+
+/// Why a symlink made in the session that leads into claudebox's state is moved aside:
+/// the sandbox writes there too (the login directory is even mounted at its own path), so
+/// a host tool in the directory the link stands for (git's discovery from the real path,
+/// direnv, a host claude) would read files the review never walks.
+pub const INTO_STATE_WHY: &str = "a symlink into claudebox's state, which the sandbox \
+    writes and the review does not walk: git, direnv or claude started through it would \
+    read the agent's files there";
+
 /// Whether a directory name is a `.claude` directory (its settings files have rules).
 pub fn is_claude_dir(name: &OsStr) -> bool {
     name.as_bytes() == CLAUDE_DIR.as_bytes()
@@ -229,6 +291,19 @@ mod tests {
         // A nested .git, not the top one.
         assert_eq!(rule(".git", 1, false), Some(Severity::High));
         assert_eq!(rule(".git", 0, false), None);
+    }
+
+    #[test]
+    fn bare_repository_shapes() {
+        let has = |names: &'static [&'static str]| move |n: &str| names.contains(&n);
+        assert!(bare_repo_shaped(has(&[
+            "HEAD", "objects", "refs", "config"
+        ])));
+        assert!(bare_repo_shaped(has(&["HEAD", "commondir"])));
+        // Controls: what git's discovery does not take for a git dir.
+        assert!(!bare_repo_shaped(has(&["objects", "refs", "config"])));
+        assert!(!bare_repo_shaped(has(&["HEAD", "refs", "config"])));
+        assert!(!bare_repo_shaped(has(&["README", "src", "config"])));
     }
 
     #[test]

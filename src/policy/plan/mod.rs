@@ -264,6 +264,9 @@ pub struct Confine {
     /// project's metadata is left writable): no `commondir` can be made there
     /// (`policy::confinement::NOTIFIED`).
     pub guard_git_dirs: Vec<PathBuf>,
+    /// The work tree's top, where the supervisor refuses `confinement::GUARDED_TOP_NAMES`
+    /// (with the git dirs above; none without them).
+    pub guard_work_tree: Vec<PathBuf>,
 }
 
 /// The sockets the step inside opens for the proxy: the proxy port (allowlist mode), then
@@ -888,6 +891,10 @@ fn confinement(
             )
             .filter(|_| inp.protect_project_metadata)
             .cloned()
+            .collect(),
+        guard_work_tree: (inp.project.common_dir.iter())
+            .filter(|_| inp.protect_project_metadata)
+            .map(|_| inp.project.work_tree.clone())
             .collect(),
     }
 }

@@ -309,7 +309,17 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
             .flat_map(|c| ["modules", "worktrees"].map(|d| path(c).join(d)))
             .filter_map(|d| walk::dir_ino(&d))
             .collect();
-        walk::work_tree(&work_tree, since, &judged_there, &mut on_found, &mut unread);
+        // claudebox's state home (`projects/<id>` is two below it): the login directory
+        // and the project's claude-config and conversations, written from inside.
+        let state_dirs: Vec<walk::Ino> = walk::dir_ino(&st.dir.join("../..")).into_iter().collect();
+        walk::work_tree(
+            &work_tree,
+            since,
+            &judged_there,
+            &state_dirs,
+            &mut on_found,
+            &mut unread,
+        );
         if let Some(common) = &target.common_dir {
             walk::git_dir(&path(common), false, since, &mut on_found, &mut unread);
             if let Some(g) = &target.git_dir {
@@ -458,6 +468,7 @@ pub fn scan(target: &Target, since: Since) -> (usize, usize) {
     walk::work_tree(
         &path(&target.work_tree),
         since,
+        &[],
         &[],
         &mut |_| n += 1,
         &mut unread,

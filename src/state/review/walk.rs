@@ -19,7 +19,7 @@ use nix::errno::Errno;
 use nix::fcntl::{self, OFlag};
 use nix::sys::stat::{self, FileStat, Mode};
 
-use crate::policy::git_dir::{judged_files, GitDirKind};
+use crate::policy::git_dir::{judged_files, GitDirKind, MODULES_DEPTH};
 use crate::policy::review::{self, Severity};
 
 /// A point in the file system's clock: what a file's ctime is compared with.
@@ -102,7 +102,9 @@ fn entries(fd: &OwnedFd) -> nix::Result<Vec<(OsString, Option<Type>)>> {
 }
 
 /// Whether the entry, or (for a directory) anything below it, changed at or after
-/// `since`. Never follows a symlink; an unreadable directory counts as changed.
+/// `since`. Never follows a symlink; an unreadable directory (one past the open-file
+/// limit too) counts as changed. Iterative: a tree of any depth the agent made cannot
+/// overflow the stack (a recursive walk aborted at 5,000 levels).
 fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
     let Ok(st) = lstat_at(dirfd, name) else {
         return false; // gone meanwhile
@@ -119,7 +121,31 @@ fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
     let Ok(list) = entries(&fd) else {
         return true;
     };
-    list.iter().any(|(n, _)| changed(fd.as_raw_fd(), n, since))
+    let mut stack = vec![(fd, list.into_iter())];
+    while let Some((fd, rest)) = stack.last_mut() {
+        let Some((n, _)) = rest.next() else {
+            stack.pop();
+            continue;
+        };
+        let raw = fd.as_raw_fd();
+        let Ok(st) = lstat_at(raw, n.as_os_str()) else {
+            continue;
+        };
+        if since.precedes(&st) {
+            return true;
+        }
+        if !is_dir(&st) {
+            continue;
+        }
+        let Ok(child) = open_dir(Some(raw), n.as_os_str()) else {
+            return true;
+        };
+        let Ok(list) = entries(&child) else {
+            return true;
+        };
+        stack.push((child, list.into_iter()));
+    }
+    false
 }
 
 /// Walks the work tree at `root` (its top-level `.claude`, a scratch directory, and
@@ -130,16 +156,22 @@ fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
 ///
 /// `judged_there`: the directories (`modules/`, `worktrees/` of the common dir) whose git
 /// dirs [`git_dir`] judges; a gitlink file naming one of them is not judged again.
+///
+/// `state_dirs`: the directories a sandbox can write outside the work tree (claudebox's
+/// state home: the shared login directory, each project's claude-config and
+/// conversations); a symlink made during the session that leads into one is moved aside.
 pub fn work_tree(
     root: &Path,
     since: Since,
     judged_there: &[Ino],
+    state_dirs: &[Ino],
     found: &mut dyn FnMut(Found<'_>),
     unread: &mut Vec<Unread>,
 ) {
     let mut w = Walk {
         since,
         judged_there,
+        state_dirs,
         found,
         unread,
     };
@@ -168,25 +200,42 @@ pub fn dir_ino(p: &Path) -> Option<Ino> {
 struct Walk<'a> {
     since: Since,
     judged_there: &'a [Ino],
+    state_dirs: &'a [Ino],
     found: &'a mut dyn FnMut(Found<'_>),
     unread: &'a mut Vec<Unread>,
 }
 
+/// A directory the walk is in: its entries not looked at yet.
+struct Frame {
+    fd: OwnedFd,
+    path: PathBuf,
+    depth: usize,
+    in_claude_dir: bool,
+    /// A `.claude` directory that is itself new or renamed here makes its settings files
+    /// count as new, whatever their own ctime (a whole old directory moved into place).
+    claude_dir_new: bool,
+    rest: std::vec::IntoIter<(OsString, Option<Type>)>,
+}
+
 impl Walk<'_> {
+    /// Depth first with a stack of its own (a recursive walk overflowed the thread's stack
+    /// at 5,000 levels, and the review, every later one too, aborted before the rest of
+    /// the tree and the git dirs).
     fn walk(&mut self, fd: OwnedFd, path: PathBuf, depth: usize, in_claude_dir: bool) {
         let since = self.since;
-        let list = match entries(&fd) {
-            Ok(l) => l,
+        let mut stack = match self.enter(fd, path.clone(), depth, in_claude_dir) {
+            Ok(frame) => vec![frame],
             Err(error) => {
                 self.unread.push(Unread { path, error });
                 return;
             }
         };
-        let raw = fd.as_raw_fd();
-        // A `.claude` directory that is itself new or renamed here makes its settings files
-        // count as new, whatever their own ctime (a whole old directory moved into place).
-        let claude_dir_new = in_claude_dir && stat::fstat(raw).is_ok_and(|st| since.precedes(&st));
-        for (name, kind) in list {
+        while let Some(top) = stack.last_mut() {
+            let Some((name, kind)) = top.rest.next() else {
+                stack.pop();
+                continue;
+            };
+            let (raw, depth, in_claude_dir) = (top.fd.as_raw_fd(), top.depth, top.in_claude_dir);
             if depth == 0 && (name == ".git" || review::is_claude_dir(&name)) {
                 continue;
             }
@@ -194,7 +243,7 @@ impl Walk<'_> {
                 let hit = match rule.pattern {
                     review::Pattern::NestedGit => nested_git(raw, &name, since, self.judged_there)
                         .map(|why| review::nested_reason(&why)),
-                    review::Pattern::InClaudeDir(_) => (claude_dir_new
+                    review::Pattern::InClaudeDir(_) => (top.claude_dir_new
                         || changed(raw, &name, since))
                     .then(|| rule.reason.to_string()),
                     _ => changed(raw, &name, since).then(|| rule.reason.to_string()),
@@ -202,7 +251,7 @@ impl Walk<'_> {
                 if let Some(reason) = hit {
                     (self.found)(Found {
                         dirfd: raw,
-                        dir: &path,
+                        dir: &top.path,
                         name: &name,
                         severity: rule.severity,
                         reason,
@@ -217,24 +266,128 @@ impl Walk<'_> {
                 None => lstat_at(raw, name.as_os_str()).is_ok_and(|st| is_dir(&st)),
             };
             if !is_dir {
+                // A symlinked `.claude`: a host claude follows it, this walk does not.
+                if review::is_claude_dir(&name) && changed(raw, &name, since) {
+                    let rule = review::CLAUDE_DIR_NOT_A_DIRECTORY;
+                    (self.found)(Found {
+                        dirfd: raw,
+                        dir: &top.path,
+                        name: &name,
+                        severity: rule.severity,
+                        reason: rule.reason.to_string(),
+                    });
+                } else if kind.is_none_or(|k| k == Type::Symlink)
+                    && into_state(raw, &name, since, self.state_dirs)
+                {
+                    (self.found)(Found {
+                        dirfd: raw,
+                        dir: &top.path,
+                        name: &name,
+                        severity: Severity::High,
+                        reason: review::INTO_STATE_WHY.to_string(),
+                    });
+                }
                 continue;
             }
-            match open_dir(Some(raw), name.as_os_str()) {
-                Ok(child) => self.walk(
-                    child,
-                    path.join(&name),
-                    depth + 1,
-                    review::is_claude_dir(&name),
-                ),
+            // Past the depth the walk goes to: a changed tree there is moved aside whole
+            // (with descriptors to spare for the move, under a 1,024 open-file limit).
+            if depth + 1 >= review::MAX_WALK_DEPTH {
+                if changed(raw, &name, since) {
+                    (self.found)(Found {
+                        dirfd: raw,
+                        dir: &top.path,
+                        name: &name,
+                        severity: Severity::High,
+                        reason: review::too_deep_to_walk_reason(),
+                    });
+                }
+                continue;
+            }
+            let opened = open_dir(Some(raw), name.as_os_str()).and_then(|child| {
+                let claude = review::is_claude_dir(&name);
+                self.enter(child, top.path.join(&name), depth + 1, claude)
+            });
+            match opened {
+                Ok(frame) => stack.push(frame),
                 // Replaced by a non-directory or removed meanwhile: nothing to walk.
                 Err(Errno::ENOTDIR | Errno::ENOENT | Errno::ELOOP) => {}
+                // Past the open-file limit (a tree deeper than it): what the session made
+                // there is not kept unlooked-at.
+                Err(Errno::EMFILE | Errno::ENFILE)
+                    if lstat_at(raw, name.as_os_str()).is_ok_and(|st| since.precedes(&st)) =>
+                {
+                    (self.found)(Found {
+                        dirfd: raw,
+                        dir: &top.path,
+                        name: &name,
+                        severity: Severity::High,
+                        reason: review::too_deep_to_walk_reason(),
+                    });
+                }
                 Err(error) => self.unread.push(Unread {
-                    path: path.join(&name),
+                    path: top.path.join(&name),
                     error,
                 }),
             }
         }
     }
+
+    /// Lists a directory the walk goes into and judges it when git would take it for a
+    /// bare repository.
+    fn enter(
+        &mut self,
+        fd: OwnedFd,
+        path: PathBuf,
+        depth: usize,
+        in_claude_dir: bool,
+    ) -> nix::Result<Frame> {
+        let since = self.since;
+        let list = entries(&fd)?;
+        let raw = fd.as_raw_fd();
+        let claude_dir_new = in_claude_dir && stat::fstat(raw).is_ok_and(|st| since.precedes(&st));
+        // A directory git's discovery takes for a bare repository (the top too: git looks
+        // there when the main .git is no valid git dir): judged as a nested git dir.
+        if review::bare_repo_shaped(|n| list.iter().any(|(x, _)| x == n)) {
+            let hits = judge(raw, GitDirKind::Nested, true, Some(since))
+                .into_iter()
+                .map(|h| Hit {
+                    reason: review::bare_repo_reason(&h.reason),
+                    ..h
+                })
+                .collect();
+            report_hits(raw, &path, hits, &mut *self.found);
+        }
+        Ok(Frame {
+            fd,
+            path,
+            depth,
+            in_claude_dir,
+            claude_dir_new,
+            rest: list.into_iter(),
+        })
+    }
+}
+
+/// Whether `name` in `dirfd` is a symlink made at or after `since` that leads (through
+/// any chain) to a directory in or below one of `state_dirs`. The link is followed only
+/// to open its target as a path (`O_PATH`), nothing read through it.
+fn into_state(dirfd: RawFd, name: &OsStr, since: Since, state_dirs: &[Ino]) -> bool {
+    if state_dirs.is_empty() {
+        return false;
+    }
+    let Ok(st) = lstat_at(dirfd, name) else {
+        return false;
+    };
+    if st.st_mode & nix::libc::S_IFMT != nix::libc::S_IFLNK || !since.precedes(&st) {
+        return false;
+    }
+    let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
+    let Ok(fd) = fcntl::openat(Some(dirfd), name, flags, Mode::empty()) else {
+        return false; // dangling, or no directory
+    };
+    // SAFETY: openat just returned this descriptor.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    beneath(&fd, state_dirs)
 }
 
 /// The most of a file the review reads to judge it; a larger one is not judged, and so
@@ -564,11 +717,22 @@ fn modules(
     since: Since,
     found: &mut dyn FnMut(Found<'_>),
 ) {
-    if depth > 64 {
-        return;
-    }
     for (name, kind) in entries(&fd).unwrap_or_default() {
         if kind.is_some_and(|k| k != Type::Directory) {
+            continue;
+        }
+        // Past the depth looked at: what changed there is not kept unjudged (a .git file
+        // in the work tree can name a git dir at any depth).
+        if depth >= MODULES_DEPTH {
+            if changed(fd.as_raw_fd(), &name, since) {
+                found(Found {
+                    dirfd: fd.as_raw_fd(),
+                    dir: &path,
+                    name: &name,
+                    severity: Severity::High,
+                    reason: review::too_deep_reason(MODULES_DEPTH),
+                });
+            }
             continue;
         }
         let Ok(module) = open_dir(Some(fd.as_raw_fd()), name.as_os_str()) else {

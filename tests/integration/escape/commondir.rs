@@ -338,6 +338,69 @@ fn run_route(w: &World, proj: &Path, code: &str, supervisor: bool) -> (bool, Str
     (seen || left || ran, text)
 }
 
+/// The main `.git` made no valid git dir (its `HEAD`, which git writes, made no ref) and
+/// the top shaped as a bare repository whose config has a fsmonitor: git's discovery then
+/// takes the top for the git dir. Run while the sandbox runs: the agent waits for the
+/// host's `git status` (`.host-ran`), then removes it all before the exit review.
+const BARE_TOP: &str = r#"
+import os, time
+world = os.environ["T_WORLD"]
+saved = open(".git/HEAD").read()
+open(".git/HEAD", "w").write("garbage\n")
+for d in ("objects", "refs"):
+    os.makedirs(d, exist_ok=True)
+open("config", "w").write("[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n\tfsmonitor = \"touch %s/fsm-top; false\"\n" % world)
+try:
+    open("HEAD", "w").write("ref: refs/heads/main\n"); print("route result: made", flush=True)
+except OSError as e: print("route result:", e, flush=True)
+open(".planted", "w").close()
+for _ in range(300):
+    if os.path.exists(".host-ran"): break
+    time.sleep(0.05)
+open(".git/HEAD", "w").write(saved)
+for f in ("HEAD", "config", ".planted", ".host-ran"):
+    try: os.remove(f)
+    except OSError: pass
+for d in ("objects", "refs"):
+    os.rmdir(d)
+"#;
+
+/// [`BARE_TOP`] with the host's `git status` at the top while the sandbox runs: whether
+/// the planted fsmonitor ran.
+fn bare_top(w: &World, proj: &Path, supervisor: bool) -> (bool, String) {
+    let head = fs::read(proj.join(".git/HEAD")).unwrap();
+    let mut cmd = w.cmd(proj);
+    cmd.env("T_WORLD", w.root());
+    if !supervisor {
+        cmd.env("CLAUDEBOX_TEST_NO_FILE_SUPERVISOR", "1");
+    }
+    let child = cmd
+        .args(["--exec", "python3", "-c", BARE_TOP])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !proj.join(".planted").exists() && std::time::Instant::now() < end {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let marker = w.root().join("fsm-top");
+    let _ = Command::new("git")
+        .arg("-C")
+        .arg(proj)
+        .arg("status")
+        .env("HOME", w.home())
+        .output()
+        .unwrap();
+    let _ = fs::write(proj.join(".host-ran"), "");
+    let o = child.wait_with_output().unwrap();
+    let ran = marker.exists();
+    let _ = fs::remove_file(&marker);
+    fs::write(proj.join(".git/HEAD"), head).unwrap();
+    let text = format!("fsmonitor ran {ran}\n{}{}", stdout(&o), stderr(&o));
+    (ran, text)
+}
+
 fn arena() -> (World, PathBuf) {
     let w = World::new(BIN);
     let proj = w.dir("proj");
@@ -363,7 +426,31 @@ pub fn attempts() -> Vec<(&'static str, bool)> {
     for (name, planted) in other_git_dirs(&w, &proj, true) {
         v.push((name, planted));
     }
+    let (w, proj) = arena();
+    let (ran, text) = bare_top(&w, &proj, true);
+    if ran {
+        eprintln!("bare top: {text}");
+    }
+    v.push((
+        "the main .git/HEAD made no ref and the top shaped as a bare repository (HEAD, \
+         objects/, refs/, config) while the sandbox runs: the host's git status at the top",
+        ran,
+    ));
     v
+}
+
+/// Without the supervisor, the host's git status at the top runs the fsmonitor of
+/// [`BARE_TOP`]'s config while the sandbox runs (and the exit review finds nothing).
+#[test]
+fn controls_the_top_as_a_bare_repository_runs_without_the_supervisor() {
+    let (w, proj) = arena();
+    let (ran, text) = bare_top(&w, &proj, false);
+    assert!(ran, "{text}");
+    assert!(!stderr_has_review(&text), "{text}");
+}
+
+fn stderr_has_review(text: &str) -> bool {
+    text.contains("claudebox: review:")
 }
 
 /// The git dirs the supervisor guards besides the main one: an existing submodule's

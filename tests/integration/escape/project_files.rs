@@ -322,6 +322,123 @@ fn plants() -> Vec<Plant> {
             move |a: &Arena| host_git_status_runs(a, marker),
         ));
     }
+    // Found by the red-team pass on what the host runs (branch rtHost): a directory git's
+    // discovery takes for a bare repository, a symlinked .claude, a git dir deeper below
+    // modules/ than the review looked.
+    let bare_config = |marker: &str| {
+        format!(
+            "echo 'ref: refs/heads/main' > HEAD && mkdir -p objects refs && \
+             printf '[core]\\n\\trepositoryformatversion = 0\\n\\tbare = false\\n\\tworktree = .\\n\\t\
+             fsmonitor = \"touch %s/{marker}; false\"\\n' \"$T_WORLD\" > config"
+        )
+    };
+    v.push(plant_case(
+        "a subdirectory shaped as a bare repository (HEAD, objects/, refs/, a config with \
+         core.worktree and a fsmonitor): git status in it runs it",
+        format!(
+            "mkdir -p bare-sub && cd bare-sub && {}",
+            bare_config("fsm-bare-sub")
+        ),
+        |a: &Arena| {
+            let ran = host_git_status_in(a, "bare-sub", "fsm-bare-sub");
+            let _ = fs::remove_dir_all(a.proj.join("bare-sub"));
+            ran
+        },
+    ));
+    v.push(plant_case(
+        "the main .git/HEAD made no ref, the project's top shaped as a bare repository: \
+         git status at the top runs its config's fsmonitor",
+        format!(
+            "cp .git/HEAD head.saved && echo garbage > .git/HEAD && {}",
+            bare_config("fsm-bare-top")
+        ),
+        |a: &Arena| {
+            let ran = host_git_status_in(a, "", "fsm-bare-top");
+            // The arena's next attempts need its repository back.
+            let p = &a.proj;
+            if let Ok(head) = fs::read(p.join("head.saved")) {
+                fs::write(p.join(".git/HEAD"), head).unwrap();
+            }
+            for f in ["head.saved", "HEAD", "config"] {
+                let _ = fs::remove_file(p.join(f));
+            }
+            for d in ["objects", "refs"] {
+                let _ = fs::remove_dir_all(p.join(d));
+            }
+            ran
+        },
+    ));
+    v.push(plant_case(
+        "a symlinked sub/.claude whose target holds settings.json with a hook (a host claude \
+         in sub/ follows it)",
+        "mkdir -p deep/lnk deep/lnk-target && \
+         printf '{\"hooks\":{\"SessionStart\":[{\"hooks\":[{\"type\":\"command\",\"command\":\"echo PLANTED\"}]}]}}' \
+         > deep/lnk-target/settings.json && ln -s ../lnk-target deep/lnk/.claude",
+        |a: &Arena| {
+            let landed = contains_planted(&a.proj.join("deep/lnk/.claude/settings.json"));
+            let _ = fs::remove_file(a.proj.join("deep/lnk/.claude"));
+            landed
+        },
+    ));
+    v.push(plant_case(
+        "a git dir 70 levels below .git/modules/ named by a new .git file: git status there \
+         runs its fsmonitor",
+        "d=.git/modules; for i in $(seq 70); do d=$d/a; done; \
+         mkdir -p $d/objects $d/refs && echo 'ref: refs/heads/main' > $d/HEAD && \
+         printf '[core]\\n\\trepositoryformatversion = 0\\n\\tfsmonitor = \"touch %s/fsm-deep-module; false\"\\n' \
+         \"$T_WORLD\" > $d/config && mkdir -p deepmod && echo \"gitdir: ../$d\" > deepmod/.git",
+        |a: &Arena| {
+            let ran = host_git_status_in(a, "deepmod", "fsm-deep-module");
+            let _ = fs::remove_dir_all(a.proj.join("deepmod"));
+            let _ = fs::remove_dir_all(a.proj.join(".git/modules/a"));
+            ran
+        },
+    ));
+    v.push(plant_case(
+        "a symlink into the project's claude-config (the sandbox's ~/.claude, its host path \
+         in /proc/self/mountinfo), where a directory shaped as a bare repository waits: git \
+         status through the link runs it",
+        format!(
+            "c=$(awk -v m=\"$HOME/.claude\" '$5 == m {{print $4}}' /proc/self/mountinfo) && \
+             mkdir -p ~/.claude/bare-x && cd ~/.claude/bare-x && {} && \
+             cd \"$T_PROJ\" && ln -s \"$c/bare-x\" state-link",
+            bare_config("fsm-into-state")
+        ),
+        |a: &Arena| {
+            let ran = host_git_status_in(a, "state-link", "fsm-into-state");
+            let _ = fs::remove_file(a.proj.join("state-link"));
+            let projects = a.w.home().join(".claudebox/projects");
+            for e in fs::read_dir(projects).into_iter().flatten().flatten() {
+                let _ = fs::remove_dir_all(e.path().join("claude-config/bare-x"));
+            }
+            ran
+        },
+    ));
+    v.push(Plant {
+        // Unfixed, the review overflowed its stack and aborted (every later one too).
+        ended_by: Some("overflowed its stack"),
+        ..plant_case(
+            "a 5,000-level directory tree, then a rebase todo with an exec line: the review \
+             must not stop before the git dirs",
+            "python3 -c 'import os\nos.mkdir(\"deeptree\"); os.chdir(\"deeptree\")\n\
+             for i in range(5000):\n    os.mkdir(\"d\"); os.chdir(\"d\")' && \
+             mkdir -p .git/rebase-merge && printf 'pick 1 a\\nexec echo PLANTED\\n' \
+             > .git/rebase-merge/git-rebase-todo",
+            |a: &Arena| {
+                let todo = a.proj.join(".git/rebase-merge");
+                let landed = contains_planted(&todo.join("git-rebase-todo"));
+                let _ = fs::remove_dir_all(&todo);
+                // rm's walk, not std's recursive one (a test thread's stack).
+                let q = a.w.home().join(".claudebox/projects");
+                let _ = std::process::Command::new("sh")
+                    .arg("-c")
+                    .arg("rm -rf \"$1\"/deeptree \"$2\"/*/quarantine")
+                    .args(["sh".as_ref(), a.proj.as_os_str(), q.as_os_str()])
+                    .status();
+                landed
+            },
+        )
+    });
     v.push(Plant {
         linked: true,
         ..plant_case(
@@ -336,10 +453,15 @@ fn plants() -> Vec<Plant> {
 /// Whether the host's `git status` in the project makes `$T_WORLD/<marker>` (a planted
 /// fsmonitor ran); the marker is removed for the next attempt.
 fn host_git_status_runs(a: &Arena, marker: &str) -> bool {
+    host_git_status_in(a, "", marker)
+}
+
+/// The same in the project's directory `rel` (`""`: its top).
+fn host_git_status_in(a: &Arena, rel: &str, marker: &str) -> bool {
     let m = a.w.root().join(marker);
     let _ = std::process::Command::new("git")
         .arg("-C")
-        .arg(&a.proj)
+        .arg(a.proj.join(rel))
         .arg("status")
         .env("HOME", a.w.home())
         .output()

@@ -93,13 +93,30 @@ fn launch(w: &World, home: &Path, cwd: &Path, args: &[&str], script: &str) -> Ou
 
 /// A home outside /tmp (the world's is inside it, which would make `/tmp` a home-sized
 /// project and be refused for that).
-fn home_outside_tmp() -> tempfile::TempDir {
+fn home_outside_tmp() -> Home {
     let d = tempfile::Builder::new()
         .prefix("cbx-home-")
         .tempdir_in("/var/tmp")
         .unwrap();
     fs::create_dir_all(d.path().join(".claude")).unwrap();
-    d
+    Home(d.keep())
+}
+
+/// Removed with rm, not std's recursive removal: the review of a launch at /tmp moves
+/// aside what other programs changed there meanwhile into this home's quarantine, a tree
+/// of any depth (a 5,000-level one overflowed the test thread's stack).
+struct Home(PathBuf);
+
+impl Home {
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for Home {
+    fn drop(&mut self) {
+        let _ = Command::new("rm").arg("-rf").arg(&self.0).status();
+    }
 }
 
 /// A refusal is one line on stderr naming why; the launch did not run the script.

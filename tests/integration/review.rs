@@ -701,6 +701,11 @@ print("PLANTS", n, flush=True)
     }
     assert!(p.join("ready").exists(), "the agent did not start");
     for round in 0..rounds {
+        // Unprotected (the controls), stop at the first hit: a plant timed to one open of
+        // HEAD meets git's read of `commondir` in only a few of the rounds on a quiet machine.
+        if !protected && marker.exists() {
+            break;
+        }
         std::thread::sleep(std::time::Duration::from_millis(100));
         let _ = Command::new("git")
             .args(["status", "--short"])
@@ -728,6 +733,8 @@ print("PLANTS", n, flush=True)
 /// Control: with the opt-out every `git status` runs it.
 #[test]
 fn a_commondir_planted_for_a_moment_ends_the_sandbox_at_once() {
+    // Bound by time: the plant meets a host git only within milliseconds.
+    let _heavy = lab::heavy();
     let (runs, ended, text) = timed_commondir_plant(true, false, "0.003", 15);
     eprintln!("protected: {runs} of 15 git status ran the fsmonitor; ended {ended}");
     assert!(ended, "{text}");
@@ -740,8 +747,10 @@ fn a_commondir_planted_for_a_moment_ends_the_sandbox_at_once() {
         !ended && runs == 0 && text.contains("Operation not permitted"),
         "{text}"
     );
-    let (runs, ended, text) = timed_commondir_plant(false, false, "0.003", 15);
-    eprintln!("control: {runs} of 15 git status ran the fsmonitor");
+    // Up to 150 rounds, until the first hit: measured, 2 of 30 rounds hit on a quiet
+    // machine, and 15 once met none.
+    let (runs, ended, text) = timed_commondir_plant(false, false, "0.003", 150);
+    eprintln!("control: {runs} git status ran the fsmonitor (stopped at the first)");
     assert!(!ended && runs >= 1, "control: {runs} runs: {text}");
 }
 
@@ -757,7 +766,7 @@ fn timed_commondir_plant_figures() {
     ] {
         let (runs, ended, _) = timed_commondir_plant(protected, supervisor, hold, 30);
         println!(
-            "protected={protected} supervisor={supervisor} hold={hold}: {runs} of 30 ran the fsmonitor; ended {ended}"
+            "protected={protected} supervisor={supervisor} hold={hold}: {runs} of 30 ran the fsmonitor (unprotected: until the first); ended {ended}"
         );
     }
 }

@@ -15,6 +15,7 @@ mod host_writes;
 mod project_files;
 mod race;
 mod shared_dirs;
+mod shared_loopback;
 mod state_races;
 
 use std::fs;
@@ -754,6 +755,7 @@ const MORE: [&[(&str, Group)]; 3] = [
     &[
         ("state_races", state_races::attempts),
         ("gc_walk", gc_walk::attempts),
+        ("shared_loopback", shared_loopback::attempts),
     ],
     &[
         ("login_broker", crate::login_broker::attempts),
@@ -932,6 +934,7 @@ fn controls_show_the_attempts_can_succeed() {
     timed("host_writes", &host_writes::controls);
     timed("gc_walk", &gc_walk::controls);
     timed("state_races", &state_races::controls);
+    timed("shared_loopback", &shared_loopback::controls);
     drop(tmp);
     timed("shared_dirs", &shared_dirs::controls);
 }
@@ -953,4 +956,12 @@ fn a_symlink_at_a_protected_path_is_refused() {
     // The user can still opt out knowingly.
     let o = w.run_claude(&proj, ["--writable-project-config"], "echo STARTED");
     assert!(stdout(&o).contains("STARTED"), "{}", stderr(&o));
+}
+
+#[test]
+fn tmp_rt_shared_loopback() {
+    for (n, held) in shared_loopback::attempts() {
+        eprintln!("RESULT {n}: {held}");
+    }
+    shared_loopback::controls();
 }

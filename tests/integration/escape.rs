@@ -957,11 +957,3 @@ fn a_symlink_at_a_protected_path_is_refused() {
     let o = w.run_claude(&proj, ["--writable-project-config"], "echo STARTED");
     assert!(stdout(&o).contains("STARTED"), "{}", stderr(&o));
 }
-
-#[test]
-fn tmp_rt_shared_loopback() {
-    for (n, held) in shared_loopback::attempts() {
-        eprintln!("RESULT {n}: {held}");
-    }
-    shared_loopback::controls();
-}

@@ -411,7 +411,7 @@ fn from_host(mock: &MockApi, token: &str) -> String {
 import http.client, ssl, sys
 ctx = ssl.create_default_context(cafile=sys.argv[2])
 c = http.client.HTTPSConnection("127.0.0.1", int(sys.argv[1]), context=ctx, timeout=20)
-c.set_tunnel("api.anthropic.com", 443, headers=PA)
+c.set_tunnel("api.anthropic.com", 443)
 c.request("POST", "/v1/messages/count_tokens", body=b"{}",
           headers={"Authorization": "Bearer " + sys.argv[3], "Content-Type": "application/json"})
 print(c.getresponse().status)

@@ -9,7 +9,10 @@
 //! attempt got through when one of them waits more than [`HELD_AFTER`] or fails (B's
 //! claude would hang). Measured before the fix: both held B for as long as A ran (every
 //! request of B timed out). The test hands B's port to A rather than letting A scan the
-//! loopback, so that other tests' proxies running meanwhile are left alone.
+//! loopback, so that other tests' proxies running meanwhile are left alone. A third
+//! attempt goes through B's broker (CONNECT api.anthropic.com, TLS unchecked) with a
+//! request it refuses, whose path then was a line of B's `network-denied.log` (and of B's
+//! terminal with `--log-denied`): it got through when that line is there.
 //! Controls: the same attempts with the proxy serving requests without its secret and
 //! draining a refused connection two seconds per read (`CLAUDEBOX_TEST_PROXY_OPEN_TO_ALL`,
 //! debug builds) hold B.
@@ -25,7 +28,8 @@ const HELD_AFTER: f64 = 5.0;
 
 /// Project B: writes its proxy's port to `./port`, waits for `./go`, then makes three
 /// CONNECTs through its own proxy (with the credentials HTTPS_PROXY carries, as every
-/// client inside does) to the host's listener `$1`, each timed.
+/// client inside does) to the host's listener `$1`, each timed; it stops at the first
+/// that fails or waits more than `$2` seconds.
 const VICTIM: &str = r#"
 import base64, os, socket, sys, time, urllib.parse
 u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
@@ -48,8 +52,11 @@ for i in range(3):
         s.close()
         ok = r.startswith(b"HTTP/1.1 200")
         print("PROBE", "ok" if ok else "refused", "%.2f" % (time.time() - t), r[:20], flush=True)
+        if not ok or time.time() - t > float(sys.argv[2]):
+            break
     except OSError as e:
         print("PROBE failed %.2f" % (time.time() - t), e, flush=True)
+        break
     time.sleep(0.5)
 print("ATTEMPT-RAN")
 "#;
@@ -88,6 +95,22 @@ def one():
         return s
     except OSError:
         return None
+if kind == "denied-log":
+    import ssl
+    try:
+        s = socket.create_connection(("127.0.0.1", port), timeout=5)
+        s.sendall(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: api.anthropic.com:443\r\n\r\n")
+        r = s.recv(64)
+        print("HELD", r[:20], flush=True)
+        if r.startswith(b"HTTP/1.1 200"):
+            ctx = ssl.create_default_context(); ctx.check_hostname = False; ctx.verify_mode = ssl.CERT_NONE
+            t = ctx.wrap_socket(s, server_hostname="api.anthropic.com")
+            t.sendall(b"GET /A-WAS-HERE/x HTTP/1.1\r\nHost: api.anthropic.com\r\nAuthorization: Bearer x\r\n\r\n")
+            print("answer", t.recv(64), flush=True)
+    except OSError as e:
+        print("HELD none", e, flush=True)
+    while True:
+        time.sleep(1)
 held = [None] * 300
 lock = threading.Lock()
 def keep():
@@ -140,7 +163,7 @@ fn duel(kind: &str, protection_off: bool) -> (bool, String) {
         Reaped(c.spawn().unwrap())
     };
     let tport_s = tport.to_string();
-    let mut b = launch(&pb, VICTIM, &[&tport_s]);
+    let mut b = launch(&pb, VICTIM, &[&tport_s, &HELD_AFTER.to_string()]);
     let t = Instant::now();
     while !pb.join("port").exists() {
         assert!(t.elapsed() < Duration::from_secs(60), "B never started");
@@ -164,6 +187,16 @@ fn duel(kind: &str, protection_off: bool) -> (bool, String) {
         "B did not run to its end ({kind}):\nA: {first}\n{out}{err}"
     );
     let probes: Vec<&str> = out.lines().filter(|l| l.starts_with("PROBE")).collect();
+    if kind == "denied-log" {
+        // Another project's line in this project's log (and on its terminal with
+        // --log-denied).
+        let mut logs = String::new();
+        for e in fs::read_dir(w.state().join("projects")).unwrap().flatten() {
+            logs += &fs::read_to_string(e.path().join("network-denied.log")).unwrap_or_default();
+        }
+        let wrote = logs.contains("A-WAS-HERE");
+        return (wrote, format!("A: {first}log: {logs}"));
+    }
     let held = probes.iter().any(|l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         f.get(1) != Some(&"ok") || f.get(2).and_then(|s| s.parse::<f64>().ok()) > Some(HELD_AFTER)
@@ -171,23 +204,32 @@ fn duel(kind: &str, protection_off: bool) -> (bool, String) {
     (held, format!("A: {first}B: {}", probes.join("; ")))
 }
 
-const TUNNELS: &str = "shared loopback: another project's agent holds an open-mode sandbox's proxy with busy tunnels";
+const TUNNELS: &str =
+    "shared loopback: another project's agent holds an open-mode sandbox's proxy with busy tunnels";
+const DENIED_LOG: &str = "shared loopback: another project's agent writes a line into an open-mode sandbox's denied log through its broker";
 const TRICKLE: &str = "shared loopback: another project's agent holds an open-mode sandbox's proxy with refused requests that trickle";
 
 pub(super) fn attempts() -> Vec<(&'static str, bool)> {
-    [(TUNNELS, "tunnels"), (TRICKLE, "trickle")]
-        .into_iter()
-        .map(|(name, kind)| {
-            let (held, text) = duel(kind, false);
-            eprintln!("{name}: {text}");
-            (name, held)
-        })
-        .collect()
+    [
+        (TUNNELS, "tunnels"),
+        (TRICKLE, "trickle"),
+        (DENIED_LOG, "denied-log"),
+    ]
+    .into_iter()
+    .map(|(name, kind)| {
+        let (held, text) = duel(kind, false);
+        eprintln!("{name}: {text}");
+        (name, held)
+    })
+    .collect()
 }
 
 pub(super) fn controls() {
-    for kind in ["tunnels", "trickle"] {
+    for kind in ["tunnels", "trickle", "denied-log"] {
         let (held, text) = duel(kind, true);
-        assert!(held, "control ({kind}): B was not held: {text}");
+        assert!(
+            held,
+            "control ({kind}): the attempt did not get through: {text}"
+        );
     }
 }

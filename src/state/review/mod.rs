@@ -318,9 +318,14 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
         }
     }
     for Unread { path, error } in unread {
+        let why = if error == walk::TOO_DEEP {
+            format!("more than {} directories deep", walk::MAX_DEPTH)
+        } else {
+            error.to_string()
+        };
         let _ = writeln!(
             err,
-            "claudebox: review: warning: could not look into {} ({error}); check it by hand",
+            "claudebox: review: warning: could not look into {} ({why}); check it by hand",
             path.shown()
         );
     }

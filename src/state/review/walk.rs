@@ -58,6 +58,14 @@ pub struct Found<'a> {
 
 /// What the walk could not look at (a directory it could not open): reported, never
 /// silently skipped.
+/// How many directories deep the work tree is walked; a directory deeper is named as
+/// not looked into (a warning: check it by hand). Node's deepest `node_modules` chains
+/// are a few dozen levels.
+pub const MAX_DEPTH: usize = 256;
+
+/// The error an [`Unread`] directory deeper than [`MAX_DEPTH`] carries.
+pub const TOO_DEEP: Errno = Errno::ENAMETOOLONG;
+
 pub struct Unread {
     pub path: PathBuf,
     pub error: Errno,
@@ -174,6 +182,16 @@ struct Walk<'a> {
 
 impl Walk<'_> {
     fn walk(&mut self, fd: OwnedFd, path: PathBuf, depth: usize, in_claude_dir: bool) {
+        if depth > MAX_DEPTH && !crate::state::beneath::unbounded_walks() {
+            // Deeper is not walked: each level is a frame and a descriptor of this
+            // process (a chain of 30,000 directories made inside overflowed the stack,
+            // and every later launch, `--list` and `--check` with it).
+            self.unread.push(Unread {
+                path,
+                error: TOO_DEEP,
+            });
+            return;
+        }
         let since = self.since;
         let list = match entries(&fd) {
             Ok(l) => l,
@@ -587,5 +605,61 @@ fn modules(
         if let Ok(sub) = open_dir(Some(module.as_raw_fd()), "modules") {
             modules(sub, mpath.join("modules"), depth + 1, since, found);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `levels` directories `d/d/d/...` under `top`, made by descriptor (no path is
+    /// that long).
+    fn chain(top: &Path, levels: usize) {
+        let mut fd = open_dir(None, top).unwrap();
+        for _ in 0..levels {
+            nix::sys::stat::mkdirat(Some(fd.as_raw_fd()), "d", Mode::from_bits_truncate(0o700))
+                .unwrap();
+            fd = open_dir(Some(fd.as_raw_fd()), "d").unwrap();
+        }
+        nix::fcntl::openat(
+            Some(fd.as_raw_fd()),
+            ".mcp.json",
+            OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+    }
+
+    /// A chain of 30,000 directories (an agent's, in the project): the review names the
+    /// directory past the bound, unwalked, and goes on (the unbounded walk overflowed the
+    /// stack at about 5,400 levels in a debug build, and aborted the launch's review and
+    /// every later `--list`).
+    #[test]
+    fn a_chain_past_the_bound_is_named_not_walked() {
+        let t = tempfile::tempdir().unwrap();
+        let top = t.path().join("project");
+        std::fs::create_dir(&top).unwrap();
+        chain(&top, 30_000);
+        let mut found = 0;
+        let mut unread = Vec::new();
+        work_tree(
+            &top,
+            Since { sec: 0, nsec: 0 },
+            &[],
+            &mut |_| found += 1,
+            &mut unread,
+        );
+        assert_eq!(found, 0, "the .mcp.json lies past the bound");
+        assert_eq!(unread.len(), 1);
+        assert_eq!(unread[0].error, TOO_DEEP);
+        assert_eq!(
+            unread[0].path.components().count(),
+            top.components().count() + MAX_DEPTH + 1
+        );
+        // std's remove_dir_all (the temporary dir's) is recursive: beneath's is not.
+        crate::state::beneath::Dir::open(&top)
+            .unwrap()
+            .remove_all(Path::new("d"))
+            .unwrap();
     }
 }

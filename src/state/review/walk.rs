@@ -112,6 +112,15 @@ fn entries(fd: &OwnedFd) -> nix::Result<Vec<(OsString, Option<Type>)>> {
 /// Whether the entry, or (for a directory) anything below it, changed at or after
 /// `since`. Never follows a symlink; an unreadable directory counts as changed.
 fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
+    changed_below(dirfd, name, since, 0)
+}
+
+/// [`changed`] at `depth` below the matched entry: past [`MAX_DEPTH`] counts as changed
+/// (moved aside unjudged) rather than walked on, one stack frame a level.
+fn changed_below(dirfd: RawFd, name: &OsStr, since: Since, depth: usize) -> bool {
+    if depth > MAX_DEPTH {
+        return true;
+    }
     let Ok(st) = lstat_at(dirfd, name) else {
         return false; // gone meanwhile
     };
@@ -127,7 +136,8 @@ fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
     let Ok(list) = entries(&fd) else {
         return true;
     };
-    list.iter().any(|(n, _)| changed(fd.as_raw_fd(), n, since))
+    list.iter()
+        .any(|(n, _)| changed_below(fd.as_raw_fd(), n, since, depth + 1))
 }
 
 /// Walks the work tree at `root` (its top-level `.claude`, a scratch directory, and

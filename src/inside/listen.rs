@@ -32,17 +32,16 @@ pub fn hand_to_proxy(
         bail!("nothing to hand to the proxy");
     }
     let mut listeners = Vec::new();
+    let mut open_port = None;
     if let Some(port) = port {
         let l = TcpListener::bind((Ipv4Addr::LOCALHOST, port)).with_context(|| {
             format!("cannot open the proxy port 127.0.0.1:{port} in the sandbox")
         })?;
         if port == 0 {
             // Open mode (the login broker): a free port on the host's loopback, which the
-            // sandbox shares; the agent finds the proxy through HTTPS_PROXY.
-            let got = l.local_addr().context("the proxy port")?.port();
-            for (k, v) in crate::policy::network::open_proxy_env(got) {
-                std::env::set_var(k, v);
-            }
+            // sandbox shares; the agent finds the proxy through HTTPS_PROXY, set below
+            // with the proxy's secret once the proxy has sent it.
+            open_port = Some(l.local_addr().context("the proxy port")?.port());
         }
         listeners.push(l);
     }
@@ -70,8 +69,17 @@ pub fn hand_to_proxy(
             "allowlist mode works only when claudebox itself starts the sandbox",
         )
     })?;
-    if let Some(dir) = broker_dir {
-        receive_stand_in(fd, dir)?;
+    let secret = match broker_dir {
+        Some(dir) => receive_stand_in(fd, dir)?,
+        None => None,
+    };
+    if let Some(got) = open_port {
+        // Fail closed: a proxy on the shared loopback that anyone can use is not started.
+        let secret =
+            secret.context("the proxy sent no secret for its port on the shared loopback")?;
+        for (k, v) in crate::policy::network::open_proxy_env(got, &secret) {
+            std::env::set_var(k, v);
+        }
     }
     let _ = nix::unistd::close(fd);
     drop(listeners);
@@ -80,8 +88,8 @@ pub fn hand_to_proxy(
 
 /// The login broker's answer (`proxy::netbridge::send_stand_in`): the stand-in login and
 /// the certificate authority claude is to trust, written into `dir` (this sandbox's own
-/// tmpfs, claude's secure-storage dir).
-fn receive_stand_in(fd: RawFd, dir: &Path) -> Result<()> {
+/// tmpfs, claude's secure-storage dir). Returns the open-mode proxy's secret, when sent.
+fn receive_stand_in(fd: RawFd, dir: &Path) -> Result<Option<String>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let mut text = Vec::new();
@@ -128,5 +136,9 @@ fn receive_stand_in(fd: RawFd, dir: &Path) -> Result<()> {
             .and_then(|mut f| std::io::Write::write_all(&mut f, body.as_bytes()))
             .with_context(|| format!("cannot write {}", path.display()))?;
     }
-    Ok(())
+    // Hex only: it goes into a URL's user part unescaped.
+    Ok(v["proxy_secret"]
+        .as_str()
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_hexdigit()))
+        .map(str::to_string))
 }

@@ -612,8 +612,11 @@ pub const INTERNAL_PROXY: &str = "--internal-proxy";
 /// Open mode with the login broker: the variables the step inside sets once it has its
 /// port (any free one on the host's loopback): HTTPS only, so that plain HTTP and every
 /// other client keep going straight out as in open mode.
-pub fn open_proxy_env(port: u16) -> Vec<(&'static str, String)> {
-    let url = format!("http://127.0.0.1:{port}");
+/// The URL carries the proxy's secret (`http://claudebox:SECRET@127.0.0.1:PORT`): that
+/// port is on the loopback every open-mode sandbox and host process shares, and the proxy
+/// serves only requests that show it (see [`open_proxy_authorization`]).
+pub fn open_proxy_env(port: u16, secret: &str) -> Vec<(&'static str, String)> {
+    let url = format!("http://{OPEN_PROXY_USER}:{secret}@127.0.0.1:{port}");
     vec![
         ("HTTPS_PROXY", url.clone()),
         ("https_proxy", url),
@@ -621,6 +624,24 @@ pub fn open_proxy_env(port: u16) -> Vec<(&'static str, String)> {
         ("no_proxy", NO_PROXY.to_string()),
         ("NODE_USE_ENV_PROXY", "1".to_string()),
     ]
+}
+
+/// The user name in the open-mode proxy's URL (the password is its secret).
+pub const OPEN_PROXY_USER: &str = "claudebox";
+
+/// The `Proxy-Authorization` value the open-mode proxy requires of every request: Basic
+/// with [`OPEN_PROXY_USER`] and the secret, as clients make it from the proxy URL's user
+/// part (measured: Claude Code 2.1.197 and 2.1.330 send it on every `CONNECT`; curl,
+/// git and Python do too). Without it anything on the shared loopback could hold the
+/// proxy's connections (another project's agent keeping its tunnels busy) and leave this
+/// sandbox's claude waiting for ever.
+pub fn open_proxy_authorization(secret: &str) -> String {
+    use base64::Engine;
+    let pair = format!("{OPEN_PROXY_USER}:{secret}");
+    format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode(pair)
+    )
 }
 
 /// The proxy variables set inside in allowlist mode; `NODE_USE_ENV_PROXY` makes Node.js

@@ -426,7 +426,7 @@ pub fn dry_run(plan: &Plan) -> Vec<u8> {
             }
         }
         if proxy.open {
-            out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox (open mode, for the login broker): the sandbox's first step opens a free port on the shared loopback, hands it over descriptor 3 and sets HTTPS_PROXY to it; every host is let through unfiltered, except api.anthropic.com:443 (the broker)");
+            out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox (open mode, for the login broker): the sandbox's first step opens a free port on the shared loopback, hands it over descriptor 3 and sets HTTPS_PROXY to it with a secret of this sandbox, which the proxy requires of every request (anything on that loopback can reach the port); every host is let through unfiltered, except api.anthropic.com:443 (the broker)");
         } else if proxy.http_proxy {
             out.extend_from_slice(b"# proxy: started on the host by claudebox for the life of the sandbox; the sandbox's first step hands it 127.0.0.1:3128 over descriptor 3 (run alone, the command below fails closed); denied hosts go to ");
             out.extend_from_slice(&escape_bytes(proxy.denied_log.as_os_str().as_bytes()));

@@ -144,7 +144,7 @@ pub struct Broker {
 }
 
 /// `n` random bytes as hex, from the kernel.
-fn random_hex(n: usize) -> Result<String> {
+pub(crate) fn random_hex(n: usize) -> Result<String> {
     let mut b = vec![0u8; n];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut b))

@@ -69,6 +69,11 @@ pub const EVICT_AFTER: Duration = Duration::from_millis(250);
 pub const TUNNEL_IDLE_EVICT: Duration = Duration::from_secs(1);
 /// How often a full proxy looks again for a connection it may close.
 const EVICT_POLL: Duration = Duration::from_millis(50);
+/// The escape suite's control, in debug builds only: the open-mode proxy serves requests
+/// without its secret, and drains a refused connection two seconds per read (as before).
+pub const OPEN_TO_ALL_ENV: &str = "CLAUDEBOX_TEST_PROXY_OPEN_TO_ALL";
+/// How long a refused connection's unread bytes are drained, in all.
+const REFUSE_DRAIN: Duration = Duration::from_secs(2);
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 const STACK_SIZE: usize = 256 * 1024;
 /// Headers that belong to one hop and are not forwarded (RFC 9110 7.6.1).
@@ -97,6 +102,11 @@ pub struct Config {
     /// Open mode: the user's own proxy, which every host let through goes through
     /// (`CONNECT`) unless its `NO_PROXY` names the host.
     pub upstream: Option<Arc<upstream::UpstreamProxy>>,
+    /// Open mode: the `Proxy-Authorization` every request must carry
+    /// (`network::open_proxy_authorization`); a request without it is refused (407)
+    /// before anything is connected, so nothing else on the shared loopback can hold a
+    /// slot past its head.
+    pub authorization: Option<String>,
 }
 
 /// Serves `listener` until the process is killed (it dies with the sandbox).
@@ -443,6 +453,17 @@ fn handle(mut client: TcpStream, cfg: &Config) {
         Ok(None) => return,
         Err(r) => return refuse(client, r),
     };
+    if let Some(want) = &cfg.authorization {
+        if !authorized(&head, want) {
+            // Answered and closed at once, nothing drained: a client without the secret
+            // is no client of this sandbox, and must not hold a slot for a moment more.
+            let _ = client.write_all(
+                b"HTTP/1.1 407 Proxy Authentication Required\r\ncontent-length: 0\r\n\
+                  connection: close\r\nx-claudebox: this proxy serves one sandbox\r\n\r\n",
+            );
+            return;
+        }
+    }
     let rest = &buf[head.len..];
     let result = if head.method.eq_ignore_ascii_case("CONNECT") {
         tunnel(&mut client, cfg, &head, rest)
@@ -454,6 +475,21 @@ fn handle(mut client: TcpStream, cfg: &Config) {
         Ok(Some(upstream)) => pump(client, upstream),
         Ok(None) => {}
     }
+}
+
+/// Whether `head` carries the `Proxy-Authorization` value `want` (compared in time that
+/// does not depend on where they differ).
+fn authorized(head: &Head, want: &str) -> bool {
+    head.headers
+        .iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("proxy-authorization"))
+        .any(|(_, v)| {
+            v.len() == want.len()
+                && v.iter()
+                    .zip(want.bytes())
+                    .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+                    == 0
+        })
 }
 
 /// Reads until the end of the request head, which must be whole by `deadline`.
@@ -812,9 +848,29 @@ fn refuse(mut client: TcpStream, Reject(code, reason, mut body): Reject) {
     }
     let _ = client.shutdown(Shutdown::Write);
     // Drain briefly so that unread request bytes do not turn the close into a reset
-    // that would destroy the response before the client reads it.
-    let _ = client.set_read_timeout(Some(Duration::from_secs(2)));
-    let _ = io::copy(&mut (&client).take(1 << 20), &mut io::sink());
+    // that would destroy the response before the client reads it. Two seconds in all,
+    // not per read: a client trickling a byte a second would otherwise hold the slot.
+    if cfg!(debug_assertions) && std::env::var_os(OPEN_TO_ALL_ENV).is_some() {
+        // The escape suite's control: the drain as it was, two seconds per read.
+        let _ = client.set_read_timeout(Some(REFUSE_DRAIN));
+        let _ = io::copy(&mut (&client).take(1 << 20), &mut io::sink());
+        return;
+    }
+    let deadline = Instant::now() + REFUSE_DRAIN;
+    let mut buf = [0u8; 16 * 1024];
+    let mut left: usize = 1 << 20;
+    while left > 0 {
+        let wait = deadline.saturating_duration_since(Instant::now());
+        if wait.is_zero() || client.set_read_timeout(Some(wait)).is_err() {
+            return;
+        }
+        match (&client).read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => left = left.saturating_sub(n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }
 
 /// The denied log of this proxy process: its open file, its size, and when each kind
@@ -971,6 +1027,7 @@ mod tests {
             open: false,
             broker: None,
             upstream: None,
+            authorization: None,
         };
         let r = broker::Refused {
             code: 403,
@@ -997,6 +1054,35 @@ mod tests {
             lines[1].ends_with(" refused login broker 400 - -: malformed request"),
             "{log}"
         );
+    }
+
+    #[test]
+    fn only_the_exact_proxy_authorization_is_served() {
+        let want = network::open_proxy_authorization("00ff");
+        assert_eq!(want, "Basic Y2xhdWRlYm94OjAwZmY=");
+        let head = |h: &[(&str, &str)]| Head {
+            method: "CONNECT".into(),
+            target: "api.anthropic.com:443".into(),
+            headers: h
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.as_bytes().to_vec()))
+                .collect(),
+            len: 0,
+        };
+        assert!(authorized(
+            &head(&[("host", "x"), ("proxy-authorization", &want)]),
+            &want
+        ));
+        assert!(!authorized(&head(&[("host", "x")]), &want));
+        assert!(!authorized(
+            &head(&[("proxy-authorization", "Basic Y2xhdWRlYm94OjAwZmY")]),
+            &want
+        ));
+        let other = network::open_proxy_authorization("00fe");
+        assert!(!authorized(
+            &head(&[("proxy-authorization", &other)]),
+            &want
+        ));
     }
 
     #[test]

@@ -231,6 +231,14 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     } else {
         None
     };
+    // Open mode: the port is on the shared loopback; only requests with this secret
+    // (which the step inside puts in HTTPS_PROXY) are served.
+    let open_to_all = cfg!(debug_assertions) && std::env::var_os(proxy::OPEN_TO_ALL_ENV).is_some();
+    let open_secret = if args.open {
+        Some(proxy::broker::random_hex(16)?)
+    } else {
+        None
+    };
     let config = || proxy::Config {
         allowlist: allowlist.clone(),
         denied_log: denied_log.clone(),
@@ -238,6 +246,10 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
         open: args.open,
         broker: broker.clone(),
         upstream: upstream.clone(),
+        authorization: open_secret
+            .as_deref()
+            .filter(|_| !open_to_all)
+            .map(network::open_proxy_authorization),
     };
     let served = receive_listeners(&ctl).and_then(|listeners| {
         if let Some(why) = &broken {
@@ -245,7 +257,7 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
             bail!("the login broker: {why}");
         }
         if let Some(b) = &broker {
-            send_stand_in(&ctl, b)?;
+            send_stand_in(&ctl, b, open_secret.as_deref())?;
         }
         drop(ctl);
         // The same list the plan made: the addresses and their fixed host targets.
@@ -290,8 +302,12 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
 
 /// Sends the sandbox's step inside what it writes for claude: the broker's certificate
 /// authority and the stand-in login, as one JSON object, then the end of the stream.
-fn send_stand_in(ctl: &OwnedFd, b: &proxy::broker::Broker) -> Result<()> {
+/// In open mode also the secret the proxy's URL carries.
+fn send_stand_in(ctl: &OwnedFd, b: &proxy::broker::Broker, secret: Option<&str>) -> Result<()> {
     let mut msg = serde_json::json!({ "ca": b.ca_pem });
+    if let Some(s) = secret {
+        msg["proxy_secret"] = s.into();
+    }
     if b.lends_login() {
         msg["credentials"] = b.stand_in_credentials()?.into();
     }

@@ -24,7 +24,7 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, SystemTime};
 
-use rustix::fs::{AtFlags, Mode, OFlags, ResolveFlags, CWD};
+use rustix::fs::{AtFlags, Mode, OFlags, RenameFlags, ResolveFlags, CWD};
 use rustix::io::Errno;
 
 // Re-exported: `stat` and `kind` return rustix's types, named here so that callers need
@@ -526,8 +526,73 @@ fn list(d: BorrowedFd) -> io::Result<Vec<(OsString, FileType)>> {
     Ok(out)
 }
 
-/// Empties the directory `name` in `parent`, by descriptor.
+/// How deep [`remove_tree`] goes before it moves a directory up to the top one.
+const HOIST_AT: usize = 64;
+
+/// The escape suite's control, in debug builds only: `CLAUDEBOX_TEST_UNBOUNDED_WALKS`
+/// makes [`remove_tree`] hold a descriptor per level (no hoisting) and the exit review
+/// walk any depth, as before.
+pub fn unbounded_walks() -> bool {
+    cfg!(debug_assertions) && std::env::var_os("CLAUDEBOX_TEST_UNBOUNDED_WALKS").is_some()
+}
+
+/// Empties the directory `name` in `parent`, by descriptor. Iterative, and past
+/// [`HOIST_AT`] levels a directory is first moved up into the top one: a chain of
+/// directories as deep as the agent likes (30,000 made inside) costs neither stack
+/// (the recursive walk before overflowed it and aborted `--gc`) nor more than
+/// [`HOIST_AT`] descriptors (one per level failed with EMFILE past the open-files limit).
 fn remove_tree(parent: BorrowedFd, name: &OsStr) -> io::Result<()> {
+    /// A directory being emptied: its descriptor, its name in the one above, the entries
+    /// still to remove.
+    struct Level {
+        dir: OwnedFd,
+        name: OsString,
+        left: Vec<(OsString, FileType)>,
+    }
+    let top = open_to_empty(parent, name)?;
+    let left = list(top.as_fd())?;
+    let mut levels = vec![Level {
+        dir: top,
+        name: name.to_os_string(),
+        left,
+    }];
+    while let Some(last) = levels.len().checked_sub(1) {
+        let Some((n, t)) = levels[last].left.pop() else {
+            let done = levels.pop();
+            if let (Some(done), Some(up)) = (done, levels.last()) {
+                drop(done.dir);
+                rustix::fs::unlinkat(&up.dir, &done.name, AtFlags::REMOVEDIR).map_err(err)?;
+            }
+            continue;
+        };
+        if t == FileType::Directory && levels.len() >= HOIST_AT && !unbounded_walks() {
+            // Moved up to the top directory (a rename between two descriptors of this
+            // tree) and emptied from there: the descriptors held stay under HOIST_AT.
+            let (dir, top) = (levels[last].dir.as_fd(), levels[0].dir.as_fd());
+            let mut k = 0u64;
+            let hoisted = loop {
+                let to = OsString::from(format!(".claudebox-deep-{k}"));
+                match rustix::fs::renameat_with(dir, &n, top, &to, RenameFlags::NOREPLACE) {
+                    Ok(()) => break to,
+                    Err(Errno::EXIST) => k += 1,
+                    Err(e) => return Err(err(e)),
+                }
+            };
+            levels[0].left.push((hoisted, t));
+        } else if t == FileType::Directory {
+            let dir = open_to_empty(levels[last].dir.as_fd(), &n)?;
+            let left = list(dir.as_fd())?;
+            levels.push(Level { dir, name: n, left });
+        } else {
+            rustix::fs::unlinkat(&levels[last].dir, &n, AtFlags::empty()).map_err(err)?;
+        }
+    }
+    Ok(())
+}
+
+/// Opens the directory `name` in `parent` to empty it (never through a symlink),
+/// giving its owner the rights to first when it lacks them.
+fn open_to_empty(parent: BorrowedFd, name: &OsStr) -> io::Result<OwnedFd> {
     let open = || {
         rustix::fs::openat(
             parent,
@@ -555,15 +620,7 @@ fn remove_tree(parent: BorrowedFd, name: &OsStr) -> io::Result<()> {
     if st.st_mode & 0o700 != 0o700 {
         rustix::fs::fchmod(&d, Mode::from_raw_mode((st.st_mode | 0o700) & 0o7777)).map_err(err)?;
     }
-    for (n, t) in list(d.as_fd())? {
-        if t == FileType::Directory {
-            remove_tree(d.as_fd(), &n)?;
-            rustix::fs::unlinkat(&d, &n, AtFlags::REMOVEDIR).map_err(err)?;
-        } else {
-            rustix::fs::unlinkat(&d, &n, AtFlags::empty()).map_err(err)?;
-        }
-    }
-    Ok(())
+    Ok(d)
 }
 
 fn libc_eacces() -> i32 {

@@ -8,6 +8,7 @@ mod claude_home;
 mod codex_home;
 mod commondir;
 mod credentials;
+mod deep_tree;
 mod gc_walk;
 mod gpu;
 mod host_ports;
@@ -15,6 +16,7 @@ mod host_writes;
 mod project_files;
 mod race;
 mod shared_dirs;
+mod shared_loopback;
 mod state_races;
 
 use std::fs;
@@ -750,10 +752,12 @@ const MORE: [&[(&str, Group)]; 3] = [
         ("race", race::attempts),
         ("host_writes", host_writes::attempts),
         ("codex_home", codex_home::attempts_more),
+        ("deep_tree", deep_tree::attempts),
     ],
     &[
         ("state_races", state_races::attempts),
         ("gc_walk", gc_walk::attempts),
+        ("shared_loopback", shared_loopback::attempts),
     ],
     &[
         ("login_broker", crate::login_broker::attempts),
@@ -932,6 +936,8 @@ fn controls_show_the_attempts_can_succeed() {
     timed("host_writes", &host_writes::controls);
     timed("gc_walk", &gc_walk::controls);
     timed("state_races", &state_races::controls);
+    timed("shared_loopback", &shared_loopback::controls);
+    timed("deep_tree", &deep_tree::controls);
     drop(tmp);
     timed("shared_dirs", &shared_dirs::controls);
 }

@@ -291,11 +291,15 @@ print("STAND-IN", own)
 other = sys.argv[1] if len(sys.argv) > 1 else own
 port = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1])
 print("PORT", port)
+# Open mode: the proxy serves only requests with the secret its URL carries.
+import base64, urllib.parse
+u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+PA = {"Proxy-Authorization": "Basic " + base64.b64encode(("%s:%s" % (u.username, u.password)).encode()).decode()} if u.username else {}
 ctx = ssl.create_default_context(cafile=os.environ["NODE_EXTRA_CA_CERTS"])
 def post(name, token, host=None, path="/v1/messages/count_tokens"):
     try:
         c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=20)
-        c.set_tunnel("api.anthropic.com", 443)
+        c.set_tunnel("api.anthropic.com", 443, headers=PA)
         c.putrequest("POST", path, skip_host=host is not None)
         if host is not None:
             c.putheader("Host", host)
@@ -310,14 +314,14 @@ def post(name, token, host=None, path="/v1/messages/count_tokens"):
 def connect(name, target):
     try:
         s = socket.create_connection(("127.0.0.1", port), timeout=20)
-        s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (target, target)).encode())
+        s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n%s\r\n" % (target, target, "".join("%s: %s\r\n" % kv for kv in PA.items()))).encode())
         print(name, s.recv(64).split(b" ")[1].decode())
     except Exception as e:
         print(name, "error", type(e).__name__)
 def raw(name, data):
     try:
         c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=20)
-        c.set_tunnel("api.anthropic.com", 443)
+        c.set_tunnel("api.anthropic.com", 443, headers=PA)
         c.connect()
         c.sock.sendall(data)
         r = http.client.HTTPResponse(c.sock)
@@ -1577,8 +1581,9 @@ fn the_broker_goes_through_the_users_own_proxy() {
     let o = agent::output_within(&mut cmd, LIMIT).unwrap();
     let out = lab::stdout(&o);
     assert!(
-        out.contains("PROXY http://127.0.0.1:")
-            && !out.contains(&format!("PROXY http://127.0.0.1:{}\n", proxy.port)),
+        out.contains("PROXY http://claudebox:")
+            && out.contains("@127.0.0.1:")
+            && !out.contains(&format!("@127.0.0.1:{}\n", proxy.port)),
         "inside, HTTPS_PROXY is the broker's: {out}"
     );
     assert_eq!(
@@ -1622,11 +1627,14 @@ import json, os, socket, ssl, sys, time
 login = json.load(open(os.path.join(os.environ["CLAUDE_SECURESTORAGE_CONFIG_DIR"], ".credentials.json")))
 token = login["claudeAiOauth"]["accessToken"].encode()
 port = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1])
+import base64, urllib.parse
+u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+PA = b"proxy-authorization: Basic " + base64.b64encode(("%s:%s" % (u.username, u.password)).encode()) + b"\r\n" if u.username else b""
 ctx = ssl.create_default_context(cafile=os.environ["NODE_EXTRA_CA_CERTS"])
 def one(req):
     t = time.perf_counter()
     s = socket.create_connection(("127.0.0.1", port), timeout=20)
-    s.sendall(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\nhost: api.anthropic.com:443\r\n\r\n")
+    s.sendall(b"CONNECT api.anthropic.com:443 HTTP/1.1\r\nhost: api.anthropic.com:443\r\n" + PA + b"\r\n")
     head = b""
     while not head.endswith(b"\r\n\r\n"):
         head += s.recv(1)

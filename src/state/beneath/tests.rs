@@ -135,3 +135,43 @@ fn paths_with_parents_and_chmod_work() {
     d.remove_file(p("sessions/.a.tmp.1.0")).unwrap();
     assert!(d.entries(p("sessions")).unwrap().is_empty());
 }
+
+/// A chain of 30,000 directories (an agent's, in its conversations), a file at every
+/// level: removed whole (the recursive walk overflowed the stack and aborted `--gc`; one
+/// descriptor per level fails with EMFILE past the open-files limit, 20,000 for root
+/// here and 1,024 for an ordinary user).
+#[test]
+fn a_chain_deeper_than_the_open_files_limit_is_removed() {
+    let (t, d, outside) = setup();
+    let inner = t.path().join("state");
+    std::fs::create_dir(inner.join("deep")).unwrap();
+    let mut fd = rustix::fs::open(
+        inner.join("deep"),
+        OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .unwrap();
+    for _ in 0..30_000 {
+        rustix::fs::mkdirat(&fd, "d", Mode::from_raw_mode(0o700)).unwrap();
+        drop(
+            rustix::fs::openat(
+                &fd,
+                "f",
+                OFlags::CREATE | OFlags::WRONLY | OFlags::CLOEXEC,
+                Mode::from_raw_mode(0o600),
+            )
+            .unwrap(),
+        );
+        fd = rustix::fs::openat(
+            &fd,
+            "d",
+            OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .unwrap();
+    }
+    drop(fd);
+    d.remove_all(Path::new("deep")).unwrap();
+    assert!(!inner.join("deep").exists());
+    assert!(outside.exists());
+}

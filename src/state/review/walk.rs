@@ -753,3 +753,62 @@ fn modules(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `levels` directories `d/d/d/...` under `top`, made by descriptor (no path is
+    /// that long).
+    fn chain(top: &Path, levels: usize) {
+        let mut fd = open_dir(None, top).unwrap();
+        for _ in 0..levels {
+            nix::sys::stat::mkdirat(Some(fd.as_raw_fd()), "d", Mode::from_bits_truncate(0o700))
+                .unwrap();
+            fd = open_dir(Some(fd.as_raw_fd()), "d").unwrap();
+        }
+        nix::fcntl::openat(
+            Some(fd.as_raw_fd()),
+            ".mcp.json",
+            OFlag::O_CREAT | OFlag::O_WRONLY | OFlag::O_CLOEXEC,
+            Mode::from_bits_truncate(0o600),
+        )
+        .unwrap();
+    }
+
+    /// A chain of 30,000 directories (an agent's, in the project): the review finds the
+    /// directory at the bound and hands it over to be moved aside whole, unwalked (the
+    /// recursive walk overflowed the stack at about 5,400 levels in a debug build, and
+    /// aborted the launch's review and every later `--list`).
+    #[test]
+    fn a_chain_past_the_bound_is_named_not_walked() {
+        let t = tempfile::tempdir().unwrap();
+        let top = t.path().join("project");
+        std::fs::create_dir(&top).unwrap();
+        chain(&top, 30_000);
+        let mut found = Vec::new();
+        let mut unread = Vec::new();
+        work_tree(
+            &top,
+            Since { sec: 0, nsec: 0 },
+            &[],
+            &[],
+            &mut |f| {
+                found.push((f.dir.components().count(), f.reason));
+            },
+            &mut unread,
+        );
+        assert!(unread.is_empty(), "{}", unread.len());
+        assert_eq!(found.len(), 1, "the chain, once, at the bound");
+        assert_eq!(
+            found[0].0,
+            top.components().count() + review::MAX_WALK_DEPTH - 1
+        );
+        assert_eq!(found[0].1, review::too_deep_to_walk_reason());
+        // std's remove_dir_all (the temporary dir's) is recursive: beneath's is not.
+        crate::state::beneath::Dir::open(&top)
+            .unwrap()
+            .remove_all(Path::new("d"))
+            .unwrap();
+    }
+}

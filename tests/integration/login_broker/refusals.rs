@@ -20,11 +20,14 @@ import http.client, json, os, ssl
 login = json.load(open(os.path.join(os.environ["CLAUDE_SECURESTORAGE_CONFIG_DIR"], ".credentials.json")))
 own = login["claudeAiOauth"]["accessToken"]
 port = int(os.environ["HTTPS_PROXY"].rsplit(":", 1)[1])
+import base64, urllib.parse
+u = urllib.parse.urlsplit(os.environ["HTTPS_PROXY"])
+PA = {"Proxy-Authorization": "Basic " + base64.b64encode(("%s:%s" % (u.username, u.password)).encode()).decode()} if u.username else {}
 ctx = ssl.create_default_context(cafile=os.environ["NODE_EXTRA_CA_CERTS"])
 def send(name, path):
     try:
         c = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=20)
-        c.set_tunnel("api.anthropic.com", 443)
+        c.set_tunnel("api.anthropic.com", 443, headers=PA)
         c.connect()
         body = b"{}"
         c.sock.sendall(b"POST " + path + b" HTTP/1.1\r\nHost: api.anthropic.com\r\n"

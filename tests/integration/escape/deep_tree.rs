@@ -1,5 +1,8 @@
-//! Host-side walks over what a sandbox writes, against a chain of 30,000 directories the
-//! agent makes (by descriptor: no path is that long). The exit review walks the project,
+//! Host-side walks over what a sandbox writes, against a chain of 8,000 directories the
+//! agent makes (by descriptor: no path is that long; 8,000 is past the 5,400 levels where
+//! the recursive walk overflowed a debug build's stack, and past the open-file limit of
+//! the open-file limit (1,024) `--gc` runs with here; the helper's first runs used
+//! 30,000, five times as slow). The exit review walks the project,
 //! and `--gc` empties the conversations: each was recursive with no bound, one stack frame
 //! and one descriptor per level. Measured before the fix: the launcher's exit review
 //! overflowed its stack (SIGABRT), left its pending record, and every later launch of
@@ -14,11 +17,11 @@
 
 use super::*;
 
-/// `python3 -c CHAIN DIR`: 30,000 directories `d/d/...` under DIR, one file in each.
+/// `python3 -c CHAIN DIR`: 8,000 directories `d/d/...` under DIR, one file in each.
 const CHAIN: &str = r#"
 import os, sys
 fd = os.open(sys.argv[1], os.O_RDONLY | os.O_DIRECTORY)
-for i in range(30000):
+for i in range(8000):
     os.mkdir("d", dir_fd=fd)
     os.close(os.open("f", os.O_CREAT | os.O_WRONLY, dir_fd=fd))
     nfd = os.open("d", os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
@@ -56,6 +59,21 @@ fn raised(c: &mut Command) -> &mut Command {
             use nix::sys::resource::{getrlimit, setrlimit, Resource};
             let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
             setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
+            Ok(())
+        })
+    }
+}
+
+/// Runs `c` with its open-files limit lowered to 1,024 (the usual default).
+fn lowered(c: &mut Command) -> &mut Command {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: only getrlimit and setrlimit run between fork and exec, both plain
+    // system calls that allocate nothing.
+    unsafe {
+        c.pre_exec(|| {
+            use nix::sys::resource::{getrlimit, setrlimit, Resource};
+            let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
+            setrlimit(Resource::RLIMIT_NOFILE, 1024.min(hard), hard)?;
             Ok(())
         })
     }
@@ -107,6 +125,9 @@ fn gc(unbounded: bool) -> (bool, String) {
     rm_rf(&p);
     let mut c = w.cmd(&w.work());
     c.args(["--gc", "--gc-margin", "0"]);
+    // At the usual open-file limit (1,024; a shell's here may be 20,000, past the chain):
+    // one descriptor a level, as before, runs out of them.
+    lowered(&mut c);
     if unbounded {
         c.env("CLAUDEBOX_TEST_UNBOUNDED_WALKS", "1");
     }
@@ -122,8 +143,8 @@ fn gc(unbounded: bool) -> (bool, String) {
 }
 
 const REVIEW: &str =
-    "a chain of 30,000 directories in the project aborts the exit review, later launches and --list";
-const GC: &str = "a chain of 30,000 directories in the conversations makes --gc fail";
+    "a chain of 8,000 directories in the project aborts the exit review, later launches and --list";
+const GC: &str = "a chain of 8,000 directories in the conversations makes --gc fail";
 
 pub(super) fn attempts() -> Vec<(&'static str, bool)> {
     let (r, said) = review();

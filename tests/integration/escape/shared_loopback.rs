@@ -64,7 +64,8 @@ print("ATTEMPT-RAN")
 /// Project A: holds up to 300 connections to the proxy on port `$2`, of kind `$1`
 /// (`tunnels`: CONNECT to a listener of A's own, a byte each 0.2 s; `trickle`: a request
 /// the proxy refuses, then a byte each 0.5 s), re-opening those the proxy closes. Prints
-/// `HELD <n>` after the first round, then goes on until killed.
+/// `HELD <n>` after the first round (it ends at the first connection not taken), then goes
+/// on until killed.
 const ATTACKER: &str = r#"
 import selectors, socket, sys, threading, time
 kind, port = sys.argv[1], int(sys.argv[2])
@@ -130,6 +131,10 @@ while True:
             s = one()
             with lock:
                 held[i] = s
+            # The first round ends at the first connection the proxy does not take (a
+            # full proxy makes each further one wait for its 2 s timeout: 88 s in all).
+            if first and s is None:
+                break
     if first:
         print("HELD", sum(1 for h in held if h), flush=True)
         first = False

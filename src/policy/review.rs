@@ -53,6 +53,7 @@ pub struct Rule {
 }
 
 const LEFTHOOK_ENDINGS: &[&str] = &[".yml", ".yaml", ".toml", ".json"];
+const TOML: &[&str] = &[".toml"];
 
 /// The work tree's rules, in addition to `WORK_TREE_ENTRIES` (all of which apply at any
 /// depth: a host tool started in a subdirectory reads them there too).
@@ -93,6 +94,26 @@ pub const WORK_TREE_RULES: &[Rule] = &[
         pattern: Pattern::Name(".mise"),
         severity: Severity::High,
         reason: "mise reads its config and tasks from it",
+    },
+    // mise's other config files by its documented names: local (`mise.local.toml`), per
+    // environment (`mise.<env>.toml`), and rtx's, its former name (`.rtx.toml`).
+    Rule {
+        pattern: Pattern::Family("mise.", TOML),
+        severity: Severity::High,
+        reason: "mise reads it as config (local or per environment): its tasks and env hooks \
+                 run when a shell enters the directory",
+    },
+    Rule {
+        pattern: Pattern::Family(".mise.", TOML),
+        severity: Severity::High,
+        reason: "mise reads it as config (local or per environment): its tasks and env hooks \
+                 run when a shell enters the directory",
+    },
+    Rule {
+        pattern: Pattern::Family(".rtx.", TOML),
+        severity: Severity::High,
+        reason: "mise (formerly rtx) reads it as config: its tasks and env hooks run when a \
+                 shell enters the directory",
     },
     Rule {
         pattern: Pattern::Name(".tool-versions"),
@@ -271,6 +292,11 @@ mod tests {
             "mise.toml",
             ".mise",
             ".tool-versions",
+            "mise.local.toml",
+            ".mise.local.toml",
+            "mise.production.toml",
+            ".rtx.toml",
+            ".rtx.local.toml",
         ] {
             assert_eq!(rule(n, 0, false), Some(Severity::High), "{n}");
             assert_eq!(rule(n, 7, false), Some(Severity::High), "{n}");
@@ -280,6 +306,8 @@ mod tests {
             "main.rs",
             "settings.json",
             "lefthook.md",
+            "mise.md",
+            "promise.toml",
             ".gitmodules",
             "README",
         ] {

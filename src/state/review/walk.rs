@@ -249,13 +249,7 @@ impl Walk<'_> {
                     _ => changed(raw, &name, since).then(|| rule.reason.to_string()),
                 };
                 if let Some(reason) = hit {
-                    (self.found)(Found {
-                        dirfd: raw,
-                        dir: &top.path,
-                        name: &name,
-                        severity: rule.severity,
-                        reason,
-                    });
+                    self.report(raw, &top.path, &name, rule.severity, reason);
                 }
                 // A matched entry is not walked (a nested .git's files are git's).
                 continue;
@@ -269,23 +263,23 @@ impl Walk<'_> {
                 // A symlinked `.claude`: a host claude follows it, this walk does not.
                 if review::is_claude_dir(&name) && changed(raw, &name, since) {
                     let rule = review::CLAUDE_DIR_NOT_A_DIRECTORY;
-                    (self.found)(Found {
-                        dirfd: raw,
-                        dir: &top.path,
-                        name: &name,
-                        severity: rule.severity,
-                        reason: rule.reason.to_string(),
-                    });
+                    self.report(
+                        raw,
+                        &top.path,
+                        &name,
+                        rule.severity,
+                        rule.reason.to_string(),
+                    );
                 } else if kind.is_none_or(|k| k == Type::Symlink)
                     && into_state(raw, &name, since, self.state_dirs)
                 {
-                    (self.found)(Found {
-                        dirfd: raw,
-                        dir: &top.path,
-                        name: &name,
-                        severity: Severity::High,
-                        reason: review::INTO_STATE_WHY.to_string(),
-                    });
+                    self.report(
+                        raw,
+                        &top.path,
+                        &name,
+                        Severity::High,
+                        review::INTO_STATE_WHY.to_string(),
+                    );
                 }
                 continue;
             }
@@ -293,13 +287,13 @@ impl Walk<'_> {
             // (with descriptors to spare for the move, under a 1,024 open-file limit).
             if depth + 1 >= review::MAX_WALK_DEPTH {
                 if changed(raw, &name, since) {
-                    (self.found)(Found {
-                        dirfd: raw,
-                        dir: &top.path,
-                        name: &name,
-                        severity: Severity::High,
-                        reason: review::too_deep_to_walk_reason(),
-                    });
+                    self.report(
+                        raw,
+                        &top.path,
+                        &name,
+                        Severity::High,
+                        review::too_deep_to_walk_reason(),
+                    );
                 }
                 continue;
             }
@@ -316,13 +310,13 @@ impl Walk<'_> {
                 Err(Errno::EMFILE | Errno::ENFILE)
                     if lstat_at(raw, name.as_os_str()).is_ok_and(|st| since.precedes(&st)) =>
                 {
-                    (self.found)(Found {
-                        dirfd: raw,
-                        dir: &top.path,
-                        name: &name,
-                        severity: Severity::High,
-                        reason: review::too_deep_to_walk_reason(),
-                    });
+                    self.report(
+                        raw,
+                        &top.path,
+                        &name,
+                        Severity::High,
+                        review::too_deep_to_walk_reason(),
+                    );
                 }
                 Err(error) => self.unread.push(Unread {
                     path: top.path.join(&name),
@@ -330,6 +324,24 @@ impl Walk<'_> {
                 }),
             }
         }
+    }
+
+    /// Hands `name` in `dirfd` (the directory `dir`) to `found`.
+    fn report(
+        &mut self,
+        dirfd: RawFd,
+        dir: &Path,
+        name: &OsStr,
+        severity: Severity,
+        reason: String,
+    ) {
+        (self.found)(Found {
+            dirfd,
+            dir,
+            name,
+            severity,
+            reason,
+        });
     }
 
     /// Lists a directory the walk goes into and judges it when git would take it for a

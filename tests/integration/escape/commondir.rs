@@ -292,11 +292,8 @@ impl Watch {
 /// host's git ran the fsmonitor; what the route and claudebox said).
 fn run_route(w: &World, proj: &Path, code: &str, supervisor: bool) -> (bool, String) {
     let watch = Watch::new(&proj.join(".git"));
-    let mut cmd = w.cmd(proj);
+    let mut cmd = sandbox(w, proj, supervisor);
     cmd.env("T_WORLD", w.root());
-    if !supervisor {
-        cmd.env("CLAUDEBOX_TEST_NO_FILE_SUPERVISOR", "1");
-    }
     let o = cmd
         .args(["--exec", "python3", "-c", &format!("{PREPARE}\n{code}")])
         .output()
@@ -304,13 +301,7 @@ fn run_route(w: &World, proj: &Path, code: &str, supervisor: bool) -> (bool, Str
     let seen = watch.finish();
     let left = fs::symlink_metadata(proj.join(".git/commondir")).is_ok();
     let marker = w.root().join("fsm-ran");
-    let _ = Command::new("git")
-        .arg("-C")
-        .arg(proj)
-        .arg("status")
-        .env("HOME", w.home())
-        .output()
-        .unwrap();
+    host_git_status(w, proj);
     let ran = marker.exists();
     // Clean up for the next route: whatever was planted, moved aside, or prepared.
     let _ = fs::remove_file(&marker);
@@ -369,11 +360,8 @@ for d in ("objects", "refs"):
 /// the planted fsmonitor ran.
 fn bare_top(w: &World, proj: &Path, supervisor: bool) -> (bool, String) {
     let head = fs::read(proj.join(".git/HEAD")).unwrap();
-    let mut cmd = w.cmd(proj);
+    let mut cmd = sandbox(w, proj, supervisor);
     cmd.env("T_WORLD", w.root());
-    if !supervisor {
-        cmd.env("CLAUDEBOX_TEST_NO_FILE_SUPERVISOR", "1");
-    }
     let child = cmd
         .args(["--exec", "python3", "-c", BARE_TOP])
         .stdout(Stdio::piped())
@@ -385,13 +373,7 @@ fn bare_top(w: &World, proj: &Path, supervisor: bool) -> (bool, String) {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let marker = w.root().join("fsm-top");
-    let _ = Command::new("git")
-        .arg("-C")
-        .arg(proj)
-        .arg("status")
-        .env("HOME", w.home())
-        .output()
-        .unwrap();
+    host_git_status(w, proj);
     let _ = fs::write(proj.join(".host-ran"), "");
     let o = child.wait_with_output().unwrap();
     let ran = marker.exists();
@@ -399,6 +381,26 @@ fn bare_top(w: &World, proj: &Path, supervisor: bool) -> (bool, String) {
     fs::write(proj.join(".git/HEAD"), head).unwrap();
     let text = format!("fsmonitor ran {ran}\n{}{}", stdout(&o), stderr(&o));
     (ran, text)
+}
+
+/// claudebox in `proj`, with the file supervisor or (the controls) without it.
+fn sandbox(w: &World, proj: &Path, supervisor: bool) -> Command {
+    let mut cmd = w.cmd(proj);
+    if !supervisor {
+        cmd.env("CLAUDEBOX_TEST_NO_FILE_SUPERVISOR", "1");
+    }
+    cmd
+}
+
+/// The host's `git status` at the project's top (whatever a planted config makes it run).
+fn host_git_status(w: &World, proj: &Path) {
+    let _ = Command::new("git")
+        .arg("-C")
+        .arg(proj)
+        .arg("status")
+        .env("HOME", w.home())
+        .output()
+        .unwrap();
 }
 
 fn arena() -> (World, PathBuf) {
@@ -487,10 +489,7 @@ fn other_git_dirs_arena() -> (World, PathBuf) {
 
 /// Each of [`OTHER_GIT_DIRS`]: (attempt, whether a commondir was made there).
 fn other_git_dirs(w: &World, proj: &Path, supervisor: bool) -> Vec<(&'static str, bool)> {
-    let mut cmd = w.cmd(proj);
-    if !supervisor {
-        cmd.env("CLAUDEBOX_TEST_NO_FILE_SUPERVISOR", "1");
-    }
+    let mut cmd = sandbox(w, proj, supervisor);
     let script = OTHER_GIT_DIRS
         .iter()
         .map(|(_, d)| format!("echo ../../../evil > '{d}/commondir' && echo made-in '{d}'"))

@@ -13,7 +13,7 @@
 //! descriptor per level as before, and it fails. The recursive review walk is gone from
 //! the code, so the review's control is the plant past the bound surviving without the
 //! review (`project_files`' deep tree, `--writable-project-config`). The review's
-//! launches run with the open-files limit raised to the hard one (see [`raised`]).
+//! launches run with the open-files limit raised to the hard one (see [`nofile`]).
 
 use super::*;
 
@@ -46,34 +46,19 @@ fn rm_rf(p: &Path) {
     assert!(o.status.success(), "rm -rf: {}", stderr(&o));
 }
 
-/// Runs `c` with its open-files limit raised to the hard one (root's here is 20,000; an
-/// ordinary user's 1,024 ends the unbounded walk with EMFILE at about 1,000 levels,
-/// before the stack: the user whose limit is raised, as in many containers, is the one
-/// the attempt reaches).
-fn raised(c: &mut Command) -> &mut Command {
+/// Runs `c` with its open-files limit at `soft` (at most the hard one): the hard one for
+/// the review (root's here is 20,000; an ordinary user's 1,024 ends the unbounded walk
+/// with EMFILE at about 1,000 levels, before the stack: the user whose limit is raised, as
+/// in many containers, is the one the attempt reaches), 1,024 (the usual default) for gc.
+fn nofile(c: &mut Command, soft: u64) -> &mut Command {
     use std::os::unix::process::CommandExt;
     // SAFETY: only getrlimit and setrlimit run between fork and exec, both plain
     // system calls that allocate nothing.
     unsafe {
-        c.pre_exec(|| {
+        c.pre_exec(move || {
             use nix::sys::resource::{getrlimit, setrlimit, Resource};
             let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
-            setrlimit(Resource::RLIMIT_NOFILE, hard, hard)?;
-            Ok(())
-        })
-    }
-}
-
-/// Runs `c` with its open-files limit lowered to 1,024 (the usual default).
-fn lowered(c: &mut Command) -> &mut Command {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: only getrlimit and setrlimit run between fork and exec, both plain
-    // system calls that allocate nothing.
-    unsafe {
-        c.pre_exec(|| {
-            use nix::sys::resource::{getrlimit, setrlimit, Resource};
-            let (_, hard) = getrlimit(Resource::RLIMIT_NOFILE)?;
-            setrlimit(Resource::RLIMIT_NOFILE, 1024.min(hard), hard)?;
+            setrlimit(Resource::RLIMIT_NOFILE, soft.min(hard), hard)?;
             Ok(())
         })
     }
@@ -92,8 +77,8 @@ fn review() -> (bool, String) {
     let (w, p) = world();
     let mut c = w.cmd(&p);
     c.args(["--exec", "python3", "-c", CHAIN, "."]);
-    let launch = raised(&mut c).output().unwrap();
-    let list = raised(w.cmd(&p).arg("--list")).output().unwrap();
+    let launch = nofile(&mut c, u64::MAX).output().unwrap();
+    let list = nofile(w.cmd(&p).arg("--list"), u64::MAX).output().unwrap();
     let failed = !launch.status.success() || !list.status.success();
     rm_rf(&p);
     // The chain, moved aside, is in the project's state now.
@@ -127,7 +112,7 @@ fn gc(unbounded: bool) -> (bool, String) {
     c.args(["--gc", "--gc-margin", "0"]);
     // At the usual open-file limit (1,024; a shell's here may be 20,000, past the chain):
     // one descriptor a level, as before, runs out of them.
-    lowered(&mut c);
+    nofile(&mut c, 1024);
     if unbounded {
         c.env("CLAUDEBOX_TEST_UNBOUNDED_WALKS", "1");
     }

@@ -69,6 +69,9 @@ pub const EVICT_AFTER: Duration = Duration::from_millis(250);
 pub const TUNNEL_IDLE_EVICT: Duration = Duration::from_secs(1);
 /// How often a full proxy looks again for a connection it may close.
 const EVICT_POLL: Duration = Duration::from_millis(50);
+/// How long a full proxy waits for a slot to come back after it closed a connection for
+/// room before it closes another (the handler's end frees it).
+const EVICT_SETTLE: Duration = Duration::from_secs(1);
 /// The escape suite's control, in debug builds only: the open-mode proxy serves requests
 /// without its secret, and drains a refused connection two seconds per read (as before).
 pub const OPEN_TO_ALL_ENV: &str = "CLAUDEBOX_TEST_PROXY_OPEN_TO_ALL";
@@ -215,25 +218,28 @@ impl Tunnels {
         let id = SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let active = Arc::new(std::sync::atomic::AtomicU64::new(clock()));
         let cap = TUNNEL_CAP.get().copied().unwrap_or(MAX_CONNECTIONS);
-        let over = {
-            let mut open = TUNNELS.lock().unwrap_or_else(|e| e.into_inner());
-            open.push((id, active.clone(), a.as_raw_fd(), b.as_raw_fd()));
-            open.len().saturating_sub(cap)
-        };
-        for _ in 0..over {
-            if !Tunnels::evict_idlest(Some(id)) {
-                break;
-            }
-        }
+        // Counted and evicted under one lock: tunnels entering at once each see the
+        // others' entries, so together they evict only what is over the cap (counted
+        // outside it, each evicted for all, and the flood's 256 CONNECTs left 210 of
+        // 224 tunnels open).
+        let mut open = TUNNELS.lock().unwrap_or_else(|e| e.into_inner());
+        open.push((id, active.clone(), a.as_raw_fd(), b.as_raw_fd()));
+        while open.len() > cap && Tunnels::evict_idlest_in(&mut open, Some(id)) {}
+        drop(open);
         (TunnelPhase(id), active)
     }
 
     /// Shuts down the tunnel idle the longest, if at least [`TUNNEL_IDLE_EVICT`] (never
     /// `keep`). Whether one was.
     fn evict_idlest(keep: Option<u64>) -> bool {
+        let mut open = TUNNELS.lock().unwrap_or_else(|e| e.into_inner());
+        Tunnels::evict_idlest_in(&mut open, keep)
+    }
+
+    /// [`Tunnels::evict_idlest`] on the list its caller holds locked.
+    fn evict_idlest_in(open: &mut Vec<TunnelEntry>, keep: Option<u64>) -> bool {
         let now = clock();
         let idle = u64::try_from(TUNNEL_IDLE_EVICT.as_millis()).unwrap_or(u64::MAX);
-        let mut open = TUNNELS.lock().unwrap_or_else(|e| e.into_inner());
         let Some(i) = open
             .iter()
             .enumerate()
@@ -321,28 +327,50 @@ pub fn serve_forward(listener: TcpListener, forward: network::LoopbackForward) {
 
 /// A counting semaphore bounding concurrent connections.
 struct Slots {
-    free: Mutex<usize>,
+    free: Mutex<Free>,
     cv: Condvar,
+}
+
+/// The slots free, how many times one came back, and when a full proxy last closed a
+/// connection for room (with the count of returns then).
+struct Free {
+    n: usize,
+    returned: u64,
+    evicted: Option<(Instant, u64)>,
 }
 
 impl Slots {
     fn new(n: usize) -> Slots {
         Slots {
-            free: Mutex::new(n),
+            free: Mutex::new(Free {
+                n,
+                returned: 0,
+                evicted: None,
+            }),
             cv: Condvar::new(),
         }
     }
     /// Takes a slot for the next connection of `listener`. While none is free and a
-    /// connection waits in its queue, the connection slowest with its head is closed.
+    /// connection waits in its queue, the connection slowest with its head (or else the
+    /// tunnel idle the longest) is closed; another only once a slot has come back since
+    /// (or EVICT_SETTLE has passed): a loaded machine's handlers can take more than a
+    /// poll to end, and each poll would otherwise close one more.
     fn acquire(&self, listener: &TcpListener) {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-        while *free == 0 {
+        while free.n == 0 {
+            let returned = free.returned;
+            let may_evict = free
+                .evicted
+                .is_none_or(|(t, r)| r != returned || t.elapsed() >= EVICT_SETTLE);
             drop(free);
-            if waiting(listener) && !Heads::evict_oldest() {
-                Tunnels::evict_idlest(None);
-            }
+            let evicted = may_evict
+                && waiting(listener)
+                && (Heads::evict_oldest() || Tunnels::evict_idlest(None));
             free = self.free.lock().unwrap_or_else(|e| e.into_inner());
-            if *free == 0 {
+            if evicted {
+                free.evicted = Some((Instant::now(), returned));
+            }
+            if free.n == 0 {
                 free = self
                     .cv
                     .wait_timeout(free, EVICT_POLL)
@@ -350,7 +378,7 @@ impl Slots {
                     .0;
             }
         }
-        *free -= 1;
+        free.n -= 1;
     }
 }
 
@@ -424,8 +452,9 @@ struct Slot(Arc<Slots>);
 impl Drop for Slot {
     fn drop(&mut self) {
         let mut free = self.0.free.lock().unwrap_or_else(|e| e.into_inner());
-        *free += 1;
-        self.0.cv.notify_one();
+        free.n += 1;
+        free.returned += 1;
+        self.0.cv.notify_all();
     }
 }
 

@@ -361,8 +361,8 @@ fn claim_locked(
 /// thread had gone): finds the thread Codex made and records it, under the name's lock
 /// still held by the launcher. The thread is the one whose id (a UUID v7, which holds its
 /// creation time) is newer than the launch, no other name's, and started in this launch's
-/// directory (its rollout's `session_meta`); with none (Codex quit before the first
-/// message) nothing is recorded, and with several (another Codex sandbox of this project
+/// directory (its rollout's `session_meta`, read whole); with none (Codex quit before
+/// the first message) nothing is recorded, and with several (another Codex sandbox of this project
 /// started one meanwhile in the same directory, or `/new` inside) the newest is taken and
 /// the line says so. Returns the line to print.
 pub fn learn_codex_thread(
@@ -388,12 +388,12 @@ pub fn learn_codex_thread(
         .filter_map(|id| Some((crate::state::codex_home::thread_time(&id)?, id)))
         .filter(|(t, _)| *t >= started)
         .collect();
-    // Another sandbox's thread started meanwhile in another directory is not this one's.
-    if new.len() > 1 {
-        new.retain(|(_, id)| {
-            crate::state::codex_home::thread_cwd(state, id).is_none_or(|d| d == cwd)
-        });
-    }
+    // Only a thread whose rollout says it started in this launch's directory: another
+    // sandbox of this project may have started one meanwhile in another checkout, and a
+    // rollout whose first line is still being written is another running Codex's (this
+    // one has exited). Taking an unreadable one, or the only one, unchecked recorded
+    // the other checkout's thread under this name when two began at once.
+    new.retain(|(_, id)| crate::state::codex_home::thread_cwd(state, id).is_some_and(|d| d == cwd));
     new.sort();
     let Some((_, id)) = new.last().cloned() else {
         return Ok(Some(format!(
@@ -614,6 +614,58 @@ pub fn forget(state: &ProjectState, name: &OsStr, dry_run: bool) -> Result<Strin
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two Codex sandboxes of one project, one in each checkout, began a thread at once
+    /// (CI, issue 25's test): the one ending first must record its own, not the other's
+    /// newer one whose rollout's first line is still being written, and the other then
+    /// its own. Control: with an unreadable rollout counted as this directory's (the old
+    /// rule), the first records the other's and the second is left with the first's.
+    #[test]
+    fn a_codex_thread_is_learnt_only_from_a_whole_rollout_of_this_directory() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = ProjectState {
+            dir: tmp.path().to_path_buf(),
+        };
+        let day = state.codex_home().join("sessions/2026/11/28");
+        fs::create_dir_all(&day).unwrap();
+        fs::create_dir_all(state.sessions()).unwrap();
+        let started = std::time::UNIX_EPOCH + std::time::Duration::from_millis(0x01a2_2309_c000);
+        let (wt, top) = (Path::new("/p/wt"), Path::new("/p/top"));
+        let (delta, gamma) = (
+            "01a22309-c2bd-7d90-91da-c47a3d250e0d",
+            "01a22309-c3b4-7f21-bd72-ece74abb4e5b",
+        );
+        let meta = |cwd: &Path| {
+            let big = "x".repeat(300_000);
+            format!(
+                "{}\n{{\"type\":\"event\"}}\n",
+                serde_json::json!({"type": "session_meta",
+                    "payload": {"cwd": cwd, "instructions": big}})
+            )
+        };
+        let rollout = |id: &str| day.join(format!("rollout-2026-11-28T16-42-52-{id}.jsonl"));
+        fs::write(rollout(delta), meta(wt)).unwrap();
+        let whole = meta(top);
+        fs::write(rollout(gamma), &whole[..whole.len() / 2]).unwrap();
+        let launch = |name: &str| Launch {
+            name: name.into(),
+            uuid: String::new(),
+            start: Start::New,
+            agent: AgentId::Codex,
+        };
+        let learnt = |name: &str, cwd: &Path| {
+            learn_codex_thread(&state, &launch(name), started, cwd).unwrap();
+            read_record(&state, name).unwrap().map(|r| r.uuid)
+        };
+        assert_eq!(learnt("delta", wt).as_deref(), Some(delta));
+        fs::write(rollout(gamma), &whole).unwrap();
+        assert_eq!(learnt("gamma", top).as_deref(), Some(gamma));
+        // A thread of this directory from before the launch is not this run's.
+        let late = started + std::time::Duration::from_secs(3600);
+        let line = learn_codex_thread(&state, &launch("later"), late, top).unwrap();
+        assert!(line.unwrap().contains("Codex made no thread"));
+        assert!(read_record(&state, "later").unwrap().is_none());
+    }
 
     #[test]
     fn which_conversation_claudes_options_pick() {

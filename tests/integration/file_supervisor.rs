@@ -48,6 +48,79 @@ fn git_works_inside_as_before() {
     assert!(text.contains("b c a") && text.contains("fsck-ok"), "{text}");
 }
 
+/// A project with a submodule (`sub`) and a nested repository (`vendor/lib`), both pinned
+/// at the launch, whose tops the supervisor guards for `HEAD`.
+fn nested_arena() -> (World, std::path::PathBuf) {
+    let w = World::new(BIN);
+    let proj = w.dir("proj");
+    init_repo(&proj);
+    let lib = w.dir("lib");
+    init_repo(&lib);
+    let lib = lib.to_str().unwrap();
+    let add = [
+        "-c",
+        "protocol.file.allow=always",
+        "submodule",
+        "add",
+        "-q",
+        lib,
+        "sub",
+    ];
+    git(&proj, &add);
+    git(&proj, &["commit", "-qm", "sub"]);
+    init_repo(&proj.join("vendor/lib"));
+    (w, proj)
+}
+
+/// git's workflow in a nested repository and a submodule pinned at the launch is as
+/// before: the supervisor refuses `HEAD` at their tops only, and git writes its `HEAD` in
+/// their git dirs (`vendor/lib/.git`, `.git/modules/sub`).
+#[test]
+fn git_works_in_nested_repositories_as_before() {
+    let (w, proj) = nested_arena();
+    // Their configs are read-only inside: the identity comes from the environment. Each
+    // repository is put back as it was at the end (the script runs twice).
+    let script = "set -e; export GIT_AUTHOR_NAME=T GIT_AUTHOR_EMAIL=t@e GIT_COMMITTER_NAME=T \
+        GIT_COMMITTER_EMAIL=t@e; for r in vendor/lib sub; do (set -e; cd $r; \
+        start=$(git rev-parse HEAD); br=$(git symbolic-ref -q --short HEAD || echo $start); \
+        git checkout -q -b b; echo b > b; git add b; git commit -qm b; git checkout -q -; \
+        echo c > c; git add c; git commit -qm c; git checkout -q b; git rebase -q -; \
+        git checkout -q --detach HEAD~1; git checkout -q b; git log --format=%s | tr '\\n' ' '; \
+        echo; mkdir docs; echo x > docs/HEAD; ls docs; git gc -q; git fsck >/dev/null 2>&1; \
+        echo fsck-ok; git checkout -q $br; git reset -q --hard $start; git branch -qD b; \
+        rm -r docs); done";
+    let text = same_both_ways(&w, &proj, script);
+    assert_eq!(text.matches("fsck-ok").count(), 2, "{text}");
+    assert_eq!(text.matches("b c init").count(), 2, "{text}");
+}
+
+/// `HEAD` cannot be made at the top of a nested repository or a submodule pinned at the
+/// launch (nor at the project's top); control: without the supervisor each is made.
+#[test]
+fn head_is_refused_at_nested_tops() {
+    let (w, proj) = nested_arena();
+    let script = "for d in . vendor/lib sub; do echo x > $d/HEAD && echo made $d; \
+        mv $d/README $d/HEAD 2>/dev/null && echo moved $d; done; true";
+    let on = run(&w, &proj, script, true);
+    assert!(
+        !stdout(&on).contains("made") && !stdout(&on).contains("moved"),
+        "{}{}",
+        stdout(&on),
+        stderr(&on)
+    );
+    for d in [".", "vendor/lib", "sub"] {
+        assert!(!proj.join(d).join("HEAD").exists(), "{d}");
+    }
+    let off = run(&w, &proj, script, false);
+    for d in [".", "vendor/lib", "sub"] {
+        assert!(
+            stdout(&off).contains(&format!("made {d}")),
+            "{d}: {}",
+            stdout(&off)
+        );
+    }
+}
+
 #[test]
 fn files_keep_their_modes_and_meanings() {
     let w = World::new(BIN);

@@ -264,7 +264,8 @@ pub struct Confine {
     /// project's metadata is left writable): no `commondir` can be made there
     /// (`policy::confinement::NOTIFIED`).
     pub guard_git_dirs: Vec<PathBuf>,
-    /// The work tree's top, where the supervisor refuses `confinement::GUARDED_TOP_NAMES`
+    /// The work tree's top and those of the nested repositories and submodules whose `.git`
+    /// the launch protects, where the supervisor refuses `confinement::GUARDED_TOP_NAMES`
     /// (with the git dirs above; none without them).
     pub guard_work_tree: Vec<PathBuf>,
 }
@@ -894,9 +895,27 @@ fn confinement(
             .collect(),
         guard_work_tree: (inp.project.common_dir.iter())
             .filter(|_| inp.protect_project_metadata)
-            .map(|_| inp.project.work_tree.clone())
+            .flat_map(|_| guarded_tops(inp))
             .collect(),
     }
+}
+
+/// The work-tree tops where the supervisor refuses `confinement::GUARDED_TOP_NAMES`: the
+/// project's, then each directory holding a `.git` the launch protects (a nested
+/// repository's pinned git dir or `.git` file, a submodule's `.git` file): git's
+/// discovery there takes the top for a bare repository once that `.git` is no valid git
+/// dir, as at the project's top. A `.git` made during the session is judged at exit.
+fn guarded_tops(inp: &Inputs) -> Vec<PathBuf> {
+    let mut tops = vec![inp.project.work_tree.clone()];
+    let nested = (inp.protected.iter())
+        .filter(|p| p.path.file_name() == Some(OsStr::new(".git")))
+        .filter_map(|p| p.path.parent());
+    for top in nested {
+        if !tops.iter().any(|t| t.as_os_str() == top.as_os_str()) {
+            tops.push(top.to_path_buf());
+        }
+    }
+    tops
 }
 
 /// Marketplaces added as a local directory (`~/.claude/plugins/known_marketplaces.json`):

@@ -402,6 +402,38 @@ mod hardening {
         assert!(project < pin && pin < hooks && pin < config);
     }
 
+    /// The supervisor refuses `HEAD` at the project's top and at the top of every nested
+    /// repository or submodule whose `.git` the launch protects (their git dirs, where git
+    /// writes `HEAD`, are not tops); none with the metadata writable.
+    #[test]
+    fn the_tops_of_nested_repositories_are_guarded() {
+        let mut i = inputs();
+        for (path, why) in [
+            (
+                "/p/vendor/lib/.git",
+                crate::policy::protected::PINNED_GIT_DIR_WHY,
+            ),
+            (
+                "/p/.git/modules/sub",
+                crate::policy::protected::PINNED_GIT_DIR_WHY,
+            ),
+            ("/p/sub/.git", "a submodule's .git file"),
+            ("/p/vendor/lib/.git/config", "config"),
+        ] {
+            i.protected.push(Protected {
+                path: path.into(),
+                guard: Guard::Pin,
+                why,
+                named_by: None,
+            });
+        }
+        let tops = |i: &Inputs| build(i).confine.map(|c| c.guard_work_tree);
+        let want: Vec<PathBuf> = ["/p", "/p/vendor/lib", "/p/sub"].map(PathBuf::from).into();
+        assert_eq!(tops(&i), Some(want));
+        i.protect_project_metadata = false;
+        assert_eq!(tops(&i), Some(Vec::new()));
+    }
+
     #[test]
     fn init_step_wraps_the_command_and_ipc_vars_are_unset() {
         let a = render::argv(&build(&inputs()));

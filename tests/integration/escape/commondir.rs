@@ -332,10 +332,12 @@ fn run_route(w: &World, proj: &Path, code: &str, supervisor: bool) -> (bool, Str
 /// The main `.git` made no valid git dir (its `HEAD`, which git writes, made no ref) and
 /// the top shaped as a bare repository whose config has a fsmonitor: git's discovery then
 /// takes the top for the git dir. Run while the sandbox runs: the agent waits for the
-/// host's `git status` (`.host-ran`), then removes it all before the exit review.
+/// host's `git status` (`.host-ran`), then removes it all before the exit review. In
+/// `T_TOP` (the project's top, or a nested repository's).
 const BARE_TOP: &str = r#"
 import os, time
 world = os.environ["T_WORLD"]
+os.chdir(os.environ["T_TOP"])
 saved = open(".git/HEAD").read()
 open(".git/HEAD", "w").write("garbage\n")
 for d in ("objects", "refs"):
@@ -356,12 +358,13 @@ for d in ("objects", "refs"):
     os.rmdir(d)
 "#;
 
-/// [`BARE_TOP`] with the host's `git status` at the top while the sandbox runs: whether
-/// the planted fsmonitor ran.
-fn bare_top(w: &World, proj: &Path, supervisor: bool) -> (bool, String) {
-    let head = fs::read(proj.join(".git/HEAD")).unwrap();
+/// [`BARE_TOP`] in `top` (relative to the project) with the host's `git status` there
+/// while the sandbox runs: whether the planted fsmonitor ran.
+fn bare_top(w: &World, proj: &Path, top: &str, supervisor: bool) -> (bool, String) {
+    let dir = proj.join(top);
+    let head = fs::read(dir.join(".git/HEAD")).unwrap();
     let mut cmd = sandbox(w, proj, supervisor);
-    cmd.env("T_WORLD", w.root());
+    cmd.env("T_WORLD", w.root()).env("T_TOP", &dir);
     let child = cmd
         .args(["--exec", "python3", "-c", BARE_TOP])
         .stdout(Stdio::piped())
@@ -369,16 +372,16 @@ fn bare_top(w: &World, proj: &Path, supervisor: bool) -> (bool, String) {
         .spawn()
         .unwrap();
     let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !proj.join(".planted").exists() && std::time::Instant::now() < end {
+    while !dir.join(".planted").exists() && std::time::Instant::now() < end {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
     let marker = w.root().join("fsm-top");
-    host_git_status(w, proj);
-    let _ = fs::write(proj.join(".host-ran"), "");
+    host_git_status(w, &dir);
+    let _ = fs::write(dir.join(".host-ran"), "");
     let o = child.wait_with_output().unwrap();
     let ran = marker.exists();
     let _ = fs::remove_file(&marker);
-    fs::write(proj.join(".git/HEAD"), head).unwrap();
+    fs::write(dir.join(".git/HEAD"), head).unwrap();
     let text = format!("fsmonitor ran {ran}\n{}{}", stdout(&o), stderr(&o));
     (ran, text)
 }
@@ -392,7 +395,7 @@ fn sandbox(w: &World, proj: &Path, supervisor: bool) -> Command {
     cmd
 }
 
-/// The host's `git status` at the project's top (whatever a planted config makes it run).
+/// The host's `git status` in `proj` (whatever a planted config makes it run).
 fn host_git_status(w: &World, proj: &Path) {
     let _ = Command::new("git")
         .arg("-C")
@@ -428,27 +431,51 @@ pub fn attempts() -> Vec<(&'static str, bool)> {
     for (name, planted) in other_git_dirs(&w, &proj, true) {
         v.push((name, planted));
     }
-    let (w, proj) = arena();
-    let (ran, text) = bare_top(&w, &proj, true);
-    if ran {
-        eprintln!("bare top: {text}");
+    for (name, top) in BARE_TOPS {
+        let (w, proj) = top_arena(top);
+        let (ran, text) = bare_top(&w, &proj, top, true);
+        if ran {
+            eprintln!("{name}: {text}");
+        }
+        v.push((name, ran));
     }
-    v.push((
-        "the main .git/HEAD made no ref and the top shaped as a bare repository (HEAD, \
-         objects/, refs/, config) while the sandbox runs: the host's git status at the top",
-        ran,
-    ));
     v
 }
 
-/// Without the supervisor, the host's git status at the top runs the fsmonitor of
-/// [`BARE_TOP`]'s config while the sandbox runs (and the exit review finds nothing).
+/// [`BARE_TOP`]'s attempts: (name, the top it plants in, relative to the project).
+const BARE_TOPS: [(&str, &str); 2] = [
+    (
+        "the main .git/HEAD made no ref and the top shaped as a bare repository (HEAD, \
+         objects/, refs/, config) while the sandbox runs: the host's git status at the top",
+        ".",
+    ),
+    (
+        "a nested repository's .git/HEAD made no ref and its top shaped as a bare \
+         repository while the sandbox runs: the host's git status in that repository",
+        "vendor/lib",
+    ),
+];
+
+/// A project with a repository at `top` (when not the project's top itself).
+fn top_arena(top: &str) -> (World, PathBuf) {
+    let (w, proj) = arena();
+    if top != "." {
+        init_repo(&proj.join(top));
+    }
+    (w, proj)
+}
+
+/// Without the supervisor, the host's git status at the top (the project's, a nested
+/// repository's) runs the fsmonitor of [`BARE_TOP`]'s config while the sandbox runs (and
+/// the exit review finds nothing).
 #[test]
 fn controls_the_top_as_a_bare_repository_runs_without_the_supervisor() {
-    let (w, proj) = arena();
-    let (ran, text) = bare_top(&w, &proj, false);
-    assert!(ran, "{text}");
-    assert!(!stderr_has_review(&text), "{text}");
+    for (_, top) in BARE_TOPS {
+        let (w, proj) = top_arena(top);
+        let (ran, text) = bare_top(&w, &proj, top, false);
+        assert!(ran, "{top}: {text}");
+        assert!(!stderr_has_review(&text), "{top}: {text}");
+    }
 }
 
 fn stderr_has_review(text: &str) -> bool {

@@ -140,7 +140,8 @@ pub const GUARDED_NAMES: &[(&str, &str)] = &[(
 )];
 
 /// The names the file supervisor never lets appear at the work tree's top (the main
-/// checkout's): with one there, and `objects/` and `refs/` beside it, git's discovery
+/// checkout's, and those of the nested repositories and submodules pinned at the launch,
+/// see `plan::guarded_tops`): with one there, and `objects/` and `refs/` beside it, git's discovery
 /// takes the top for a bare repository as soon as the main `.git` is no valid git dir
 /// (its `HEAD`, which git writes, made no ref), and reads the top's `config` (measured
 /// with git 2.47: the host's git status at the top ran its core.fsmonitor while the
@@ -152,7 +153,7 @@ pub const GUARDED_TOP_NAMES: &[(&str, &str)] = &[(
 )];
 
 /// `--guard-work-tree DIR`: the file supervisor refuses [`GUARDED_TOP_NAMES`] in DIR (the
-/// project's work tree top).
+/// project's work tree top, or a nested repository's or submodule's).
 pub const GUARD_TOP_FLAG: &str = "--guard-work-tree";
 
 /// When a call is handed to the file supervisor.

@@ -708,11 +708,21 @@ mod tests {
         .args(["--test-threads", "1"])
         .env(ROLE, "1")
         .stdout(std::process::Stdio::piped());
-        // SAFETY: dup2 only (async-signal-safe), on descriptors open in the child.
+        // SAFETY: fcntl and dup2 only (async-signal-safe), on descriptors open in the child.
         unsafe {
             cmd.pre_exec(move || {
-                for (from, to) in fds {
-                    if nix::libc::dup2(from, to) < 0 {
+                // Each moved above the targets first: a pipe's own number may be another's
+                // target (other tests' descriptors decide them), and placing one there
+                // first replaced it (CI hung: the role read HELD's pipe for RELEASE's).
+                let mut high = [0; 3];
+                for (h, (from, _)) in high.iter_mut().zip(fds) {
+                    *h = nix::libc::fcntl(from, nix::libc::F_DUPFD_CLOEXEC, 64);
+                    if *h < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                for (h, (_, to)) in high.into_iter().zip(fds) {
+                    if nix::libc::dup2(h, to) < 0 {
                         return Err(std::io::Error::last_os_error());
                     }
                 }

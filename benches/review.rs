@@ -65,6 +65,7 @@ fn main() {
         work_tree: proj.as_os_str().as_encoded_bytes().to_vec(),
         common_dir: None,
         git_dir: None,
+        writable: Vec::new(),
     };
     let mut times = Vec::new();
     for _ in 0..20 {

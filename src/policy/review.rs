@@ -11,8 +11,10 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use super::git_dir::{git_dir_finding, GitDirKind};
+use super::mount::{Mount, MountKind};
 use super::protected::{CLAUDE_DIR, WORK_TREE_ENTRIES};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,6 +222,67 @@ pub const INTO_STATE_WHY: &str = "a symlink into claudebox's state, which the sa
     writes and the review does not walk: git, direnv or claude started through it would \
     read the agent's files there";
 
+/// Why a symlink made in the session that leads into a directory the launch bound
+/// read-write outside the project (a `--rw` path, a linked worktree's git dir) is moved
+/// aside: as with claudebox's state, the sandbox writes there and the review does not
+/// walk it.
+pub const INTO_WRITABLE_WHY: &str = "a symlink into a directory the sandbox could write \
+    outside the project (an rw path), which the review does not walk: git, direnv or \
+    claude started through it would read the agent's files there";
+
+/// Where a symlink made in the session may lead for a [`LINK_RULES`] row to take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkInto {
+    /// claudebox's state home (the login directory, each project's claude-config and
+    /// conversations).
+    StateHome,
+    /// A directory the launch bound read-write outside the work tree
+    /// ([`writable_outside`]).
+    WritableOutside,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkRule {
+    pub into: LinkInto,
+    pub severity: Severity,
+    pub reason: &'static str,
+}
+
+/// The symlinks the review moves aside by where they lead (through any chain, the walk
+/// opening the target as a path only). A symlink leading into the work tree is never
+/// taken: the walk looks there itself. Where directories nest, the nearest one above the
+/// target decides (the work tree inside a `--rw` directory keeps its own links).
+pub const LINK_RULES: &[LinkRule] = &[
+    LinkRule {
+        into: LinkInto::StateHome,
+        severity: Severity::High,
+        reason: INTO_STATE_WHY,
+    },
+    LinkRule {
+        into: LinkInto::WritableOutside,
+        severity: Severity::High,
+        reason: INTO_WRITABLE_WHY,
+    },
+];
+
+/// The directories a launch lets the sandbox write outside its work tree, as the plan
+/// binds them: the host sources of its read-write directory binds (`--rw`, a linked
+/// worktree's or submodule's git dirs outside the work tree, claudebox's state), less
+/// the work tree and what lies in it (walked by the review). File binds are left out: a
+/// host tool finds a file by its name, which the work tree's rules judge.
+pub fn writable_outside(mounts: &[Mount], work_tree: &Path) -> Vec<PathBuf> {
+    let mut out: Vec<PathBuf> = Vec::new();
+    for m in mounts {
+        let Some(src) = m.source.as_deref().filter(|_| m.kind == MountKind::Rw) else {
+            continue;
+        };
+        if !src.starts_with(work_tree) && !out.iter().any(|o| o == src) {
+            out.push(src.to_path_buf());
+        }
+    }
+    out
+}
+
 /// Whether a directory name is a `.claude` directory (its settings files have rules).
 pub fn is_claude_dir(name: &OsStr) -> bool {
     name.as_bytes() == CLAUDE_DIR.as_bytes()
@@ -319,6 +382,37 @@ mod tests {
         // A nested .git, not the top one.
         assert_eq!(rule(".git", 1, false), Some(Severity::High));
         assert_eq!(rule(".git", 0, false), None);
+    }
+
+    #[test]
+    fn writable_outside_is_the_rw_binds_not_in_the_work_tree() {
+        use super::super::mount::{Mount, MountKind::*};
+        let wt = Path::new("/h/proj");
+        let m = |kind, src: &str, target: &str| {
+            Mount::new(kind, Some(Path::new(src)), Path::new(target), "")
+        };
+        let mounts = [
+            m(Rw, "/h/proj", "/h/proj"),
+            m(Rw, "/h/proj/.git", "/h/proj/.git"),
+            m(Rw, "/h/proj/cache", "/h/proj/cache"),
+            m(Rw, "/h/.claudebox/projects/x/claude-config", "/h/.claude"),
+            m(Rw, "/data/out", "/data/out"),
+            m(Rw, "/data/out", "/data/out"),
+            m(Rw, "/h/projects-other", "/h/projects-other"),
+            m(Ro, "/data/in", "/data/in"),
+            m(File, "/data/f.txt", "/data/f.txt"),
+            Mount::new(Tmpfs, None, Path::new("/tmp"), ""),
+        ];
+        let got = writable_outside(&mounts, wt);
+        let want: Vec<PathBuf> = [
+            "/h/.claudebox/projects/x/claude-config",
+            "/data/out",
+            "/h/projects-other",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(got, want);
     }
 
     #[test]

@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::escape::Shown;
 use crate::policy::facts::Project;
+use crate::policy::review::{LinkInto, LinkRule, LINK_RULES};
 use crate::state::{self, ProjectState, StateHome};
 use walk::{Found, Since, Unread};
 
@@ -44,6 +45,13 @@ pub struct Target {
     pub common_dir: Option<Vec<u8>>,
     /// A linked worktree's or submodule's own git dir, when not the common dir.
     pub git_dir: Option<Vec<u8>>,
+    /// The directories the launch's plan binds read-write outside the work tree
+    /// (`policy::review::writable_outside`: its `--rw` paths and the like): a symlink the
+    /// session made into one is moved aside. Kept in the record, so that a review missed
+    /// and done by a later launch knows the killed launch's own; a record without it (an
+    /// older claudebox's) has only the state home looked for.
+    #[serde(default)]
+    pub writable: Vec<Vec<u8>>,
 }
 
 fn path(b: &[u8]) -> PathBuf {
@@ -51,7 +59,8 @@ fn path(b: &[u8]) -> PathBuf {
 }
 
 impl Target {
-    pub fn of(p: &Project) -> Target {
+    /// `writable`: see [`Target::writable`].
+    pub fn of(p: &Project, writable: &[PathBuf]) -> Target {
         let bytes = |p: &Path| p.as_os_str().as_bytes().to_vec();
         Target {
             work_tree: bytes(&p.work_tree),
@@ -61,6 +70,7 @@ impl Target {
                 .as_deref()
                 .filter(|g| Some(*g) != p.common_dir.as_deref())
                 .map(bytes),
+            writable: writable.iter().map(|w| bytes(w)).collect(),
         }
     }
 }
@@ -99,11 +109,16 @@ fn state_dir(p: &Path) -> Result<OwnedFd> {
 }
 
 /// Writes and locks the launch's pending-review record. Its ctime is the launch's point
-/// in time. Call before bwrap starts.
-pub fn begin(st: &ProjectState, project: &Project, instance: &str) -> Result<Pending> {
+/// in time. Call before bwrap starts. `writable`: see [`Target::writable`].
+pub fn begin(
+    st: &ProjectState,
+    project: &Project,
+    instance: &str,
+    writable: &[PathBuf],
+) -> Result<Pending> {
     let dir = state_dir(&st.review_pending())?;
     let name = OsString::from(format!("{instance}.json"));
-    let target = Target::of(project);
+    let target = Target::of(project, writable);
     // Made under a dot name, locked, then renamed into place: `missed` never sees it
     // unlocked while its launcher runs.
     let tmp = OsString::from(format!(".{instance}.json"));
@@ -309,14 +324,31 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
             .flat_map(|c| ["modules", "worktrees"].map(|d| path(c).join(d)))
             .filter_map(|d| walk::dir_ino(&d))
             .collect();
-        // claudebox's state home (`projects/<id>` is two below it): the login directory
-        // and the project's claude-config and conversations, written from inside.
-        let state_dirs: Vec<walk::Ino> = walk::dir_ino(&st.dir.join("../..")).into_iter().collect();
+        // Where a new symlink must not lead, by policy::review::LINK_RULES' row:
+        // claudebox's state home (`projects/<id>` is two below it: the login directory
+        // and the project's claude-config and conversations, written from inside), and
+        // what the launch bound read-write outside the work tree.
+        let links: Vec<(LinkRule, Vec<walk::Ino>)> = LINK_RULES
+            .iter()
+            .map(|r| {
+                let dirs = match r.into {
+                    LinkInto::StateHome => {
+                        walk::dir_ino(&st.dir.join("../..")).into_iter().collect()
+                    }
+                    LinkInto::WritableOutside => target
+                        .writable
+                        .iter()
+                        .filter_map(|w| walk::dir_ino(&path(w)))
+                        .collect(),
+                };
+                (*r, dirs)
+            })
+            .collect();
         walk::work_tree(
             &work_tree,
             since,
             &judged_there,
-            &state_dirs,
+            &links,
             &mut on_found,
             &mut unread,
         );

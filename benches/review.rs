@@ -66,6 +66,7 @@ fn main() {
         common_dir: None,
         git_dir: None,
         writable: Vec::new(),
+        covered: Vec::new(),
     };
     let mut times = Vec::new();
     for _ in 0..20 {

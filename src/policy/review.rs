@@ -266,21 +266,49 @@ pub const LINK_RULES: &[LinkRule] = &[
 ];
 
 /// The directories a launch lets the sandbox write outside its work tree, as the plan
-/// binds them: the host sources of its read-write directory binds (`--rw`, a linked
-/// worktree's or submodule's git dirs outside the work tree, claudebox's state), less
-/// the work tree and what lies in it (walked by the review). File binds are left out: a
-/// host tool finds a file by its name, which the work tree's rules judge.
-pub fn writable_outside(mounts: &[Mount], work_tree: &Path) -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = Vec::new();
-    for m in mounts {
+/// binds them ([`writable_outside`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Writable {
+    /// The host sources of its read-write directory binds (`--rw`, a linked worktree's or
+    /// submodule's git dirs outside the work tree, claudebox's state), less the work tree
+    /// and what lies in it (walked by the review).
+    pub dirs: Vec<PathBuf>,
+    /// The host directories below one of `dirs` that a later mount covers inside (a
+    /// `--ro` or `--hide` within a `--rw`): not written through it, so a link there stays
+    /// unless it is one of `dirs` itself.
+    pub covered: Vec<PathBuf>,
+}
+
+/// [`Writable`] from the plan's mounts, in bwrap's order (later wins). File binds are left
+/// out: a host tool finds a file by its name, which the work tree's rules judge; and so
+/// are symlinks the plan makes.
+pub fn writable_outside(mounts: &[Mount], work_tree: &Path) -> Writable {
+    let mut w = Writable::default();
+    for (i, m) in mounts.iter().enumerate() {
         let Some(src) = m.source.as_deref().filter(|_| m.kind == MountKind::Rw) else {
             continue;
         };
-        if !src.starts_with(work_tree) && !out.iter().any(|o| o == src) {
-            out.push(src.to_path_buf());
+        if src.starts_with(work_tree) {
+            continue;
+        }
+        if !w.dirs.iter().any(|d| d == src) {
+            w.dirs.push(src.to_path_buf());
+        }
+        for later in &mounts[i + 1..] {
+            if later.kind == MountKind::Symlink {
+                continue;
+            }
+            if let Ok(rel) = later.target.strip_prefix(&m.target) {
+                let c = src.join(rel);
+                if !rel.as_os_str().is_empty() && !w.covered.contains(&c) {
+                    w.covered.push(c);
+                }
+            }
         }
     }
-    out
+    let dirs = w.dirs.clone();
+    w.covered.retain(|c| !dirs.contains(c));
+    w
 }
 
 /// Whether a directory name is a `.claude` directory (its settings files have rules).
@@ -404,15 +432,33 @@ mod tests {
             Mount::new(Tmpfs, None, Path::new("/tmp"), ""),
         ];
         let got = writable_outside(&mounts, wt);
-        let want: Vec<PathBuf> = [
+        let paths = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        let want = paths(&[
             "/h/.claudebox/projects/x/claude-config",
             "/data/out",
             "/h/projects-other",
-        ]
-        .iter()
-        .map(PathBuf::from)
-        .collect();
-        assert_eq!(got, want);
+        ]);
+        assert_eq!(got.dirs, want);
+        // The empty-ro over ~/.claude/commands covers the claude-config's; the later
+        // read-only bind inside /data/out covers its `in`, a read-write one does not.
+        let mounts = [
+            m(Rw, "/h/.claudebox/projects/x/claude-config", "/h/.claude"),
+            Mount::new(EmptyRo, None, Path::new("/h/.claude/commands"), ""),
+            m(Rw, "/data/out", "/data/out"),
+            m(Ro, "/data/out/in", "/data/out/in"),
+            m(Rw, "/data/out/back", "/data/out/back"),
+            Mount::new(Symlink, Some(Path::new("x")), Path::new("/data/out/l"), ""),
+            m(Ro, "/data/other", "/data/other"),
+        ];
+        let got = writable_outside(&mounts, wt);
+        assert_eq!(
+            got.covered,
+            paths(&[
+                "/h/.claudebox/projects/x/claude-config/commands",
+                "/data/out/in",
+            ])
+        );
+        assert!(got.dirs.contains(&PathBuf::from("/data/out/back")));
     }
 
     #[test]

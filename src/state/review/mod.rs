@@ -33,7 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::escape::Shown;
 use crate::policy::facts::Project;
-use crate::policy::review::{LinkInto, LinkRule, LINK_RULES};
+use crate::policy::review::{LinkInto, Writable, LINK_RULES};
 use crate::state::{self, ProjectState, StateHome};
 use walk::{Found, Since, Unread};
 
@@ -52,6 +52,9 @@ pub struct Target {
     /// older claudebox's) has only the state home looked for.
     #[serde(default)]
     pub writable: Vec<Vec<u8>>,
+    /// Directories below those that a later mount covers inside (`Writable::covered`).
+    #[serde(default)]
+    pub covered: Vec<Vec<u8>>,
 }
 
 fn path(b: &[u8]) -> PathBuf {
@@ -60,7 +63,7 @@ fn path(b: &[u8]) -> PathBuf {
 
 impl Target {
     /// `writable`: see [`Target::writable`].
-    pub fn of(p: &Project, writable: &[PathBuf]) -> Target {
+    pub fn of(p: &Project, writable: &Writable) -> Target {
         let bytes = |p: &Path| p.as_os_str().as_bytes().to_vec();
         Target {
             work_tree: bytes(&p.work_tree),
@@ -70,7 +73,8 @@ impl Target {
                 .as_deref()
                 .filter(|g| Some(*g) != p.common_dir.as_deref())
                 .map(bytes),
-            writable: writable.iter().map(|w| bytes(w)).collect(),
+            writable: writable.dirs.iter().map(|w| bytes(w)).collect(),
+            covered: writable.covered.iter().map(|w| bytes(w)).collect(),
         }
     }
 }
@@ -114,7 +118,7 @@ pub fn begin(
     st: &ProjectState,
     project: &Project,
     instance: &str,
-    writable: &[PathBuf],
+    writable: &Writable,
 ) -> Result<Pending> {
     let dir = state_dir(&st.review_pending())?;
     let name = OsString::from(format!("{instance}.json"));
@@ -328,20 +332,29 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
         // claudebox's state home (`projects/<id>` is two below it: the login directory
         // and the project's claude-config and conversations, written from inside), and
         // what the launch bound read-write outside the work tree.
-        let links: Vec<(LinkRule, Vec<walk::Ino>)> = LINK_RULES
+        // Opened without following a symlink: a covered directory lies in a writable one,
+        // where the agent could have renamed a parent and put a symlink in its place to
+        // make another directory count as covered (then it counts as none).
+        let inos = |ps: &[Vec<u8>]| -> Vec<walk::Ino> {
+            (ps.iter())
+                .filter_map(|p| open_no_symlinks(&path(p)).ok())
+                .filter_map(|fd| nix::sys::stat::fstat(fd.as_raw_fd()).ok())
+                .map(|st| (st.st_dev, st.st_ino))
+                .collect()
+        };
+        let links: Vec<walk::LinkDirs> = LINK_RULES
             .iter()
-            .map(|r| {
-                let dirs = match r.into {
-                    LinkInto::StateHome => {
-                        walk::dir_ino(&st.dir.join("../..")).into_iter().collect()
-                    }
-                    LinkInto::WritableOutside => target
-                        .writable
-                        .iter()
-                        .filter_map(|w| walk::dir_ino(&path(w)))
-                        .collect(),
-                };
-                (*r, dirs)
+            .map(|r| match r.into {
+                LinkInto::StateHome => walk::LinkDirs {
+                    rule: *r,
+                    dirs: walk::dir_ino(&st.dir.join("../..")).into_iter().collect(),
+                    covered: Vec::new(),
+                },
+                LinkInto::WritableOutside => walk::LinkDirs {
+                    rule: *r,
+                    dirs: inos(&target.writable),
+                    covered: inos(&target.covered),
+                },
             })
             .collect();
         walk::work_tree(

@@ -165,7 +165,7 @@ pub fn work_tree(
     root: &Path,
     since: Since,
     judged_there: &[Ino],
-    links: &[(review::LinkRule, Vec<Ino>)],
+    links: &[LinkDirs],
     found: &mut dyn FnMut(Found<'_>),
     unread: &mut Vec<Unread>,
 ) {
@@ -192,6 +192,15 @@ pub fn work_tree(
 /// A directory's identity: `(st_dev, st_ino)`.
 pub type Ino = (u64, u64);
 
+/// One row of `policy::review::LINK_RULES` with its directories: a new symlink leading
+/// in or below one of `dirs` is taken, unless one of `covered` (or the work tree) lies
+/// nearer above its target.
+pub struct LinkDirs {
+    pub rule: review::LinkRule,
+    pub dirs: Vec<Ino>,
+    pub covered: Vec<Ino>,
+}
+
 fn ino(st: &FileStat) -> Ino {
     (st.st_dev, st.st_ino)
 }
@@ -205,7 +214,7 @@ pub fn dir_ino(p: &Path) -> Option<Ino> {
 struct Walk<'a> {
     since: Since,
     judged_there: &'a [Ino],
-    links: &'a [(review::LinkRule, Vec<Ino>)],
+    links: &'a [LinkDirs],
     /// The work tree's top: a symlink leading into it is the walk's to judge.
     top: Option<Ino>,
     found: &'a mut dyn FnMut(Found<'_>),
@@ -391,17 +400,17 @@ impl Walk<'_> {
 
 /// The `links` row that takes `name` in `dirfd`: a symlink made at or after `since` that
 /// leads (through any chain) to a directory in or below one of the row's directories,
-/// the first row in table order, unless the work tree (`top`) lies nearer above the
-/// target than that directory. The link is followed only to open its target as a path
-/// (`O_PATH`), nothing read through it.
+/// the first row in table order, unless the work tree (`top`) or one of the row's
+/// covered directories lies nearer above the target than that directory. The link is
+/// followed only to open its target as a path (`O_PATH`), nothing read through it.
 fn link_rule(
     dirfd: RawFd,
     name: &OsStr,
     since: Since,
     top: Option<Ino>,
-    links: &[(review::LinkRule, Vec<Ino>)],
+    links: &[LinkDirs],
 ) -> Option<review::LinkRule> {
-    if links.iter().all(|(_, dirs)| dirs.is_empty()) {
+    if links.iter().all(|l| l.dirs.is_empty()) {
         return None;
     }
     let st = lstat_at(dirfd, name).ok()?;
@@ -416,9 +425,10 @@ fn link_rule(
     let above = ancestors(&fd);
     let at = |dirs: &[Ino]| above.iter().position(|i| dirs.contains(i));
     let in_tree = top.and_then(|t| at(&[t]));
-    links.iter().find_map(|(rule, dirs)| {
-        let pos = at(dirs)?;
-        in_tree.is_none_or(|t| pos < t).then_some(*rule)
+    links.iter().find_map(|l| {
+        let pos = at(&l.dirs)?;
+        let stop = [in_tree, at(&l.covered)].into_iter().flatten().min();
+        stop.is_none_or(|s| pos < s).then_some(l.rule)
     })
 }
 
@@ -813,7 +823,7 @@ mod tests {
     }
 
     /// The names the walk of `top` hands over, with `links` as the review gives them.
-    fn found_in(top: &Path, links: &[(review::LinkRule, Vec<Ino>)]) -> Vec<(String, String)> {
+    fn found_in(top: &Path, links: &[LinkDirs]) -> Vec<(String, String)> {
         let mut found = Vec::new();
         let mut unread = Vec::new();
         work_tree(
@@ -850,21 +860,32 @@ mod tests {
         symlink("to-rw", proj.join("chain")).unwrap();
         symlink(t.path().join("ro"), proj.join("to-ro")).unwrap();
         symlink("../missing", proj.join("dangling")).unwrap();
-        let writable = |dirs: Vec<Ino>| {
-            let row = review::LINK_RULES
+        // A directory of the rw one that a later read-only mount covers inside.
+        std::fs::create_dir_all(rw.join("shown/deep")).unwrap();
+        symlink(rw.join("shown/deep"), proj.join("to-covered")).unwrap();
+        let writable = |dirs: Vec<Ino>, covered: Vec<Ino>| {
+            let rule = *review::LINK_RULES
                 .iter()
                 .find(|r| r.into == review::LinkInto::WritableOutside)
                 .unwrap();
-            vec![(*row, dirs)]
+            vec![LinkDirs {
+                rule,
+                dirs,
+                covered,
+            }]
         };
-        let found = found_in(&proj, &writable(vec![dir_ino(&rw).unwrap()]));
+        let (rw_ino, shown) = (dir_ino(&rw).unwrap(), dir_ino(&rw.join("shown")).unwrap());
+        let found = found_in(&proj, &writable(vec![rw_ino], vec![shown]));
         let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
         assert_eq!(names, ["chain", "to-rw", "to-rw-abs"]);
         assert!(found
             .iter()
             .all(|(_, why)| why == review::INTO_WRITABLE_WHY));
-        // The control: no writable directory known, nothing taken.
-        assert!(found_in(&proj, &writable(Vec::new())).is_empty());
+        // The controls: not known as covered, that link is taken too; no writable
+        // directory known, nothing is.
+        let found = found_in(&proj, &writable(vec![rw_ino], Vec::new()));
+        assert!(found.iter().any(|(n, _)| n == "to-covered"));
+        assert!(found_in(&proj, &writable(Vec::new(), Vec::new())).is_empty());
     }
 
     /// A chain of 30,000 directories (an agent's, in the project): the review finds the

@@ -230,6 +230,16 @@ pub const INTO_WRITABLE_WHY: &str = "a symlink into a directory the sandbox coul
     outside the project (an rw path), which the review does not walk: git, direnv or \
     claude started through it would read the agent's files there";
 
+/// Why a symlink made in the session that leads into a `.git` directory of the work tree
+/// is moved aside: the sandbox writes there, and the review judges only the files git
+/// reads in a git dir, so a directory the agent shaped as a bare repository inside it
+/// (`.git/x` with `HEAD`, `objects/`, `refs/` and a config with a `core.fsmonitor`) is
+/// not looked at; git started through the link takes it for its git dir (measured with
+/// git 2.47: the host's `git status` in `docs -> .git/x` ran the fsmonitor).
+pub const INTO_GIT_DIR_WHY: &str = "a symlink into a .git directory, which the sandbox \
+    writes and the review judges only for git's own files: git, direnv or claude started \
+    through it would read the agent's files there";
+
 /// Where a symlink made in the session may lead for a [`LINK_RULES`] row to take it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LinkInto {
@@ -239,6 +249,10 @@ pub enum LinkInto {
     /// A directory the launch bound read-write outside the work tree
     /// ([`writable_outside`]).
     WritableOutside,
+    /// A directory named `.git` below the work tree's top (the project's git dir, a
+    /// nested repository's): the walk skips it, the git dirs' review judges only the
+    /// files git reads there.
+    GitDirInTree,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -249,9 +263,11 @@ pub struct LinkRule {
 }
 
 /// The symlinks the review moves aside by where they lead (through any chain, the walk
-/// opening the target as a path only). A symlink leading into the work tree is never
-/// taken: the walk looks there itself. Where directories nest, the nearest one above the
-/// target decides (the work tree inside a `--rw` directory keeps its own links).
+/// opening the target as a path only). A symlink leading into the work tree is taken
+/// only into a `.git` directory there: the walk looks at the rest itself. Where
+/// directories nest, the nearest one above the target decides (the work tree inside a
+/// `--rw` directory keeps its own links); a link into another repository's `.git`
+/// elsewhere (not written from inside) stays.
 pub const LINK_RULES: &[LinkRule] = &[
     LinkRule {
         into: LinkInto::StateHome,
@@ -262,6 +278,11 @@ pub const LINK_RULES: &[LinkRule] = &[
         into: LinkInto::WritableOutside,
         severity: Severity::High,
         reason: INTO_WRITABLE_WHY,
+    },
+    LinkRule {
+        into: LinkInto::GitDirInTree,
+        severity: Severity::High,
+        reason: INTO_GIT_DIR_WHY,
     },
 ];
 

@@ -355,6 +355,12 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
                     dirs: inos(&target.writable),
                     covered: inos(&target.covered),
                 },
+                // Recognised by the walk by name: any `.git` below the work tree's top.
+                LinkInto::GitDirInTree => walk::LinkDirs {
+                    rule: *r,
+                    dirs: Vec::new(),
+                    covered: Vec::new(),
+                },
             })
             .collect();
         walk::work_tree(

@@ -410,7 +410,7 @@ fn link_rule(
     top: Option<Ino>,
     links: &[LinkDirs],
 ) -> Option<review::LinkRule> {
-    if links.iter().all(|l| l.dirs.is_empty()) {
+    if (links.iter()).all(|l| l.dirs.is_empty() && l.rule.into != review::LinkInto::GitDirInTree) {
         return None;
     }
     let st = lstat_at(dirfd, name).ok()?;
@@ -423,31 +423,40 @@ fn link_rule(
     // SAFETY: openat just returned this descriptor.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let above = ancestors(&fd);
-    let at = |dirs: &[Ino]| above.iter().position(|i| dirs.contains(i));
+    let at = |dirs: &[Ino]| above.iter().position(|(i, _)| dirs.contains(i));
     let in_tree = top.and_then(|t| at(&[t]));
     links.iter().find_map(|l| {
+        if l.rule.into == review::LinkInto::GitDirInTree {
+            // A `.git` directory below the work tree's top, nearer than the top.
+            let pos = above.iter().position(|(_, git)| *git)?;
+            return in_tree.is_some_and(|t| pos < t).then_some(l.rule);
+        }
         let pos = at(&l.dirs)?;
         let stop = [in_tree, at(&l.covered)].into_iter().flatten().min();
         stop.is_none_or(|s| pos < s).then_some(l.rule)
     })
 }
 
-/// The directory `fd` and every directory above it (going up by `..`), nearest first.
-fn ancestors(fd: &OwnedFd) -> Vec<Ino> {
+/// The directory `fd` and every directory above it (going up by `..`), nearest first,
+/// each with whether it is its parent's `.git`.
+fn ancestors(fd: &OwnedFd) -> Vec<(Ino, bool)> {
     let mut out = Vec::new();
     let Ok(mut st) = stat::fstat(fd.as_raw_fd()) else {
         return out;
     };
     let mut cur = None::<OwnedFd>;
     for _ in 0..4096 {
-        out.push(ino(&st));
         let at = cur.as_ref().map_or(fd.as_raw_fd(), |c| c.as_raw_fd());
         let Ok(parent) = open_dir(Some(at), "..") else {
+            out.push((ino(&st), false));
             break;
         };
         let Ok(pst) = stat::fstat(parent.as_raw_fd()) else {
+            out.push((ino(&st), false));
             break;
         };
+        let git = lstat_at(parent.as_raw_fd(), ".git").is_ok_and(|g| ino(&g) == ino(&st));
+        out.push((ino(&st), git));
         if ino(&pst) == ino(&st) {
             break; // the root
         }
@@ -687,7 +696,7 @@ fn open_path(dirfd: RawFd, p: &Path) -> nix::Result<OwnedFd> {
 
 /// Whether the directory `fd` is one of `dirs` or below one (going up by `..`).
 fn beneath(fd: &OwnedFd, dirs: &[Ino]) -> bool {
-    ancestors(fd).iter().any(|i| dirs.contains(i))
+    ancestors(fd).iter().any(|(i, _)| dirs.contains(i))
 }
 
 /// Reviews one of the project's git dirs: the common dir (`linked`: false), which also
@@ -886,6 +895,45 @@ mod tests {
         let found = found_in(&proj, &writable(vec![rw_ino], Vec::new()));
         assert!(found.iter().any(|(n, _)| n == "to-covered"));
         assert!(found_in(&proj, &writable(Vec::new(), Vec::new())).is_empty());
+    }
+
+    /// A new symlink leading into a `.git` directory below the work tree's top (the
+    /// project's, a nested repository's) is taken with its row's reason; one into another
+    /// repository's `.git` outside the project, or elsewhere in the project, is not. The
+    /// control: without the row, none is.
+    #[test]
+    fn symlinks_into_git_dirs_of_the_work_tree() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir().unwrap();
+        let proj = t.path().join("proj");
+        for d in [
+            proj.join(".git/x"),
+            proj.join("vendor/lib/.git/y"),
+            proj.join("sub"),
+            t.path().join("other/.git/z"),
+        ] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        symlink(".git/x", proj.join("to-git")).unwrap();
+        symlink(proj.join(".git"), proj.join("sub/to-git-top")).unwrap();
+        symlink("../vendor/lib/.git/y", proj.join("sub/to-nested")).unwrap();
+        symlink(t.path().join("other/.git/z"), proj.join("to-other")).unwrap();
+        symlink("sub", proj.join("to-sub")).unwrap();
+        let row = |rows: &[review::LinkRule]| -> Vec<LinkDirs> {
+            (rows.iter())
+                .filter(|r| r.into == review::LinkInto::GitDirInTree)
+                .map(|r| LinkDirs {
+                    rule: *r,
+                    dirs: Vec::new(),
+                    covered: Vec::new(),
+                })
+                .collect()
+        };
+        let found = found_in(&proj, &row(review::LINK_RULES));
+        let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["to-git", "to-git-top", "to-nested"]);
+        assert!(found.iter().all(|(_, why)| why == review::INTO_GIT_DIR_WHY));
+        assert!(found_in(&proj, &row(&[])).is_empty());
     }
 
     /// A chain of 30,000 directories (an agent's, in the project): the review finds the

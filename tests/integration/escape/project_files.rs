@@ -423,6 +423,22 @@ fn plants(a: &Arena) -> Vec<Plant> {
             ran
         },
     ));
+    // The same in the project's own .git, which the review judges only for git's files.
+    v.push(plant_case(
+        "a symlink into .git, where a directory shaped as a bare repository waits: git \
+         status through the link runs it",
+        format!(
+            "mkdir -p .git/bare-z && cd .git/bare-z && {} && cd \"$T_PROJ\" && \
+             ln -s .git/bare-z git-link",
+            bare_config("fsm-into-git")
+        ),
+        |a: &Arena| {
+            let ran = host_git_status_in(a, "git-link", "fsm-into-git");
+            let _ = fs::remove_file(a.proj.join("git-link"));
+            let _ = fs::remove_dir_all(a.proj.join(".git/bare-z"));
+            ran
+        },
+    ));
     // The same through a directory the user granted with --rw: the sandbox writes it, the
     // review does not walk it.
     let rw = rw_dir(a);

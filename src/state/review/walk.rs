@@ -160,7 +160,8 @@ fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
 /// `links`: the directories a sandbox can write outside the work tree, by
 /// `policy::review::LINK_RULES`' row (claudebox's state home: the shared login
 /// directory, each project's claude-config and conversations; the launch's `--rw`
-/// paths); a symlink made during the session that leads into one is moved aside.
+/// paths; by name, any `.git` directory below the top); a symlink made during the
+/// session that leads into one is moved aside.
 pub fn work_tree(
     root: &Path,
     since: Since,
@@ -194,7 +195,8 @@ pub type Ino = (u64, u64);
 
 /// One row of `policy::review::LINK_RULES` with its directories: a new symlink leading
 /// in or below one of `dirs` is taken, unless one of `covered` (or the work tree) lies
-/// nearer above its target.
+/// nearer above its target (the `.git` row's directories are found by name, its lists
+/// are empty).
 pub struct LinkDirs {
     pub rule: review::LinkRule,
     pub dirs: Vec<Ino>,

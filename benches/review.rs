@@ -65,6 +65,8 @@ fn main() {
         work_tree: proj.as_os_str().as_encoded_bytes().to_vec(),
         common_dir: None,
         git_dir: None,
+        writable: Vec::new(),
+        covered: Vec::new(),
     };
     let mut times = Vec::new();
     for _ in 0..20 {

@@ -452,7 +452,9 @@ fn exec_registered(
     // The exit review's record, locked for this process's life: if it is killed, the
     // project's next launch, `--list` or `--check` does the review it missed.
     let pending = if inp.protect_project_metadata {
-        let pending = review::begin(&inp.state, &inp.project, &inp.instance_id)?;
+        let writable =
+            crate::policy::review::writable_outside(&plan.mounts, &inp.project.work_tree);
+        let pending = review::begin(&inp.state, &inp.project, &inp.instance_id, &writable)?;
         pending.watch_commondir(&inp.state);
         Some(pending)
     } else {

@@ -11,8 +11,10 @@
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
 
 use super::git_dir::{git_dir_finding, GitDirKind};
+use super::mount::{Mount, MountKind};
 use super::protected::{CLAUDE_DIR, WORK_TREE_ENTRIES};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,6 +222,116 @@ pub const INTO_STATE_WHY: &str = "a symlink into claudebox's state, which the sa
     writes and the review does not walk: git, direnv or claude started through it would \
     read the agent's files there";
 
+/// Why a symlink made in the session that leads into a directory the launch bound
+/// read-write outside the project (a `--rw` path, a linked worktree's git dir) is moved
+/// aside: as with claudebox's state, the sandbox writes there and the review does not
+/// walk it.
+pub const INTO_WRITABLE_WHY: &str = "a symlink into a directory the sandbox could write \
+    outside the project (an rw path), which the review does not walk: git, direnv or \
+    claude started through it would read the agent's files there";
+
+/// Why a symlink made in the session that leads into a `.git` directory of the work tree
+/// is moved aside: the sandbox writes there, and the review judges only the files git
+/// reads in a git dir, so a directory the agent shaped as a bare repository inside it
+/// (`.git/x` with `HEAD`, `objects/`, `refs/` and a config with a `core.fsmonitor`) is
+/// not looked at; git started through the link takes it for its git dir (measured with
+/// git 2.47: the host's `git status` in `docs -> .git/x` ran the fsmonitor).
+pub const INTO_GIT_DIR_WHY: &str = "a symlink into a .git directory, which the sandbox \
+    writes and the review judges only for git's own files: git, direnv or claude started \
+    through it would read the agent's files there";
+
+/// Where a symlink made in the session may lead for a [`LINK_RULES`] row to take it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LinkInto {
+    /// claudebox's state home (the login directory, each project's claude-config and
+    /// conversations).
+    StateHome,
+    /// A directory the launch bound read-write outside the work tree
+    /// ([`writable_outside`]).
+    WritableOutside,
+    /// A directory named `.git` below the work tree's top (the project's git dir, a
+    /// nested repository's): the walk skips it, the git dirs' review judges only the
+    /// files git reads there.
+    GitDirInTree,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LinkRule {
+    pub into: LinkInto,
+    pub severity: Severity,
+    pub reason: &'static str,
+}
+
+/// The symlinks the review moves aside by where they lead (through any chain, the walk
+/// opening the target as a path only). A symlink leading into the work tree is taken
+/// only into a `.git` directory there: the walk looks at the rest itself. Where
+/// directories nest, the nearest one above the target decides (the work tree inside a
+/// `--rw` directory keeps its own links); a link into another repository's `.git`
+/// elsewhere (not written from inside) stays.
+pub const LINK_RULES: &[LinkRule] = &[
+    LinkRule {
+        into: LinkInto::StateHome,
+        severity: Severity::High,
+        reason: INTO_STATE_WHY,
+    },
+    LinkRule {
+        into: LinkInto::WritableOutside,
+        severity: Severity::High,
+        reason: INTO_WRITABLE_WHY,
+    },
+    LinkRule {
+        into: LinkInto::GitDirInTree,
+        severity: Severity::High,
+        reason: INTO_GIT_DIR_WHY,
+    },
+];
+
+/// The directories a launch lets the sandbox write outside its work tree, as the plan
+/// binds them ([`writable_outside`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Writable {
+    /// The host sources of its read-write directory binds (`--rw`, a linked worktree's or
+    /// submodule's git dirs outside the work tree, claudebox's state), less the work tree
+    /// and what lies in it (walked by the review).
+    pub dirs: Vec<PathBuf>,
+    /// The host directories below one of `dirs` that a later mount covers inside (a
+    /// `--ro` or `--hide` within a `--rw`): not written through it, so a link there stays
+    /// unless it is one of `dirs` itself.
+    pub covered: Vec<PathBuf>,
+}
+
+/// [`Writable`] from the plan's mounts, in bwrap's order (later wins). File binds are left
+/// out: a host tool finds a file by its name, which the work tree's rules judge; and so
+/// are symlinks the plan makes.
+pub fn writable_outside(mounts: &[Mount], work_tree: &Path) -> Writable {
+    let mut w = Writable::default();
+    for (i, m) in mounts.iter().enumerate() {
+        let Some(src) = m.source.as_deref().filter(|_| m.kind == MountKind::Rw) else {
+            continue;
+        };
+        if src.starts_with(work_tree) {
+            continue;
+        }
+        if !w.dirs.iter().any(|d| d == src) {
+            w.dirs.push(src.to_path_buf());
+        }
+        for later in &mounts[i + 1..] {
+            if later.kind == MountKind::Symlink {
+                continue;
+            }
+            if let Ok(rel) = later.target.strip_prefix(&m.target) {
+                let c = src.join(rel);
+                if !rel.as_os_str().is_empty() && !w.covered.contains(&c) {
+                    w.covered.push(c);
+                }
+            }
+        }
+    }
+    let dirs = w.dirs.clone();
+    w.covered.retain(|c| !dirs.contains(c));
+    w
+}
+
 /// Whether a directory name is a `.claude` directory (its settings files have rules).
 pub fn is_claude_dir(name: &OsStr) -> bool {
     name.as_bytes() == CLAUDE_DIR.as_bytes()
@@ -319,6 +431,55 @@ mod tests {
         // A nested .git, not the top one.
         assert_eq!(rule(".git", 1, false), Some(Severity::High));
         assert_eq!(rule(".git", 0, false), None);
+    }
+
+    #[test]
+    fn writable_outside_is_the_rw_binds_not_in_the_work_tree() {
+        use super::super::mount::{Mount, MountKind::*};
+        let wt = Path::new("/h/proj");
+        let m = |kind, src: &str, target: &str| {
+            Mount::new(kind, Some(Path::new(src)), Path::new(target), "")
+        };
+        let mounts = [
+            m(Rw, "/h/proj", "/h/proj"),
+            m(Rw, "/h/proj/.git", "/h/proj/.git"),
+            m(Rw, "/h/proj/cache", "/h/proj/cache"),
+            m(Rw, "/h/.claudebox/projects/x/claude-config", "/h/.claude"),
+            m(Rw, "/data/out", "/data/out"),
+            m(Rw, "/data/out", "/data/out"),
+            m(Rw, "/h/projects-other", "/h/projects-other"),
+            m(Ro, "/data/in", "/data/in"),
+            m(File, "/data/f.txt", "/data/f.txt"),
+            Mount::new(Tmpfs, None, Path::new("/tmp"), ""),
+        ];
+        let got = writable_outside(&mounts, wt);
+        let paths = |v: &[&str]| v.iter().map(PathBuf::from).collect::<Vec<_>>();
+        let want = paths(&[
+            "/h/.claudebox/projects/x/claude-config",
+            "/data/out",
+            "/h/projects-other",
+        ]);
+        assert_eq!(got.dirs, want);
+        // The empty-ro over ~/.claude/commands covers the claude-config's; the later
+        // read-only bind inside /data/out covers its `in`, a read-write one does not.
+        let mounts = [
+            m(Rw, "/h/.claudebox/projects/x/claude-config", "/h/.claude"),
+            Mount::new(EmptyRo, None, Path::new("/h/.claude/commands"), ""),
+            m(Rw, "/data/out", "/data/out"),
+            m(Ro, "/data/out/in", "/data/out/in"),
+            m(Rw, "/data/out/back", "/data/out/back"),
+            Mount::new(Symlink, Some(Path::new("x")), Path::new("/data/out/l"), ""),
+            m(Ro, "/data/other", "/data/other"),
+        ];
+        let got = writable_outside(&mounts, wt);
+        assert_eq!(
+            got.covered,
+            paths(&[
+                "/h/.claudebox/projects/x/claude-config/commands",
+                "/data/out/in",
+            ])
+        );
+        assert!(got.dirs.contains(&PathBuf::from("/data/out/back")));
     }
 
     #[test]

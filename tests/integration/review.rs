@@ -257,6 +257,93 @@ fn a_killed_claudebox_s_review_is_done_by_the_next_list_or_launch() {
     }
 }
 
+/// A symlink the session made into a `--rw` directory is moved aside (the sandbox writes
+/// there, the review does not walk it); links into the project and to a read-only place
+/// (also a `--ro` inside the `--rw` directory) stay. A launch killed before its review: the next one, granted no `--rw`, does the
+/// review it missed with the killed launch's `--rw` paths, kept in its record. (The
+/// escape suite's `--rw` link attempt has the control: unreviewed, git runs through it.)
+#[test]
+fn a_symlink_into_an_rw_path_is_moved_aside_also_by_a_missed_review() {
+    let w = World::new(BIN);
+    let p = project(&w);
+    let rw = w.dir("granted");
+    let ro = w.dir("shown");
+    let inner = rw.join("inner-ro");
+    fs::create_dir_all(inner.join("d")).unwrap();
+    let (rws, ros, inners) = (
+        rw.to_str().unwrap(),
+        ro.to_str().unwrap(),
+        inner.to_str().unwrap(),
+    );
+    let gone = |rel: &str| fs::symlink_metadata(p.join(rel)).is_err();
+    let script = format!(
+        "mkdir -p {r}/x && ln -s {r}/x to-rw && ln -s {r} sub/to-rw-top && ln -s {o} to-ro && \
+         ln -s sub to-sub && ln -s {s} sub/back && ln -s {i}/d to-inner-ro",
+        r = sq(rws),
+        o = sq(ros),
+        i = sq(inners),
+        s = sq(p.join("sub").to_str().unwrap()),
+    );
+    let o = w
+        .cmd(&p)
+        .args(["--rw", rws, "--ro", ros, "--ro", inners])
+        .args(["--exec", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(gone("to-rw") && gone("sub/to-rw-top"), "{err}");
+    for kept in ["to-ro", "to-sub", "sub/back", "to-inner-ro"] {
+        assert!(!gone(kept), "{kept}: {err}");
+    }
+    for rel in ["to-rw", "sub/to-rw-top"] {
+        let line = line_for(&err, rel).unwrap_or_else(|| panic!("{rel}: {err}"));
+        assert!(line.contains("an rw path"), "{line}");
+    }
+    // A `--ro` inside the `--rw` directory whose parent the agent renames and replaces
+    // with a symlink to a directory of its own: that one is not covered, its link goes.
+    let nested = rw.join("a/b");
+    fs::create_dir_all(&nested).unwrap();
+    let script = format!(
+        "cd {r} && mv a a-old && mkdir -p evil/b/x && ln -s evil a && cd {p} && \
+         ln -s {r}/a/b/x to-fake-covered",
+        r = sq(rws),
+        p = sq(p.to_str().unwrap()),
+    );
+    let o = w
+        .cmd(&p)
+        .args(["--rw", rws, "--ro", nested.to_str().unwrap()])
+        .args(["--exec", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(gone("to-fake-covered"), "{err}");
+    // Killed before its review.
+    let (mut child, line) = lab::spawn_first_line(
+        w.cmd(&p)
+            .args(["--rw", rws, "--exec", "sh", "-c"])
+            .arg(format!(
+                "ln -s {}/x to-rw-killed && echo ready && sleep 100",
+                sq(rws)
+            ))
+            .stderr(Stdio::null()),
+    );
+    assert_eq!(line.trim(), "ready");
+    child.kill().unwrap();
+    child.wait().unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert!(!gone("to-rw-killed"), "reviewed by a killed claudebox?");
+    let o = w.cmd(&p).args(["--exec", "true"]).output().unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(gone("to-rw-killed"), "the missed review kept it:\n{err}");
+    assert!(
+        line_for(&err, "to-rw-killed").is_some_and(|l| l.contains("an rw path")),
+        "{err}"
+    );
+}
+
 const PLANT_PY: &str = "python3 -c \"import os; d='sub/.cl'+'aude'; os.makedirs(d); \
     open(d+'/settings.json','w').write('{}')\"";
 

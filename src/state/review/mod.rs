@@ -33,6 +33,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::policy::escape::Shown;
 use crate::policy::facts::Project;
+use crate::policy::review::{LinkInto, Writable, LINK_RULES};
 use crate::state::{self, ProjectState, StateHome};
 use walk::{Found, Since, Unread};
 
@@ -44,6 +45,16 @@ pub struct Target {
     pub common_dir: Option<Vec<u8>>,
     /// A linked worktree's or submodule's own git dir, when not the common dir.
     pub git_dir: Option<Vec<u8>>,
+    /// The directories the launch's plan binds read-write outside the work tree
+    /// (`policy::review::writable_outside`: its `--rw` paths and the like): a symlink the
+    /// session made into one is moved aside. Kept in the record, so that a review missed
+    /// and done by a later launch knows the killed launch's own; a record without it (an
+    /// older claudebox's) has only the state home looked for.
+    #[serde(default)]
+    pub writable: Vec<Vec<u8>>,
+    /// Directories below those that a later mount covers inside (`Writable::covered`).
+    #[serde(default)]
+    pub covered: Vec<Vec<u8>>,
 }
 
 fn path(b: &[u8]) -> PathBuf {
@@ -51,7 +62,8 @@ fn path(b: &[u8]) -> PathBuf {
 }
 
 impl Target {
-    pub fn of(p: &Project) -> Target {
+    /// `writable`: see [`Target::writable`].
+    pub fn of(p: &Project, writable: &Writable) -> Target {
         let bytes = |p: &Path| p.as_os_str().as_bytes().to_vec();
         Target {
             work_tree: bytes(&p.work_tree),
@@ -61,6 +73,8 @@ impl Target {
                 .as_deref()
                 .filter(|g| Some(*g) != p.common_dir.as_deref())
                 .map(bytes),
+            writable: writable.dirs.iter().map(|w| bytes(w)).collect(),
+            covered: writable.covered.iter().map(|w| bytes(w)).collect(),
         }
     }
 }
@@ -99,11 +113,16 @@ fn state_dir(p: &Path) -> Result<OwnedFd> {
 }
 
 /// Writes and locks the launch's pending-review record. Its ctime is the launch's point
-/// in time. Call before bwrap starts.
-pub fn begin(st: &ProjectState, project: &Project, instance: &str) -> Result<Pending> {
+/// in time. Call before bwrap starts. `writable`: see [`Target::writable`].
+pub fn begin(
+    st: &ProjectState,
+    project: &Project,
+    instance: &str,
+    writable: &Writable,
+) -> Result<Pending> {
     let dir = state_dir(&st.review_pending())?;
     let name = OsString::from(format!("{instance}.json"));
-    let target = Target::of(project);
+    let target = Target::of(project, writable);
     // Made under a dot name, locked, then renamed into place: `missed` never sees it
     // unlocked while its launcher runs.
     let tmp = OsString::from(format!(".{instance}.json"));
@@ -309,14 +328,46 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
             .flat_map(|c| ["modules", "worktrees"].map(|d| path(c).join(d)))
             .filter_map(|d| walk::dir_ino(&d))
             .collect();
-        // claudebox's state home (`projects/<id>` is two below it): the login directory
-        // and the project's claude-config and conversations, written from inside.
-        let state_dirs: Vec<walk::Ino> = walk::dir_ino(&st.dir.join("../..")).into_iter().collect();
+        // Where a new symlink must not lead, by policy::review::LINK_RULES' row:
+        // claudebox's state home (`projects/<id>` is two below it: the login directory
+        // and the project's claude-config and conversations, written from inside), and
+        // what the launch bound read-write outside the work tree.
+        // Opened without following a symlink: a covered directory lies in a writable one,
+        // where the agent could have renamed a parent and put a symlink in its place to
+        // make another directory count as covered (then it counts as none).
+        let inos = |ps: &[Vec<u8>]| -> Vec<walk::Ino> {
+            (ps.iter())
+                .filter_map(|p| open_no_symlinks(&path(p)).ok())
+                .filter_map(|fd| nix::sys::stat::fstat(fd.as_raw_fd()).ok())
+                .map(|st| (st.st_dev, st.st_ino))
+                .collect()
+        };
+        let links: Vec<walk::LinkDirs> = LINK_RULES
+            .iter()
+            .map(|r| match r.into {
+                LinkInto::StateHome => walk::LinkDirs {
+                    rule: *r,
+                    dirs: walk::dir_ino(&st.dir.join("../..")).into_iter().collect(),
+                    covered: Vec::new(),
+                },
+                LinkInto::WritableOutside => walk::LinkDirs {
+                    rule: *r,
+                    dirs: inos(&target.writable),
+                    covered: inos(&target.covered),
+                },
+                // Recognised by the walk by name: any `.git` below the work tree's top.
+                LinkInto::GitDirInTree => walk::LinkDirs {
+                    rule: *r,
+                    dirs: Vec::new(),
+                    covered: Vec::new(),
+                },
+            })
+            .collect();
         walk::work_tree(
             &work_tree,
             since,
             &judged_there,
-            &state_dirs,
+            &links,
             &mut on_found,
             &mut unread,
         );

@@ -157,26 +157,32 @@ fn changed(dirfd: RawFd, name: &OsStr, since: Since) -> bool {
 /// `judged_there`: the directories (`modules/`, `worktrees/` of the common dir) whose git
 /// dirs [`git_dir`] judges; a gitlink file naming one of them is not judged again.
 ///
-/// `state_dirs`: the directories a sandbox can write outside the work tree (claudebox's
-/// state home: the shared login directory, each project's claude-config and
-/// conversations); a symlink made during the session that leads into one is moved aside.
+/// `links`: the directories a sandbox can write outside the work tree, by
+/// `policy::review::LINK_RULES`' row (claudebox's state home: the shared login
+/// directory, each project's claude-config and conversations; the launch's `--rw`
+/// paths; by name, any `.git` directory below the top); a symlink made during the
+/// session that leads into one is moved aside.
 pub fn work_tree(
     root: &Path,
     since: Since,
     judged_there: &[Ino],
-    state_dirs: &[Ino],
+    links: &[LinkDirs],
     found: &mut dyn FnMut(Found<'_>),
     unread: &mut Vec<Unread>,
 ) {
     let mut w = Walk {
         since,
         judged_there,
-        state_dirs,
+        links,
+        top: None,
         found,
         unread,
     };
     match open_dir(None, root) {
-        Ok(fd) => w.walk(fd, root.to_path_buf(), 0, false),
+        Ok(fd) => {
+            w.top = stat::fstat(fd.as_raw_fd()).ok().map(|st| ino(&st));
+            w.walk(fd, root.to_path_buf(), 0, false);
+        }
         Err(error) => w.unread.push(Unread {
             path: root.to_path_buf(),
             error,
@@ -186,6 +192,16 @@ pub fn work_tree(
 
 /// A directory's identity: `(st_dev, st_ino)`.
 pub type Ino = (u64, u64);
+
+/// One row of `policy::review::LINK_RULES` with its directories: a new symlink leading
+/// in or below one of `dirs` is taken, unless one of `covered` (or the work tree) lies
+/// nearer above its target (the `.git` row's directories are found by name, its lists
+/// are empty).
+pub struct LinkDirs {
+    pub rule: review::LinkRule,
+    pub dirs: Vec<Ino>,
+    pub covered: Vec<Ino>,
+}
 
 fn ino(st: &FileStat) -> Ino {
     (st.st_dev, st.st_ino)
@@ -200,7 +216,9 @@ pub fn dir_ino(p: &Path) -> Option<Ino> {
 struct Walk<'a> {
     since: Since,
     judged_there: &'a [Ino],
-    state_dirs: &'a [Ino],
+    links: &'a [LinkDirs],
+    /// The work tree's top: a symlink leading into it is the walk's to judge.
+    top: Option<Ino>,
     found: &'a mut dyn FnMut(Found<'_>),
     unread: &'a mut Vec<Unread>,
 }
@@ -270,15 +288,17 @@ impl Walk<'_> {
                         rule.severity,
                         rule.reason.to_string(),
                     );
-                } else if kind.is_none_or(|k| k == Type::Symlink)
-                    && into_state(raw, &name, since, self.state_dirs)
+                } else if let Some(rule) = kind
+                    .is_none_or(|k| k == Type::Symlink)
+                    .then(|| link_rule(raw, &name, since, self.top, self.links))
+                    .flatten()
                 {
                     self.report(
                         raw,
                         &top.path,
                         &name,
-                        Severity::High,
-                        review::INTO_STATE_WHY.to_string(),
+                        rule.severity,
+                        rule.reason.to_string(),
                     );
                 }
                 continue;
@@ -380,26 +400,72 @@ impl Walk<'_> {
     }
 }
 
-/// Whether `name` in `dirfd` is a symlink made at or after `since` that leads (through
-/// any chain) to a directory in or below one of `state_dirs`. The link is followed only
-/// to open its target as a path (`O_PATH`), nothing read through it.
-fn into_state(dirfd: RawFd, name: &OsStr, since: Since, state_dirs: &[Ino]) -> bool {
-    if state_dirs.is_empty() {
-        return false;
+/// The `links` row that takes `name` in `dirfd`: a symlink made at or after `since` that
+/// leads (through any chain) to a directory in or below one of the row's directories,
+/// the first row in table order, unless the work tree (`top`) or one of the row's
+/// covered directories lies nearer above the target than that directory. The link is
+/// followed only to open its target as a path (`O_PATH`), nothing read through it.
+fn link_rule(
+    dirfd: RawFd,
+    name: &OsStr,
+    since: Since,
+    top: Option<Ino>,
+    links: &[LinkDirs],
+) -> Option<review::LinkRule> {
+    if (links.iter()).all(|l| l.dirs.is_empty() && l.rule.into != review::LinkInto::GitDirInTree) {
+        return None;
     }
-    let Ok(st) = lstat_at(dirfd, name) else {
-        return false;
-    };
+    let st = lstat_at(dirfd, name).ok()?;
     if st.st_mode & nix::libc::S_IFMT != nix::libc::S_IFLNK || !since.precedes(&st) {
-        return false;
+        return None;
     }
     let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_CLOEXEC;
-    let Ok(fd) = fcntl::openat(Some(dirfd), name, flags, Mode::empty()) else {
-        return false; // dangling, or no directory
-    };
+    // Dangling, or no directory: nothing.
+    let fd = fcntl::openat(Some(dirfd), name, flags, Mode::empty()).ok()?;
     // SAFETY: openat just returned this descriptor.
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
-    beneath(&fd, state_dirs)
+    let above = ancestors(&fd);
+    let at = |dirs: &[Ino]| above.iter().position(|(i, _)| dirs.contains(i));
+    let in_tree = top.and_then(|t| at(&[t]));
+    links.iter().find_map(|l| {
+        if l.rule.into == review::LinkInto::GitDirInTree {
+            // A `.git` directory below the work tree's top, nearer than the top.
+            let pos = above.iter().position(|(_, git)| *git)?;
+            return in_tree.is_some_and(|t| pos < t).then_some(l.rule);
+        }
+        let pos = at(&l.dirs)?;
+        let stop = [in_tree, at(&l.covered)].into_iter().flatten().min();
+        stop.is_none_or(|s| pos < s).then_some(l.rule)
+    })
+}
+
+/// The directory `fd` and every directory above it (going up by `..`), nearest first,
+/// each with whether it is its parent's `.git`.
+fn ancestors(fd: &OwnedFd) -> Vec<(Ino, bool)> {
+    let mut out = Vec::new();
+    let Ok(mut st) = stat::fstat(fd.as_raw_fd()) else {
+        return out;
+    };
+    let mut cur = None::<OwnedFd>;
+    for _ in 0..4096 {
+        let at = cur.as_ref().map_or(fd.as_raw_fd(), |c| c.as_raw_fd());
+        let Ok(parent) = open_dir(Some(at), "..") else {
+            out.push((ino(&st), false));
+            break;
+        };
+        let Ok(pst) = stat::fstat(parent.as_raw_fd()) else {
+            out.push((ino(&st), false));
+            break;
+        };
+        let git = lstat_at(parent.as_raw_fd(), ".git").is_ok_and(|g| ino(&g) == ino(&st));
+        out.push((ino(&st), git));
+        if ino(&pst) == ino(&st) {
+            break; // the root
+        }
+        st = pst;
+        cur = Some(parent);
+    }
+    out
 }
 
 /// The most of a file the review reads to judge it; a larger one is not judged, and so
@@ -632,28 +698,7 @@ fn open_path(dirfd: RawFd, p: &Path) -> nix::Result<OwnedFd> {
 
 /// Whether the directory `fd` is one of `dirs` or below one (going up by `..`).
 fn beneath(fd: &OwnedFd, dirs: &[Ino]) -> bool {
-    let Ok(mut st) = stat::fstat(fd.as_raw_fd()) else {
-        return false;
-    };
-    let mut cur = None::<OwnedFd>;
-    for _ in 0..4096 {
-        if dirs.contains(&ino(&st)) {
-            return true;
-        }
-        let at = cur.as_ref().map_or(fd.as_raw_fd(), |c| c.as_raw_fd());
-        let Ok(parent) = open_dir(Some(at), "..") else {
-            return false;
-        };
-        let Ok(pst) = stat::fstat(parent.as_raw_fd()) else {
-            return false;
-        };
-        if ino(&pst) == ino(&st) {
-            return false; // the root
-        }
-        st = pst;
-        cur = Some(parent);
-    }
-    false
+    ancestors(fd).iter().any(|(i, _)| dirs.contains(i))
 }
 
 /// Reviews one of the project's git dirs: the common dir (`linked`: false), which also
@@ -786,6 +831,111 @@ mod tests {
             Mode::from_bits_truncate(0o600),
         )
         .unwrap();
+    }
+
+    /// The names the walk of `top` hands over, with `links` as the review gives them.
+    fn found_in(top: &Path, links: &[LinkDirs]) -> Vec<(String, String)> {
+        let mut found = Vec::new();
+        let mut unread = Vec::new();
+        work_tree(
+            top,
+            Since { sec: 0, nsec: 0 },
+            &[],
+            links,
+            &mut |f| found.push((f.name.to_string_lossy().into_owned(), f.reason)),
+            &mut unread,
+        );
+        assert!(unread.is_empty());
+        found.sort();
+        found
+    }
+
+    /// A new symlink leading into a directory the launch binds read-write outside the
+    /// project is handed over with its row's reason; one into the project (also when the
+    /// project lies inside that directory), into a read-only place, or dangling is not.
+    /// The control: without the row, the same links are all kept.
+    #[test]
+    fn symlinks_into_writable_dirs_outside_the_project() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir().unwrap();
+        let rw = t.path().join("rw");
+        let proj = rw.join("proj");
+        for d in [proj.join("sub"), rw.join("other/deep"), t.path().join("ro")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        symlink("sub", proj.join("to-sub")).unwrap();
+        symlink(proj.join("sub"), proj.join("to-sub-abs")).unwrap();
+        symlink("../proj/sub", proj.join("sub/via-parent")).unwrap();
+        symlink("../other/deep", proj.join("to-rw")).unwrap();
+        symlink(rw.join("other"), proj.join("sub/to-rw-abs")).unwrap();
+        symlink("to-rw", proj.join("chain")).unwrap();
+        symlink(t.path().join("ro"), proj.join("to-ro")).unwrap();
+        symlink("../missing", proj.join("dangling")).unwrap();
+        // A directory of the rw one that a later read-only mount covers inside.
+        std::fs::create_dir_all(rw.join("shown/deep")).unwrap();
+        symlink(rw.join("shown/deep"), proj.join("to-covered")).unwrap();
+        let writable = |dirs: Vec<Ino>, covered: Vec<Ino>| {
+            let rule = *review::LINK_RULES
+                .iter()
+                .find(|r| r.into == review::LinkInto::WritableOutside)
+                .unwrap();
+            vec![LinkDirs {
+                rule,
+                dirs,
+                covered,
+            }]
+        };
+        let (rw_ino, shown) = (dir_ino(&rw).unwrap(), dir_ino(&rw.join("shown")).unwrap());
+        let found = found_in(&proj, &writable(vec![rw_ino], vec![shown]));
+        let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["chain", "to-rw", "to-rw-abs"]);
+        assert!(found
+            .iter()
+            .all(|(_, why)| why == review::INTO_WRITABLE_WHY));
+        // The controls: not known as covered, that link is taken too; no writable
+        // directory known, nothing is.
+        let found = found_in(&proj, &writable(vec![rw_ino], Vec::new()));
+        assert!(found.iter().any(|(n, _)| n == "to-covered"));
+        assert!(found_in(&proj, &writable(Vec::new(), Vec::new())).is_empty());
+    }
+
+    /// A new symlink leading into a `.git` directory below the work tree's top (the
+    /// project's, a nested repository's) is taken with its row's reason; one into another
+    /// repository's `.git` outside the project, or elsewhere in the project, is not. The
+    /// control: without the row, none is.
+    #[test]
+    fn symlinks_into_git_dirs_of_the_work_tree() {
+        use std::os::unix::fs::symlink;
+        let t = tempfile::tempdir().unwrap();
+        let proj = t.path().join("proj");
+        for d in [
+            proj.join(".git/x"),
+            proj.join("vendor/lib/.git/y"),
+            proj.join("sub"),
+            t.path().join("other/.git/z"),
+        ] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        symlink(".git/x", proj.join("to-git")).unwrap();
+        symlink(proj.join(".git"), proj.join("sub/to-git-top")).unwrap();
+        symlink("../vendor/lib/.git/y", proj.join("sub/to-nested")).unwrap();
+        symlink(t.path().join("other/.git/z"), proj.join("to-other")).unwrap();
+        symlink("sub", proj.join("to-sub")).unwrap();
+        let row = |rows: &[review::LinkRule]| -> Vec<LinkDirs> {
+            (rows.iter())
+                .filter(|r| r.into == review::LinkInto::GitDirInTree)
+                .map(|r| LinkDirs {
+                    rule: *r,
+                    dirs: Vec::new(),
+                    covered: Vec::new(),
+                })
+                .collect()
+        };
+        let found = found_in(&proj, &row(review::LINK_RULES));
+        let names: Vec<&str> = found.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["to-git", "to-git-top", "to-nested"]);
+        assert!(found.iter().all(|(_, why)| why == review::INTO_GIT_DIR_WHY));
+        assert!(found_in(&proj, &row(&[])).is_empty());
     }
 
     /// A chain of 30,000 directories (an agent's, in the project): the review finds the

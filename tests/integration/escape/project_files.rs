@@ -23,6 +23,8 @@ struct Plant {
     landed: Box<dyn Fn(&Arena) -> bool>,
     /// The line with which claudebox may end the sandbox at once for this plant.
     ended_by: Option<&'static str>,
+    /// claudebox options of the launch (a directory granted with `--rw`).
+    args: Vec<String>,
 }
 
 fn plant_case(
@@ -36,6 +38,7 @@ fn plant_case(
         linked: false,
         landed: Box::new(landed),
         ended_by: None,
+        args: Vec::new(),
     }
 }
 
@@ -83,6 +86,7 @@ fn setup(a: &Arena) {
     let vendored = p.join("vendor/lib");
     fs::create_dir_all(&vendored).unwrap();
     init_repo(&vendored);
+    fs::create_dir_all(rw_dir(a)).unwrap();
     let home = a.w.home();
     write(
         &home.join(".config/git/credentials"),
@@ -95,6 +99,11 @@ fn setup(a: &Arena) {
         &state_in_claude(a).join("projects/fedcba9876543210/claude-projects/-o/c.jsonl"),
         "OTHER-PROJECT-CONVERSATION\n",
     );
+}
+
+/// A directory the user grants with `--rw` (the `rw-link` plant's).
+fn rw_dir(a: &Arena) -> PathBuf {
+    a.w.root().join("rw-granted")
 }
 
 fn state_in_claude(a: &Arena) -> PathBuf {
@@ -110,7 +119,7 @@ fn exists_at(rel: &'static str) -> impl Fn(&Arena) -> bool {
     move |a: &Arena| a.proj.join(rel).exists()
 }
 
-fn plants() -> Vec<Plant> {
+fn plants(a: &Arena) -> Vec<Plant> {
     let append = |file: &str| format!("printf '\\nPLANTED\\n' >> {file} 2>/dev/null");
     let rename_over = |file: &str| {
         format!(
@@ -414,6 +423,43 @@ fn plants() -> Vec<Plant> {
             ran
         },
     ));
+    // The same in the project's own .git, which the review judges only for git's files.
+    v.push(plant_case(
+        "a symlink into .git, where a directory shaped as a bare repository waits: git \
+         status through the link runs it",
+        format!(
+            "mkdir -p .git/bare-z && cd .git/bare-z && {} && cd \"$T_PROJ\" && \
+             ln -s .git/bare-z git-link",
+            bare_config("fsm-into-git")
+        ),
+        |a: &Arena| {
+            let ran = host_git_status_in(a, "git-link", "fsm-into-git");
+            let _ = fs::remove_file(a.proj.join("git-link"));
+            let _ = fs::remove_dir_all(a.proj.join(".git/bare-z"));
+            ran
+        },
+    ));
+    // The same through a directory the user granted with --rw: the sandbox writes it, the
+    // review does not walk it.
+    let rw = rw_dir(a);
+    v.push(Plant {
+        args: vec!["--rw".into(), rw.to_str().unwrap().into()],
+        ..plant_case(
+            "a symlink into a directory granted with --rw, where a directory shaped as a bare \
+             repository waits: git status through the link runs it",
+            format!(
+                "mkdir -p \"$T_WORLD\"/rw-granted/bare-y && cd \"$T_WORLD\"/rw-granted/bare-y && \
+                 {} && cd \"$T_PROJ\" && ln -s \"$T_WORLD\"/rw-granted/bare-y rw-link",
+                bare_config("fsm-into-rw")
+            ),
+            move |a: &Arena| {
+                let ran = host_git_status_in(a, "rw-link", "fsm-into-rw");
+                let _ = fs::remove_file(a.proj.join("rw-link"));
+                let _ = fs::remove_dir_all(rw.join("bare-y"));
+                ran
+            },
+        )
+    });
     v.push(Plant {
         // Unfixed, the review overflowed its stack and aborted (every later one too).
         ended_by: Some("overflowed its stack"),
@@ -519,11 +565,15 @@ fn remove_evil(a: &Arena) {
 
 pub(super) fn attempts(a: &Arena) -> Vec<Attempt> {
     setup(a);
-    let mut v: Vec<Attempt> = plants()
+    let mut v: Vec<Attempt> = plants(a)
         .into_iter()
         .map(|p| {
             let landed = p.landed;
-            let mut at = attempt(p.name, p.script).host_check(move |a| landed(a));
+            let mut at = Attempt {
+                args: p.args,
+                ..attempt(p.name, p.script)
+            }
+            .host_check(move |a| landed(a));
             if let Some(line) = p.ended_by {
                 at = at.may_be_ended_by(line);
             }
@@ -601,17 +651,16 @@ pub(super) fn attempts(a: &Arena) -> Vec<Attempt> {
 /// other doors open the reads succeed: the attempts above can succeed.
 pub(super) fn controls(a: &Arena) {
     setup(a);
-    for p in plants() {
+    for p in plants(a) {
         let at = attempt(p.name, p.script);
         let at = if p.linked {
             at.in_linked_worktree()
         } else {
             at
         };
-        let at = Attempt {
-            args: vec!["--writable-project-config".into()],
-            ..at
-        };
+        let mut args = p.args;
+        args.push("--writable-project-config".into());
+        let at = Attempt { args, ..at };
         let (_, text) = run_attempt(a, &at);
         assert!((p.landed)(a), "control {:?} did not land:\n{text}", p.name);
     }

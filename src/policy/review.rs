@@ -43,6 +43,14 @@ pub enum Pattern {
     Family(&'static str, &'static [&'static str]),
     /// This name inside a `.claude` directory below the top level.
     InClaudeDir(&'static str),
+    /// A name with this prefix and one of these endings (as `Family`) inside directories
+    /// of these names, outermost first, the last its parent (`&["mise", "conf.d"]`:
+    /// `mise/conf.d/x`): a tool's config read from a path below the directory it serves.
+    Under(
+        &'static [&'static str],
+        &'static str,
+        &'static [&'static str],
+    ),
     /// A `.git` (directory or gitlink file) below the top level: a nested repository.
     NestedGit,
 }
@@ -117,6 +125,23 @@ pub const WORK_TREE_RULES: &[Rule] = &[
         reason: "mise (formerly rtx) reads it as config: its tasks and env hooks run when a \
                  shell enters the directory",
     },
+    // mise's path-shaped configs (its docs' list and `LOCAL_CONFIG_FILENAMES`): a
+    // directory's `mise/config.toml` and `.config/mise/config.toml`, their local and per
+    // environment forms, and `.config/mise/conf.d/*.toml`. `.config/mise.toml`,
+    // `.config/mise/mise.toml` and `.mise/config.toml` are the name rows' above.
+    Rule {
+        pattern: Pattern::Under(&["mise"], "config.", TOML),
+        severity: Severity::High,
+        reason: "mise reads a mise/ or .config/mise/ directory's config.toml (or its local \
+                 or per environment form) as the config of the directory above: its tasks \
+                 and env hooks run when a shell enters it",
+    },
+    Rule {
+        pattern: Pattern::Under(&[".config", "mise", "conf.d"], "", TOML),
+        severity: Severity::High,
+        reason: "mise reads each .toml in .config/mise/conf.d as config of the directory \
+                 above .config: its tasks and env hooks run when a shell enters it",
+    },
     Rule {
         pattern: Pattern::Name(".tool-versions"),
         severity: Severity::High,
@@ -130,18 +155,35 @@ pub const WORK_TREE_RULES: &[Rule] = &[
     },
 ];
 
+/// How many directories above a name [`work_tree_rule`] looks at (the longest
+/// [`Pattern::Under`] chain): the walk hands it that many names.
+pub const DIRS_LOOKED_AT: usize = 3;
+
 /// The rule a name found in the work tree matches. `depth` is 0 at the work tree's top;
-/// `in_claude_dir`: the name is inside a `.claude` directory. The top-level `.claude` and
-/// `.git` are not walked (the caller skips them), so nothing here sees them.
-pub fn work_tree_rule(name: &OsStr, depth: usize, in_claude_dir: bool) -> Option<Rule> {
+/// `dirs`: the names of the directories it is in below the top, innermost first (at most
+/// [`DIRS_LOOKED_AT`] needed). The top-level `.claude` and `.git` are not walked (the
+/// caller skips them), so nothing here sees them.
+pub fn work_tree_rule(name: &OsStr, depth: usize, dirs: &[&OsStr]) -> Option<Rule> {
     let b = name.as_bytes();
+    let family = |p: &str, ends: &[&str]| {
+        b.starts_with(p.as_bytes()) && ends.iter().any(|e| b.ends_with(e.as_bytes()))
+    };
     for r in WORK_TREE_RULES {
         let hit = match r.pattern {
             Pattern::Name(n) => b == n.as_bytes(),
-            Pattern::Family(p, ends) => {
-                b.starts_with(p.as_bytes()) && ends.iter().any(|e| b.ends_with(e.as_bytes()))
+            Pattern::Family(p, ends) => family(p, ends),
+            Pattern::InClaudeDir(n) => {
+                dirs.first().is_some_and(|d| is_claude_dir(d)) && b == n.as_bytes()
             }
-            Pattern::InClaudeDir(n) => in_claude_dir && b == n.as_bytes(),
+            Pattern::Under(chain, p, ends) => {
+                chain.len() <= dirs.len()
+                    && chain
+                        .iter()
+                        .rev()
+                        .zip(dirs)
+                        .all(|(c, d)| c.as_bytes() == d.as_bytes())
+                    && family(p, ends)
+            }
             Pattern::NestedGit => depth > 0 && b == b".git",
         };
         if hit {
@@ -383,7 +425,82 @@ mod tests {
     use super::*;
 
     fn rule(n: &str, depth: usize, claude: bool) -> Option<Severity> {
-        work_tree_rule(OsStr::new(n), depth, claude).map(|r| r.severity)
+        let dirs: &[&OsStr] = if claude {
+            &[OsStr::new(".claude")]
+        } else {
+            &[]
+        };
+        work_tree_rule(OsStr::new(n), depth, dirs).map(|r| r.severity)
+    }
+
+    /// The rule for a path relative to the work tree's top, its directories handed over
+    /// as the walk does (innermost first, at most `DIRS_LOOKED_AT`).
+    fn at(path: &str) -> Option<Rule> {
+        let mut parts: Vec<&OsStr> = path.split('/').map(OsStr::new).collect();
+        let name = parts.pop().unwrap();
+        let depth = parts.len();
+        let dirs: Vec<&OsStr> = parts.into_iter().rev().take(DIRS_LOOKED_AT).collect();
+        work_tree_rule(name, depth, &dirs)
+    }
+
+    #[test]
+    fn mise_configs_by_path() {
+        // mise's documented and loaded paths (LOCAL_CONFIG_FILENAMES and the per
+        // environment patterns), at the top and below.
+        for p in [
+            "mise/config.toml",
+            "sub/mise/config.toml",
+            "mise/config.local.toml",
+            "mise/config.production.toml",
+            "mise/config.production.local.toml",
+            ".config/mise/config.toml",
+            "a/b/.config/mise/config.toml",
+            ".config/mise/config.local.toml",
+            ".config/mise/config.staging.toml",
+            ".config/mise/conf.d/tools.toml",
+            "sub/.config/mise/conf.d/00-env.toml",
+            ".config/mise/conf.d/tools.production.local.toml",
+            // By the name rows: `.config/mise.toml` and its forms, `.config/mise/mise.toml`.
+            ".config/mise.toml",
+            "sub/.config/mise.local.toml",
+            ".config/mise.dev.toml",
+            ".config/mise/mise.toml",
+            ".config/mise/mise.local.toml",
+            // `.mise/config.toml`: the `.mise` directory is the name row's, whole.
+            ".mise",
+        ] {
+            assert_eq!(at(p).map(|r| r.severity), Some(Severity::High), "{p}");
+        }
+        // Near misses: the same names elsewhere, other names there, a deeper conf.d.
+        for p in [
+            "config.toml",
+            "sub/config.toml",
+            ".config/config.toml",
+            "mise-x/config.toml",
+            "notmise/config.toml",
+            "mise/sub/config.toml",
+            "mise/settings.toml",
+            "mise/config.json",
+            "mise/config.toml.bak",
+            "mise/tasks/build.toml",
+            "conf.d/x.toml",
+            "sub/conf.d/x.toml",
+            "mise/conf.d/x.toml",
+            "other/mise/conf.d/x.toml",
+            ".config/conf.d/x.toml",
+            ".config/other/conf.d/x.toml",
+            ".config/mise/conf.d/x.yaml",
+            ".config/mise/conf.d/nested/x.toml",
+            ".config/fish/conf.d/mise.fish",
+        ] {
+            assert_eq!(at(p), None, "{p}");
+        }
+        // The walk hands over enough directories for the longest chain.
+        for r in WORK_TREE_RULES {
+            if let Pattern::Under(chain, ..) = r.pattern {
+                assert!(chain.len() <= DIRS_LOOKED_AT, "{r:?}");
+            }
+        }
     }
 
     #[test]
@@ -497,7 +614,7 @@ mod tests {
 
     #[test]
     fn reasons_come_from_the_launch_table_where_names_match() {
-        let r = work_tree_rule(OsStr::new(".envrc"), 3, false).unwrap();
+        let r = work_tree_rule(OsStr::new(".envrc"), 3, &[]).unwrap();
         assert_eq!(r.reason, "direnv runs it on the host");
     }
 

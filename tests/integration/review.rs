@@ -25,12 +25,30 @@ const PLANTS: &[(&str, &str)] = &[
     (".mise.dev.toml", "echo '[tasks]' > .mise.dev.toml"),
     (".rtx.toml", "echo '[env]' > .rtx.toml"),
     ("sub/.mise", "mkdir -p sub/.mise && echo x > sub/.mise/config.toml"),
+    ("mise/config.toml", "mkdir -p mise && echo '[env]' > mise/config.toml"),
+    ("sub/.config/mise/config.toml", "mkdir -p sub/.config/mise && echo '[env]' > sub/.config/mise/config.toml"),
+    ("sub/.config/mise.toml", "echo '[env]' > sub/.config/mise.toml"),
+    (".config/mise/conf.d/env.toml", "mkdir -p .config/mise/conf.d && echo '[env]' > .config/mise/conf.d/env.toml"),
     ("sub/.vscode", "mkdir -p sub/.vscode && echo '{}' > sub/.vscode/tasks.json"),
     (".devcontainer", "mkdir -p .devcontainer && echo '{\"initializeCommand\":\"x\"}' > .devcontainer/devcontainer.json"),
     ("sub/.devcontainer.json", "echo '{}' > sub/.devcontainer.json"),
     ("vendorx/.git", "mkdir vendorx && git -C vendorx init -q && git -C vendorx config core.fsmonitor 'echo PLANTED'"),
     (".git/worktrees/evil", "mkdir -p .git/worktrees/evil && echo /tmp > .git/worktrees/evil/commondir"),
     (".git/modules/m/config", "mkdir -p .git/modules/m && printf '[core]\\n\\tfsmonitor = x\\n' > .git/modules/m/config"),
+];
+
+/// Planted with them: the same names where no tool reads them, which stay.
+const NEAR_MISSES: &[(&str, &str)] = &[
+    ("sub/config.toml", "echo '[env]' > sub/config.toml"),
+    ("conf.d/x.toml", "mkdir -p conf.d && echo x > conf.d/x.toml"),
+    (
+        "sub/.config/fish/conf.d/x.toml",
+        "mkdir -p sub/.config/fish/conf.d && echo x > sub/.config/fish/conf.d/x.toml",
+    ),
+    (
+        "mise/tasks/build.toml",
+        "mkdir -p mise/tasks && echo x > mise/tasks/build.toml",
+    ),
 ];
 
 fn project(w: &World) -> std::path::PathBuf {
@@ -42,7 +60,7 @@ fn project(w: &World) -> std::path::PathBuf {
 }
 
 fn plant_all() -> String {
-    let mut s: Vec<&str> = PLANTS.iter().map(|(_, c)| *c).collect();
+    let mut s: Vec<&str> = PLANTS.iter().chain(NEAR_MISSES).map(|(_, c)| *c).collect();
     s.push("exit 5");
     s.join(" && ")
 }
@@ -80,6 +98,9 @@ fn each_kind_is_moved_aside_with_a_line_and_put_back_by_its_command() {
         );
     }
     assert_eq!(lines.len(), PLANTS.len(), "{err}");
+    for (rel, _) in NEAR_MISSES {
+        assert!(p.join(rel).exists(), "{rel} was moved:\n{err}");
+    }
     // The rest of the project is untouched.
     assert_eq!(
         fs::read_to_string(p.join("sub/keep.txt")).unwrap(),
@@ -405,6 +426,41 @@ fn upstream() -> String {
 fn line_for<'a>(err: &'a str, rel: &str) -> Option<&'a str> {
     err.lines()
         .find(|l| l.starts_with("claudebox: review: ") && l.split_whitespace().nth(3) == Some(rel))
+}
+
+/// mise's path-shaped configs the user already had, each in a directory the agent moves
+/// into place whole (the files keep their old ctime, the moved directory's is new): the
+/// review takes them as new; an old one left where it was stays.
+#[test]
+fn an_old_mise_config_moved_into_place_with_its_directory_is_moved_aside() {
+    let w = World::new(BIN);
+    let p = project(&w);
+    for rel in [
+        "fixtures/mise/config.toml",
+        "fixtures/.config/mise/conf.d/env.toml",
+        "keep/mise/config.toml",
+    ] {
+        fs::create_dir_all(p.join(rel).parent().unwrap()).unwrap();
+        fs::write(p.join(rel), "[env]\n").unwrap();
+    }
+    let o = w
+        .cmd(&p)
+        .args([
+            "--exec",
+            "sh",
+            "-c",
+            "mv fixtures/mise sub/mise && mv fixtures/.config sub/.config",
+        ])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    for rel in ["sub/mise/config.toml", "sub/.config/mise/conf.d/env.toml"] {
+        assert!(line_for(&err, rel).is_some(), "no line for {rel}:\n{err}");
+        assert!(!p.join(rel).exists(), "{rel} stayed:\n{err}");
+    }
+    assert!(p.join("keep/mise/config.toml").exists(), "{err}");
+    assert_eq!(review_lines(&err).len(), 2, "{err}");
 }
 
 /// A repository cloned (and one `git init`ed) inside, staged as a gitlink, with a benign

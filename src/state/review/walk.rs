@@ -181,7 +181,7 @@ pub fn work_tree(
     match open_dir(None, root) {
         Ok(fd) => {
             w.top = stat::fstat(fd.as_raw_fd()).ok().map(|st| ino(&st));
-            w.walk(fd, root.to_path_buf(), 0, false);
+            w.walk(fd, root.to_path_buf());
         }
         Err(error) => w.unread.push(Unread {
             path: root.to_path_buf(),
@@ -227,11 +227,13 @@ struct Walk<'a> {
 struct Frame {
     fd: OwnedFd,
     path: PathBuf,
+    /// The directory's name (empty at the top).
+    name: OsString,
     depth: usize,
-    in_claude_dir: bool,
-    /// A `.claude` directory that is itself new or renamed here makes its settings files
-    /// count as new, whatever their own ctime (a whole old directory moved into place).
-    claude_dir_new: bool,
+    /// The directory is itself new or renamed here: a `.claude`'s settings files, and the
+    /// files a `Pattern::Under` chain through it leads to, count as new whatever their own
+    /// ctime (a whole old directory moved into place).
+    new: bool,
     rest: std::vec::IntoIter<(OsString, Option<Type>)>,
 }
 
@@ -239,31 +241,45 @@ impl Walk<'_> {
     /// Depth first with a stack of its own (a recursive walk overflowed the thread's stack
     /// at 5,000 levels, and the review, every later one too, aborted before the rest of
     /// the tree and the git dirs).
-    fn walk(&mut self, fd: OwnedFd, path: PathBuf, depth: usize, in_claude_dir: bool) {
+    fn walk(&mut self, fd: OwnedFd, path: PathBuf) {
         let since = self.since;
-        let mut stack = match self.enter(fd, path.clone(), depth, in_claude_dir) {
+        let mut stack = match self.enter(fd, path.clone(), OsString::new(), 0) {
             Ok(frame) => vec![frame],
             Err(error) => {
                 self.unread.push(Unread { path, error });
                 return;
             }
         };
-        while let Some(top) = stack.last_mut() {
-            let Some((name, kind)) = top.rest.next() else {
+        while let Some(frame) = stack.last_mut() {
+            let Some((name, kind)) = frame.rest.next() else {
                 stack.pop();
                 continue;
             };
-            let (raw, depth, in_claude_dir) = (top.fd.as_raw_fd(), top.depth, top.in_claude_dir);
+            let Some(top) = stack.last() else { continue };
+            let (raw, depth) = (top.fd.as_raw_fd(), top.depth);
             if depth == 0 && (name == ".git" || review::is_claude_dir(&name)) {
                 continue;
             }
-            if let Some(rule) = review::work_tree_rule(&name, depth, in_claude_dir) {
+            // The directories it is in below the top, innermost first (frame i is at
+            // depth i).
+            let dirs: Vec<&OsStr> = stack[1..]
+                .iter()
+                .rev()
+                .take(review::DIRS_LOOKED_AT)
+                .map(|f| f.name.as_os_str())
+                .collect();
+            if let Some(rule) = review::work_tree_rule(&name, depth, &dirs) {
                 let hit = match rule.pattern {
                     review::Pattern::NestedGit => nested_git(raw, &name, since, self.judged_there)
                         .map(|why| review::nested_reason(&why)),
-                    review::Pattern::InClaudeDir(_) => (top.claude_dir_new
-                        || changed(raw, &name, since))
-                    .then(|| rule.reason.to_string()),
+                    review::Pattern::InClaudeDir(_) => {
+                        (top.new || changed(raw, &name, since)).then(|| rule.reason.to_string())
+                    }
+                    review::Pattern::Under(chain, ..) => {
+                        (stack.iter().rev().take(chain.len()).any(|f| f.new)
+                            || changed(raw, &name, since))
+                        .then(|| rule.reason.to_string())
+                    }
                     _ => changed(raw, &name, since).then(|| rule.reason.to_string()),
                 };
                 if let Some(reason) = hit {
@@ -317,10 +333,8 @@ impl Walk<'_> {
                 }
                 continue;
             }
-            let opened = open_dir(Some(raw), name.as_os_str()).and_then(|child| {
-                let claude = review::is_claude_dir(&name);
-                self.enter(child, top.path.join(&name), depth + 1, claude)
-            });
+            let opened = open_dir(Some(raw), name.as_os_str())
+                .and_then(|child| self.enter(child, top.path.join(&name), name.clone(), depth + 1));
             match opened {
                 Ok(frame) => stack.push(frame),
                 // Replaced by a non-directory or removed meanwhile: nothing to walk.
@@ -370,13 +384,13 @@ impl Walk<'_> {
         &mut self,
         fd: OwnedFd,
         path: PathBuf,
+        name: OsString,
         depth: usize,
-        in_claude_dir: bool,
     ) -> nix::Result<Frame> {
         let since = self.since;
         let list = entries(&fd)?;
         let raw = fd.as_raw_fd();
-        let claude_dir_new = in_claude_dir && stat::fstat(raw).is_ok_and(|st| since.precedes(&st));
+        let new = stat::fstat(raw).is_ok_and(|st| since.precedes(&st));
         // A directory git's discovery takes for a bare repository (the top too: git looks
         // there when the main .git is no valid git dir): judged as a nested git dir.
         if review::bare_repo_shaped(|n| list.iter().any(|(x, _)| x == n)) {
@@ -392,9 +406,9 @@ impl Walk<'_> {
         Ok(Frame {
             fd,
             path,
+            name,
             depth,
-            in_claude_dir,
-            claude_dir_new,
+            new,
             rest: list.into_iter(),
         })
     }

@@ -295,27 +295,17 @@ impl Walk<'_> {
             };
             if !is_dir {
                 // A symlinked `.claude`: a host claude follows it, this walk does not.
-                if review::is_claude_dir(&name) && changed(raw, &name, since) {
+                let hit = if review::is_claude_dir(&name) && changed(raw, &name, since) {
                     let rule = review::CLAUDE_DIR_NOT_A_DIRECTORY;
-                    self.report(
-                        raw,
-                        &top.path,
-                        &name,
-                        rule.severity,
-                        rule.reason.to_string(),
-                    );
-                } else if let Some(rule) = kind
-                    .is_none_or(|k| k == Type::Symlink)
-                    .then(|| link_rule(raw, &name, since, self.top, self.links))
-                    .flatten()
-                {
-                    self.report(
-                        raw,
-                        &top.path,
-                        &name,
-                        rule.severity,
-                        rule.reason.to_string(),
-                    );
+                    Some((rule.severity, rule.reason))
+                } else {
+                    (kind.is_none_or(|k| k == Type::Symlink))
+                        .then(|| link_rule(raw, &name, since, self.top, self.links))
+                        .flatten()
+                        .map(|rule| (rule.severity, rule.reason))
+                };
+                if let Some((severity, reason)) = hit {
+                    self.report(raw, &top.path, &name, severity, reason.to_string());
                 }
                 continue;
             }

@@ -464,3 +464,89 @@ fn no_document_copies_the_layer_table() {
         1
     );
 }
+
+/// The roles `src/main.rs` dispatches on: each `Some(a) if a == NAME` arm's constant,
+/// resolved to its `pub const NAME: &str = "--..."` anywhere in src/.
+fn roles_main_dispatches() -> BTreeSet<String> {
+    let main = fs::read_to_string(repo().join("src/main.rs")).unwrap();
+    let names: Vec<String> = main
+        .lines()
+        .filter_map(|l| l.split_once("if a == ").map(|(_, r)| r))
+        .map(|r| {
+            let r = r.split_whitespace().next().unwrap_or_default();
+            r.rsplit("::").next().unwrap_or(r).to_string()
+        })
+        .collect();
+    assert!(names.len() >= 3, "no role arms in src/main.rs: {names:?}");
+    let mut consts = std::collections::BTreeMap::new();
+    fn walk(dir: &Path, out: &mut std::collections::BTreeMap<String, String>) {
+        for e in fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|x| x == "rs") {
+                for l in fs::read_to_string(&p).unwrap().lines() {
+                    let Some(rest) = l.trim().strip_prefix("pub const ") else {
+                        continue;
+                    };
+                    let Some((name, value)) = rest.split_once(": &str = \"") else {
+                        continue;
+                    };
+                    if let Some(v) = value.strip_suffix("\";") {
+                        out.insert(name.to_string(), v.to_string());
+                    }
+                }
+            }
+        }
+    }
+    walk(&repo().join("src"), &mut consts);
+    names
+        .iter()
+        .map(|n| {
+            consts
+                .get(n)
+                .unwrap_or_else(|| panic!("src/main.rs's role {n} is no `pub const {n}: &str`"))
+                .clone()
+        })
+        .collect()
+}
+
+/// The hidden roles a Processes section names (`--sandbox-init`, `--internal-...`), and
+/// the ones `src/main.rs` dispatches that it does not name, or names but are not roles.
+fn diagram_differs(section: &str, roles: &BTreeSet<String>) -> Vec<String> {
+    let named: BTreeSet<String> = long_options(section)
+        .into_iter()
+        .filter(|o| o.starts_with("--internal-") || o == "--sandbox-init")
+        .collect();
+    let mut out = Vec::new();
+    for r in roles.difference(&named) {
+        out.push(format!(
+            "{r} is a role of src/main.rs that ARCHITECTURE.md does not show"
+        ));
+    }
+    for r in named.difference(roles) {
+        out.push(format!(
+            "{r} is in ARCHITECTURE.md's processes but src/main.rs has no such role"
+        ));
+    }
+    out
+}
+
+#[test]
+fn the_process_diagram_names_the_roles_main_dispatches() {
+    let arch = fs::read_to_string(repo().join("ARCHITECTURE.md")).unwrap();
+    let processes = section(&arch, "## Processes");
+    assert!(
+        processes.contains("cbx-keeper"),
+        "the keeper is not in the diagram"
+    );
+    let roles = roles_main_dispatches();
+    assert!(roles.contains("--sandbox-init"), "{roles:?}");
+    assert_eq!(diagram_differs(processes, &roles), Vec::<String>::new());
+    // The control: the section as it was (a removed limits watcher) is caught.
+    let old = format!("{processes}\n├─ claudebox --internal-limits-watch ...\n");
+    assert_eq!(
+        diagram_differs(&old, &roles),
+        ["--internal-limits-watch is in ARCHITECTURE.md's processes but src/main.rs has no such role"]
+    );
+}

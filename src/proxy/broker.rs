@@ -272,10 +272,9 @@ impl Broker {
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
 
         let mut roots = rustls::RootCertStore::empty();
-        match std::env::var_os(UPSTREAM_CA_ENV).filter(|v| !v.is_empty()) {
+        match crate::host::test_switch::get(UPSTREAM_CA_ENV).filter(|v| !v.is_empty()) {
             Some(path) => {
-                let pem = std::fs::read(&path)
-                    .with_context(|| format!("cannot read {UPSTREAM_CA_ENV}"))?;
+                let pem = std::fs::read(&path).context("cannot read the tests' upstream CA")?;
                 for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
                     roots.add(cert?)?;
                 }
@@ -305,8 +304,8 @@ impl Broker {
                 None => None,
             },
             helper,
-            upstream_proxy: match std::env::var(UPSTREAM_PROXY_ENV)
-                .ok()
+            upstream_proxy: match crate::host::test_switch::get(UPSTREAM_PROXY_ENV)
+                .and_then(|v| v.into_string().ok())
                 .filter(|v| !v.is_empty())
             {
                 Some(addr) => Some(UpstreamProxy {
@@ -317,7 +316,7 @@ impl Broker {
                 }),
                 None => UpstreamProxy::from_env()?,
             },
-            nodelay: std::env::var_os(NAGLE_ENV).is_none_or(|v| v.is_empty()),
+            nodelay: !crate::host::test_switch::on(NAGLE_ENV),
             ca_pem: ca_cert.pem(),
             refreshing: std::sync::Mutex::new(()),
             refused: std::sync::Mutex::new(None),
@@ -925,7 +924,12 @@ mod helper {
     /// first line of output.
     fn run(command: &str) -> Result<String> {
         let mut sh = Command::new("/bin/sh");
+        // The proxy runs in `/` already (`host::companion::Outside`); said again here, as
+        // what keeps the helper from importing what the agent planted in the project.
         sh.arg("-c").arg(command);
+        if !crate::host::companion::in_launchers_dir() {
+            sh.current_dir(crate::policy::companion_env::WORKDIR);
+        }
         let ran = crate::host::exec::run_with_timeout(&mut sh, LIMIT).context("apiKeyHelper")?;
         let Some(status) = ran.status else {
             bail!(

@@ -22,6 +22,7 @@ use lab::agent::{self, Claude, MockApi};
 use lab::World;
 
 mod dumps;
+mod helper_cwd;
 mod lifetimes;
 mod refusals;
 
@@ -904,6 +905,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         "login broker: bytes that are no HTTP",
         !refused(&r, "garbage", "400"),
     ));
+    v.extend(helper_cwd::attempts());
     let d = dumps::attempt(false);
     v.push((
         "login broker: the key in a core of the crashed broker (project, /tmp, home)",

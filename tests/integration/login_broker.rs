@@ -1878,3 +1878,40 @@ fn a_conversation_resumes_and_changes_model_through_the_broker() {
         }
     }
 }
+
+/// The control of `tests/vm/readme-install.sh`'s check of the release binary (issue 34):
+/// the debug binary the tests use holds the switches' names, and the launch that check
+/// makes with every switch set (the broker's upstream CA naming a missing file) fails
+/// here, on that switch. In the release binary the same launch goes through.
+#[test]
+fn test_switches_are_debug_only() {
+    let bin = fs::read(BIN).unwrap();
+    let has = |n: &[u8]| bin.windows(n.len()).any(|w| w == n);
+    assert!(has(b"CLAUDEBOX_TEST_BROKER_UPSTREAM_CA"));
+    let w = World::new(BIN);
+    let p = w.dir("proj");
+    agent::seed_claude_json(&w.home(), &[&p]);
+    let _ = fs::remove_file(w.home().join(".claude/.credentials.json"));
+    let launch = |switch: bool| {
+        let mut cmd = w.cmd(&p);
+        cmd.env("ANTHROPIC_API_KEY", "sk-ant-api03-x").args([
+            "--login-broker",
+            "--network",
+            "none",
+            "--exec",
+            "true",
+        ]);
+        if switch {
+            cmd.env("CLAUDEBOX_TEST_BROKER_UPSTREAM_CA", "/nonexistent");
+        }
+        agent::output_within(&mut cmd, LIMIT).unwrap()
+    };
+    let plain = launch(false);
+    assert!(plain.status.success(), "{}", lab::stderr(&plain));
+    let switched = launch(true);
+    assert!(
+        !switched.status.success() && lab::stderr(&switched).contains("the tests' upstream CA"),
+        "{}",
+        lab::stderr(&switched)
+    );
+}

@@ -192,6 +192,15 @@ fn conversation(c: &Claude, mode: &str) {
     .unwrap();
     assert_eq!(host, real_login(), "[{} {mode}]", c.label);
     assert!(mock.refreshes().is_empty(), "[{} {mode}]", c.label);
+    // Every call claude made with its login was lent (`LENT_PATHS`, matched by whole
+    // segments): none of the broker's refusals is in the denied log.
+    let log = refusals::denied_log(&w);
+    let refused: Vec<&str> = log.lines().filter(|l| l.contains("is not lent")).collect();
+    assert!(
+        refused.is_empty(),
+        "[{} {mode}] refused: {refused:?}",
+        c.label
+    );
 }
 
 /// Looks for `needle` everywhere the agent can read: every file under the home, the login

@@ -114,7 +114,7 @@ pub fn end_with_parent_outside(hold: &'static std::sync::Mutex<()>) {
 pub fn keep_out_of_dumps() -> std::io::Result<CoreLimit> {
     use nix::sys::resource::{getrlimit, setrlimit, Resource};
     let (soft, hard) = getrlimit(Resource::RLIMIT_CORE)?;
-    if cfg!(debug_assertions) && std::env::var_os("CLAUDEBOX_TEST_DUMPABLE").is_some() {
+    if super::test_switch::get("CLAUDEBOX_TEST_DUMPABLE").is_some() {
         return Ok(CoreLimit(soft, hard));
     }
     setrlimit(Resource::RLIMIT_CORE, 0, hard)?;
@@ -132,5 +132,76 @@ impl CoreLimit {
     pub fn restore(self) -> std::io::Result<()> {
         nix::sys::resource::setrlimit(nix::sys::resource::Resource::RLIMIT_CORE, self.0, self.1)?;
         Ok(())
+    }
+}
+
+/// How a companion is started outside every project (`policy::companion_env`): its
+/// working directory and the changes to the launcher's environment, worked out once by
+/// the launch from the places the sandbox writes.
+#[derive(Debug, Clone, Default)]
+pub struct Outside {
+    changes: Vec<crate::policy::companion_env::Change>,
+}
+
+impl Outside {
+    /// From this process's environment and `areas`, the places the sandbox writes
+    /// (canonical): a path is in one when it, with its symlinks resolved as far as it
+    /// exists, lies beneath one.
+    pub fn new(areas: &[std::path::PathBuf]) -> Outside {
+        let written = |p: &std::path::Path| {
+            let resolved = resolved(p);
+            areas
+                .iter()
+                .any(|a| p.starts_with(a) || resolved.starts_with(a))
+        };
+        Outside {
+            changes: crate::policy::companion_env::outside(std::env::vars_os(), written),
+        }
+    }
+
+    /// Sets `cmd`'s working directory and environment: the launcher's, changed.
+    pub fn apply(&self, cmd: &mut std::process::Command) {
+        if in_launchers_dir() {
+            return;
+        }
+        cmd.current_dir(crate::policy::companion_env::WORKDIR);
+        for (name, value) in &self.changes {
+            match value {
+                Some(v) => cmd.env(name, v),
+                None => cmd.env_remove(name),
+            };
+        }
+    }
+
+    /// For a process that runs no other program but keeps running on the host (the
+    /// keeper, a holder): the working directory alone. Async-signal-safe.
+    pub fn chdir_raw() {
+        // SAFETY: chdir with a static C string.
+        unsafe { libc::chdir(c"/".as_ptr()) };
+    }
+}
+
+/// The escape suite's control, debug builds only: `CLAUDEBOX_TEST_COMPANIONS_IN_CWD`
+/// leaves the companions (and the apiKeyHelper the broker runs) in the launcher's working
+/// directory and environment, as before issue 34.
+pub fn in_launchers_dir() -> bool {
+    super::test_switch::on("CLAUDEBOX_TEST_COMPANIONS_IN_CWD")
+}
+
+/// `p` with its symlinks resolved as far as it exists, the rest joined as it is.
+fn resolved(p: &std::path::Path) -> std::path::PathBuf {
+    let mut rest = Vec::new();
+    let mut at = p;
+    loop {
+        if let Ok(c) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(c, |acc, r| acc.join(r));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_os_string());
+                at = parent;
+            }
+            _ => return p.to_path_buf(),
+        }
     }
 }

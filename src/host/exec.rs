@@ -61,8 +61,12 @@ impl Ran {
 }
 
 /// Runs a command with stdin closed, collecting its output (up to [`MAX_OUTPUT`] of each);
-/// kills it after `limit`.
+/// kills it after `limit`. Runs in `/` unless the caller chose a directory: never in the
+/// project the user started claudebox in (`policy::companion_env`).
 pub fn run_with_timeout(cmd: &mut std::process::Command, limit: Duration) -> anyhow::Result<Ran> {
+    if cmd.get_current_dir().is_none() && !super::companion::in_launchers_dir() {
+        cmd.current_dir(crate::policy::companion_env::WORKDIR);
+    }
     let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

@@ -219,7 +219,7 @@ fn stuck_in_eventfd_read(pid: i32) -> bool {
 /// with `CLAUDEBOX_TEST_NO_REAP` (debug builds only: the controls; the stuck child is then
 /// only named, as before).
 pub fn reap(path: &Path, pids: &[i32]) -> Vec<i32> {
-    if cfg!(debug_assertions) && std::env::var_os("CLAUDEBOX_TEST_NO_REAP").is_some() {
+    if super::test_switch::get("CLAUDEBOX_TEST_NO_REAP").is_some() {
         return Vec::new();
     }
     let mut ended = Vec::new();

@@ -14,6 +14,7 @@ pub mod project;
 pub mod protect;
 pub mod sources;
 pub mod supervise;
+pub mod test_switch;
 
 use std::ffi::OsString;
 use std::fs;

@@ -278,7 +278,7 @@ pub const KEEPER_NAME: &std::ffi::CStr = c"cbx-keeper";
 /// `launch_kills::killed_by_name_while_bwrap_s_child_waits_leaves_nothing`
 /// (`CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX`, debug builds only; a release build ignores it).
 fn named_keeper() -> bool {
-    !(cfg!(debug_assertions) && std::env::var_os("CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX").is_some())
+    super::test_switch::get("CLAUDEBOX_TEST_KEEPER_AS_CLAUDEBOX").is_none()
 }
 
 /// The signal the keeper gets when the launching claudebox dies (a parent-death signal).
@@ -333,6 +333,9 @@ fn keep(s: &Start) -> ! {
         if libc::getppid() != s.launcher.as_raw() {
             libc::_exit(1); // claudebox died before bwrap was started: nothing to start
         }
+        // Out of the project for the sandbox's life, and bwrap's outer process with it
+        // (bwrap goes to the plan's `--chdir` inside; every path it is given is absolute).
+        super::companion::Outside::chdir_raw();
         let bwrap = libc::fork();
         if bwrap < 0 {
             let e = nix::errno::Errno::last_raw();

@@ -44,9 +44,8 @@ use std::path::PathBuf;
 use anyhow::{Context, Result};
 use nix::libc;
 
-use crate::policy::confinement::{
-    When, GUARDED_NAMES, GUARDED_TOP_NAMES, NOTIFIED, NO_SUPERVISOR_ENV, NO_WALK_ENV,
-};
+use crate::policy::confinement as switches;
+use crate::policy::confinement::{When, GUARDED_NAMES, GUARDED_TOP_NAMES, NOTIFIED};
 
 /// A guarded directory: `(st_dev, st_ino)` and the names refused in it.
 type Guard = ((u64, u64), &'static [(&'static str, &'static str)]);
@@ -85,8 +84,7 @@ pub fn available() -> std::result::Result<(), String> {
 /// command's status). Nothing to guard, the tests' switch, or a kernel without the
 /// mechanism: returns at once (the launch's inotify watch is the protection then).
 pub fn start(dirs: &[PathBuf], tops: &[PathBuf]) -> Result<()> {
-    if dirs.is_empty() || (cfg!(debug_assertions) && std::env::var_os(NO_SUPERVISOR_ENV).is_some())
-    {
+    if dirs.is_empty() || crate::host::test_switch::get(switches::NO_SUPERVISOR_ENV).is_some() {
         return Ok(());
     }
     if available().is_err() {
@@ -550,7 +548,7 @@ impl Me {
             // SAFETY: getpid takes no arguments.
             pid: unsafe { libc::getpid() },
             root: root_id(&open_path(libc::AT_FDCWD, b"/", 0).map_err(io_err)?).map_err(io_err)?,
-            walk: !(cfg!(debug_assertions) && std::env::var_os(NO_WALK_ENV).is_some()),
+            walk: crate::host::test_switch::get(switches::NO_WALK_ENV).is_none(),
         })
     }
 

@@ -342,7 +342,7 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
     let proxy_fd = match &p.plan.proxy {
         // Before any lock is taken: the proxy must not inherit one, and its descriptor
         // for the sandbox goes on a fixed number.
-        Some(spec) => Some(netbridge::start_proxy(spec)?),
+        Some(spec) => Some(netbridge::start_proxy(spec, &outside(inp))?),
         None => None,
     };
     if p.plan.proxy.as_ref().is_some_and(|s| s.broker.is_some()) {
@@ -734,6 +734,7 @@ fn start_credentials_sync(
         &inp.instance_id,
         &inp.state.login_dir(),
         &targets,
+        &outside(inp),
     ) {
         Ok((state::credsync::Watch::Inotify, child)) => Some(child),
         Ok((state::credsync::Watch::Polling(why), child)) => {
@@ -749,6 +750,13 @@ fn start_credentials_sync(
             None
         }
     }
+}
+
+/// How the host-side companions run outside every project (issue 34): in `/`, with no
+/// variable of the launcher's environment pointing into a place the sandbox writes
+/// ([`writable_areas`]; `policy::companion_env`).
+fn outside(inp: &Inputs) -> host::companion::Outside {
+    host::companion::Outside::new(&writable_areas(inp))
 }
 
 /// The directories a sandbox of this project can write (canonical): a bind source there,

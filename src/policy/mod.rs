@@ -6,6 +6,7 @@ pub mod apparmor;
 pub mod base_url;
 pub mod claude_home;
 pub mod codex_home;
+pub mod companion_env;
 pub mod confinement;
 pub mod credsync;
 pub mod error;

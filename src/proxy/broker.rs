@@ -59,19 +59,22 @@ pub const API_KEY_STAND_IN_END: &str = "claudebox-standin-k1";
 
 /// The paths the broker lends the login to (a request carrying the stand-in to any other
 /// is refused, 403, naming it): what both pinned claude versions were measured to call
-/// with their login, by prefix, with the reason. Not lent: anything that mints or manages
-/// credentials (`/api/oauth/claude_cli/create_api_key`, `/v1/oauth/...`).
+/// with their login, with the reason. Matched by whole path segments ([`lent`]): a row
+/// ending `/**` lends the path and every path beneath it, `*` stands for exactly one
+/// segment, any other row lends that path alone. Not lent: anything that mints or
+/// manages credentials or billing (`/api/oauth/claude_cli/create_api_key`,
+/// `/v1/oauth/...`, an organisation's other calls).
 pub const LENT_PATHS: &[(&str, &str)] = &[
     (
-        "/v1/messages",
+        "/v1/messages/**",
         "the conversation, titles, the classifier, count_tokens",
     ),
-    ("/v1/models", "the model list (/model)"),
+    ("/v1/models/**", "the model list (/model)"),
     (
         "/v1/mcp_servers",
         "the account's MCP connectors, listed at start",
     ),
-    ("/v1/files", "file uploads of a conversation"),
+    ("/v1/files/**", "file uploads of a conversation"),
     (
         "/api/oauth/profile",
         "the account and subscription (what the user sees)",
@@ -79,27 +82,100 @@ pub const LENT_PATHS: &[(&str, &str)] = &[
     ("/api/oauth/usage", "the subscription's usage (/usage)"),
     ("/api/oauth/claude_cli/roles", "the account's roles"),
     (
-        "/api/oauth/organizations/",
-        "organisation features (referral eligibility)",
+        "/api/oauth/organizations/*/referral/eligibility",
+        "the organisation's referral eligibility (read at start)",
     ),
     (
         "/api/claude_cli/bootstrap",
         "start-up settings for the account",
     ),
-    ("/api/claude_code", "feature flags (penguin_mode, grove)"),
-    ("/api/event_logging/", "claude's telemetry batches"),
-    ("/api/eval/", "feature evaluation at start"),
+    ("/api/claude_code_penguin_mode", "a feature flag"),
+    ("/api/claude_code_grove", "a feature flag"),
+    (
+        "/api/claude_code/**",
+        "the account's Claude Code settings and policy limits (lent as before issue 34, \
+         by the old prefix `/api/claude_code`; not measured one by one)",
+    ),
+    ("/api/event_logging/**", "claude's telemetry batches"),
+    ("/api/eval/**", "feature evaluation at start"),
     ("/api/hello", "the warm-up"),
 ];
 
-/// Whether a request for `path` may carry the host's token.
-pub fn lent(path: &str) -> bool {
+/// The segments of a request's path, normalised, or None when the path is one the broker
+/// does not judge (it then lends nothing): the query (`?...`) is dropped; the path must
+/// start with `/`; each segment is percent-decoded once, and a decoded segment that is
+/// empty (`//`; a single trailing `/` is dropped), `.` or `..`, or that holds `/`, `\`,
+/// `;`, `%`, a control character or a byte that is no ASCII is refused: a real client
+/// sends none of them, and a server upstream may read each of them as something else
+/// (dot segments removed, `%2F` as a separator, `;` as a matrix parameter, a second
+/// decoding). A `#` is refused too (no fragment travels in a request).
+pub fn path_segments(path: &str) -> Option<Vec<String>> {
     let p = path.split('?').next().unwrap_or(path);
-    let lower = p.to_ascii_lowercase();
-    !p.contains("..")
-        && !lower.contains("%2e")
-        && !lower.contains("api_key")
-        && LENT_PATHS.iter().any(|(prefix, _)| p.starts_with(prefix))
+    let rest = p.strip_prefix('/')?;
+    if p.contains('#') {
+        return None;
+    }
+    let rest = rest.strip_suffix('/').unwrap_or(rest);
+    let mut out = Vec::new();
+    if rest.is_empty() {
+        return Some(out);
+    }
+    for raw in rest.split('/') {
+        let seg = percent_decoded(raw)?;
+        let bad =
+            |c: char| matches!(c, '/' | '\\' | ';' | '%') || c.is_ascii_control() || !c.is_ascii();
+        if seg.is_empty() || seg == "." || seg == ".." || seg.chars().any(bad) {
+            return None;
+        }
+        out.push(seg);
+    }
+    Some(out)
+}
+
+/// `s` with each `%XX` decoded once; None for a `%` not followed by two hex digits or
+/// bytes that are not UTF-8.
+fn percent_decoded(s: &str) -> Option<String> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%' {
+            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(b[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+/// Whether the segments `path` match the row `pattern` of [`LENT_PATHS`].
+fn row_matches(pattern: &str, path: &[String]) -> bool {
+    let (pattern, subtree) = match pattern.strip_suffix("/**") {
+        Some(p) => (p, true),
+        None => (pattern, false),
+    };
+    let want: Vec<&str> = pattern.trim_start_matches('/').split('/').collect();
+    if path.len() < want.len() || (!subtree && path.len() != want.len()) {
+        return false;
+    }
+    want.iter().zip(path).all(|(w, s)| *w == "*" || w == s)
+}
+
+/// Whether a request for `path` may carry the host's token: its normalised segments
+/// ([`path_segments`]) match a row of [`LENT_PATHS`] whole, and no segment names API
+/// keys (a second guard for the `/**` rows).
+pub fn lent(path: &str) -> bool {
+    let Some(segs) = path_segments(path) else {
+        return false;
+    };
+    let keys = |s: &String| {
+        let l = s.to_ascii_lowercase().replace('-', "_");
+        l.contains("api_key")
+    };
+    !segs.iter().any(keys) && LENT_PATHS.iter().any(|(row, _)| row_matches(row, &segs))
 }
 
 /// Headers of one hop, not passed on (RFC 9110 7.6.1), in either direction.
@@ -196,10 +272,9 @@ impl Broker {
         server.alpn_protocols = vec![b"http/1.1".to_vec()];
 
         let mut roots = rustls::RootCertStore::empty();
-        match std::env::var_os(UPSTREAM_CA_ENV).filter(|v| !v.is_empty()) {
+        match crate::host::test_switch::get(UPSTREAM_CA_ENV).filter(|v| !v.is_empty()) {
             Some(path) => {
-                let pem = std::fs::read(&path)
-                    .with_context(|| format!("cannot read {UPSTREAM_CA_ENV}"))?;
+                let pem = std::fs::read(&path).context("cannot read the tests' upstream CA")?;
                 for cert in rustls_pemfile::certs(&mut pem.as_slice()) {
                     roots.add(cert?)?;
                 }
@@ -229,8 +304,8 @@ impl Broker {
                 None => None,
             },
             helper,
-            upstream_proxy: match std::env::var(UPSTREAM_PROXY_ENV)
-                .ok()
+            upstream_proxy: match crate::host::test_switch::get(UPSTREAM_PROXY_ENV)
+                .and_then(|v| v.into_string().ok())
                 .filter(|v| !v.is_empty())
             {
                 Some(addr) => Some(UpstreamProxy {
@@ -241,7 +316,7 @@ impl Broker {
                 }),
                 None => UpstreamProxy::from_env()?,
             },
-            nodelay: std::env::var_os(NAGLE_ENV).is_none_or(|v| v.is_empty()),
+            nodelay: !crate::host::test_switch::on(NAGLE_ENV),
             ca_pem: ca_cert.pem(),
             refreshing: std::sync::Mutex::new(()),
             refused: std::sync::Mutex::new(None),
@@ -849,7 +924,12 @@ mod helper {
     /// first line of output.
     fn run(command: &str) -> Result<String> {
         let mut sh = Command::new("/bin/sh");
+        // The proxy runs in `/` already (`host::companion::Outside`); said again here, as
+        // what keeps the helper from importing what the agent planted in the project.
         sh.arg("-c").arg(command);
+        if !crate::host::companion::in_launchers_dir() {
+            sh.current_dir(crate::policy::companion_env::WORKDIR);
+        }
         let ran = crate::host::exec::run_with_timeout(&mut sh, LIMIT).context("apiKeyHelper")?;
         let Some(status) = ran.status else {
             bail!(
@@ -1138,29 +1218,122 @@ mod tests {
         assert!(!dir.path().join(".oauth_refresh.lock").exists());
     }
 
+    /// Claude's own calls are lent (the controls: each attempt below differs from one of
+    /// them by what it adds); a path sharing a row's prefix but not its whole segments,
+    /// or one a server upstream could read as another path, is not.
     #[test]
     fn the_login_is_lent_to_claudes_own_calls_only() {
         for p in [
+            "/v1/messages",
             "/v1/messages?beta=true",
             "/v1/messages/count_tokens",
+            "/v1/messages/count_tokens?beta=true",
+            "/v1/models?beta=true",
+            "/v1/mcp_servers?limit=1000",
+            "/v1/files/file_011/content?beta=true",
             "/api/oauth/profile",
+            "/api/oauth/usage",
+            "/api/oauth/claude_cli/roles",
             "/api/claude_cli/bootstrap?entrypoint=sdk-cli",
             "/api/claude_code_penguin_mode",
+            "/api/claude_code_grove",
+            "/api/claude_code/settings",
             "/api/event_logging/v2/batch",
+            "/api/eval/sdk-abc",
+            "/api/hello",
+            "/api/hello/",
             "/api/oauth/organizations/00000000-0000-4000-8000-00000000b001/referral/eligibility",
+            "/api/oauth/organizations/00000000-0000-4000-8000-00000000b001/referral/eligibility?campaign=x",
+            // Percent-encoding of a plain character is decoded before matching.
+            "/v1/m%65ssages",
         ] {
             assert!(lent(p), "{p}");
         }
         for p in [
+            // Issue 34's attempts: a row's prefix without a segment boundary, and a path
+            // beneath the organisations' row that is no call claude makes.
+            "/api/hellox",
+            "/v1/messages_anything",
+            "/v1/messagesx/count_tokens",
+            "/api/oauth/organizations/x/api-keys",
+            "/api/oauth/organizations/x/api_keys",
+            "/api/oauth/organizations/x/referral/eligibility/x",
+            "/api/oauth/organizations/x/setup_overage_billing",
+            "/api/oauth/organizations//referral/eligibility",
+            "/api/oauth/profilex",
+            "/api/oauth/profile/x",
+            "/api/claude_codex",
+            "/api/claude_code_shared_session_transcripts",
+            "/api/evalx",
+            "/api/hello/x",
+            // Minting and the token endpoint.
             "/api/oauth/claude_cli/create_api_key",
             "/v1/oauth/token",
-            "/api/oauth/organizations/x/api_keys",
+            "/v1/messages/api_keys",
+            "/v1/messages/API-KEY",
+            // Dot segments, raw and encoded (once and twice), separators hidden in a
+            // segment, empty segments, matrix parameters, fragments, backslashes.
             "/v1/messages/../../v1/oauth/token",
+            "/v1/messages/./count_tokens",
             "/v1/messages/%2E%2E/%2e%2e/v1/oauth/token",
+            "/v1/messages/%2e./v1/oauth/token",
+            "/v1/messages/%252e%252e/v1/oauth/token",
+            "/v1/messages%2F..%2F..%2Fv1%2Foauth%2Ftoken",
+            "/v1/messages%2fcount_tokens",
+            "//v1/messages",
+            "/v1//messages",
+            "/v1/messages;/../../v1/oauth/token",
+            "/v1/messages;x",
+            "/v1/messages#x",
+            "/v1/messages\\..\\..\\v1\\oauth",
+            "/v1/messages/%00",
+            "/v1/messages/%zz",
+            "/v1/messages/%c3%a9",
+            "v1/messages",
+            "*",
             "/admin",
+            "/",
             "",
         ] {
             assert!(!lent(p), "{p}");
+        }
+    }
+
+    /// The control: the matcher before issue 34 (a row's text as a prefix of the path, dot
+    /// segments and `%2e` refused) lent issue 34's attempts.
+    #[test]
+    fn matching_by_prefix_lent_the_attempts() {
+        let by_prefix = |p: &str| {
+            ["/api/hello", "/v1/messages", "/api/oauth/organizations/"]
+                .iter()
+                .any(|r| p.starts_with(r))
+        };
+        for p in [
+            "/api/hellox",
+            "/v1/messages_anything",
+            "/api/oauth/organizations/x/api-keys",
+        ] {
+            assert!(by_prefix(p) && !lent(p), "{p}");
+        }
+    }
+
+    #[test]
+    fn segments_are_normalised_or_refused() {
+        let s = |p: &str| path_segments(p).map(|v| v.join("|"));
+        assert_eq!(s("/a/b/?q=../x"), Some("a|b".into()));
+        assert_eq!(s("/a%62/c"), Some("ab|c".into()));
+        assert_eq!(s("/"), Some(String::new()));
+        for bad in [
+            "/a//b",
+            "/a/./b",
+            "/a/%2e%2E/b",
+            "/a;b",
+            "/a%3bb",
+            "/a%5cb",
+            "/a%25b",
+            "/a%2",
+        ] {
+            assert_eq!(s(bad), None, "{bad}");
         }
     }
 }

@@ -34,7 +34,7 @@ use crate::proxy;
 /// Starts the proxy and leaves the sandbox's end of the bridge on [`SANDBOX_NET_FD`],
 /// inheritable; returns that descriptor (a runtime input of the renderer). Call right
 /// before exec'ing bwrap, before any other descriptor meant for the sandbox is opened.
-pub fn start_proxy(spec: &ProxySpec) -> Result<RawFd> {
+pub fn start_proxy(spec: &ProxySpec, outside: &crate::host::companion::Outside) -> Result<RawFd> {
     let (host_end, sandbox_end) = socketpair(
         AddressFamily::Unix,
         SockType::Stream,
@@ -49,6 +49,9 @@ pub fn start_proxy(spec: &ProxySpec) -> Result<RawFd> {
             host_end.as_raw_fd(),
         ));
     cmd.stdin(Stdio::null()).stdout(Stdio::null());
+    // In `/`, with nothing of the environment pointing into the project: the login
+    // broker runs the user's apiKeyHelper from here (issue 34).
+    outside.apply(&mut cmd);
     if !spec.log_stderr {
         cmd.stderr(Stdio::null());
     }
@@ -233,7 +236,7 @@ fn run_proxy(args: ProxyArgs) -> Result<()> {
     };
     // Open mode: the port is on the shared loopback; only requests with this secret
     // (which the step inside puts in HTTPS_PROXY) are served.
-    let open_to_all = cfg!(debug_assertions) && std::env::var_os(proxy::OPEN_TO_ALL_ENV).is_some();
+    let open_to_all = crate::host::test_switch::get(proxy::OPEN_TO_ALL_ENV).is_some();
     let open_secret = if args.open {
         Some(proxy::broker::random_hex(16)?)
     } else {

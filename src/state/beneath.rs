@@ -76,8 +76,8 @@ fn check_rel(rel: &Path) -> io::Result<()> {
 fn by_name() -> Option<Duration> {
     static BY_NAME: std::sync::OnceLock<Option<Duration>> = std::sync::OnceLock::new();
     *BY_NAME.get_or_init(|| {
-        std::env::var("CLAUDEBOX_TEST_BY_NAME")
-            .ok()
+        crate::host::test_switch::get("CLAUDEBOX_TEST_BY_NAME")
+            .and_then(|v| v.into_string().ok())
             .and_then(|v| v.parse().ok())
             .map(Duration::from_millis)
     })
@@ -533,7 +533,7 @@ const HOIST_AT: usize = 64;
 /// makes [`remove_tree`] hold a descriptor per level (no hoisting) and the exit review
 /// walk any depth, as before.
 pub fn unbounded_walks() -> bool {
-    cfg!(debug_assertions) && std::env::var_os("CLAUDEBOX_TEST_UNBOUNDED_WALKS").is_some()
+    crate::host::test_switch::get("CLAUDEBOX_TEST_UNBOUNDED_WALKS").is_some()
 }
 
 /// Empties the directory `name` in `parent`, by descriptor. Iterative, and past

@@ -99,17 +99,17 @@ const INOTIFY_FD: RawFd = 4;
 
 /// Set (to anything non-empty) to make no inotify instance and poll: the fallback's test
 /// without exhausting the user's instances.
-pub const FORCE_POLL_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_POLL";
+pub const FORCE_POLL_ENV: &str = "CLAUDEBOX_TEST_CREDENTIALS_SYNC_POLL";
 
 /// Set (to anything non-empty) to copy as before padding and coalescing existed (write,
 /// then truncate, at every event): the torn-read test's control.
-pub const TRUNCATE_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_TRUNCATE";
+pub const TRUNCATE_ENV: &str = "CLAUDEBOX_TEST_CREDENTIALS_SYNC_TRUNCATE";
 
 static TRUNCATE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Set to a number of milliseconds: the sync holds the host's refresh lock that much
 /// longer at each copy to the host (the test that kills it while it holds the lock).
-pub const HOLD_MS_ENV: &str = "CLAUDEBOX_CREDENTIALS_SYNC_HOLD_MS";
+pub const HOLD_MS_ENV: &str = "CLAUDEBOX_TEST_CREDENTIALS_SYNC_HOLD_MS";
 
 static HOLD_MS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
@@ -137,8 +137,8 @@ pub enum Watch {
 /// directory, the bound inode (`bound`, a descriptor of this process) and the login
 /// directory (where planted locks are swept).
 fn watcher(dir: &Path, bound: RawFd, login: &Path) -> Result<Inotify, String> {
-    if std::env::var_os(FORCE_POLL_ENV).is_some_and(|v| !v.is_empty()) {
-        return Err(format!("{FORCE_POLL_ENV} is set"));
+    if crate::host::test_switch::on(FORCE_POLL_ENV) {
+        return Err("the tests' switch asks for polling".into());
     }
     let limit = || {
         // The user namespace's own limit (the same as fs.inotify.max_user_instances in
@@ -197,6 +197,7 @@ pub fn start(
     instance: &str,
     login: &Path,
     targets: &[PathBuf],
+    outside: &crate::host::companion::Outside,
 ) -> Result<(Watch, std::process::Child)> {
     // The very inode bwrap mounts: reopened through the descriptor, not by name.
     let bound = std::fs::OpenOptions::new()
@@ -228,16 +229,13 @@ pub fn start(
     for t in targets {
         cmd.arg("--target").arg(t);
     }
-    for name in [TRUNCATE_ENV, HOLD_MS_ENV] {
-        if let Some(v) = std::env::var_os(name) {
-            cmd.env(name, v);
-        }
-    }
+    // The tests' switches of the sync (debug builds) reach it in the environment it
+    // inherits.
     // The sync's reports of the host's refresh lock; the write end is its alone.
     let (report_rd, report_wr) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
     let report = report_wr.as_raw_fd();
-    cmd.current_dir("/")
-        .stdin(Stdio::null())
+    outside.apply(&mut cmd);
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let fd = bound.as_raw_fd();
@@ -324,12 +322,12 @@ pub fn main(args: &[OsString]) -> ExitCode {
     let _ = nix::sys::prctl::set_name(c"claudebox-creds");
     REPORTING.store(true, std::sync::atomic::Ordering::Relaxed);
     TRUNCATE.store(
-        std::env::var_os(TRUNCATE_ENV).is_some_and(|v| !v.is_empty()),
+        crate::host::test_switch::on(TRUNCATE_ENV),
         std::sync::atomic::Ordering::Relaxed,
     );
     HOLD_MS.store(
-        std::env::var(HOLD_MS_ENV)
-            .ok()
+        crate::host::test_switch::get(HOLD_MS_ENV)
+            .and_then(|v| v.into_string().ok())
             .and_then(|v| v.parse().ok())
             .unwrap_or(0),
         std::sync::atomic::Ordering::Relaxed,

@@ -233,7 +233,7 @@ print(\"reads\", reads, \"bad\", bad, \"switches\", switches)
     let env: &[(&str, &str)] = if padded {
         &[]
     } else {
-        &[("CLAUDEBOX_CREDENTIALS_SYNC_TRUNCATE", "1")]
+        &[("CLAUDEBOX_TEST_CREDENTIALS_SYNC_TRUNCATE", "1")]
     };
     let k = sandbox(&w, &p, &reader, false, env);
     let t = Instant::now();
@@ -302,7 +302,7 @@ fn children_named(pid: u32, comm: &str) -> Vec<i32> {
 }
 
 /// Issue 22 (3): a sync SIGKILLed while it holds the host's refresh lock (held 3 s at
-/// each copy here, `CLAUDEBOX_CREDENTIALS_SYNC_HOLD_MS`) leaves no lock: the launcher,
+/// each copy here, `CLAUDEBOX_TEST_CREDENTIALS_SYNC_HOLD_MS`) leaves no lock: the launcher,
 /// told which directory it holds, removes it at once. Control: the launcher stopped
 /// (SIGSTOP) when the sync is killed: the lock stays (what claude would wait out, up to
 /// its 10 s stale time); it goes once the launcher continues.
@@ -337,7 +337,7 @@ fn a_sync_killed_holding_the_refresh_lock_leaves_no_lock() {
             &p,
             &script,
             false,
-            &[("CLAUDEBOX_CREDENTIALS_SYNC_HOLD_MS", "3000")],
+            &[("CLAUDEBOX_TEST_CREDENTIALS_SYNC_HOLD_MS", "3000")],
         );
         let t = Instant::now();
         wait_ready(&p, t);

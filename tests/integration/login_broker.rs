@@ -22,6 +22,7 @@ use lab::agent::{self, Claude, MockApi};
 use lab::World;
 
 mod dumps;
+mod helper_cwd;
 mod lifetimes;
 mod refusals;
 
@@ -191,6 +192,15 @@ fn conversation(c: &Claude, mode: &str) {
     .unwrap();
     assert_eq!(host, real_login(), "[{} {mode}]", c.label);
     assert!(mock.refreshes().is_empty(), "[{} {mode}]", c.label);
+    // Every call claude made with its login was lent (`LENT_PATHS`, matched by whole
+    // segments): none of the broker's refusals is in the denied log.
+    let log = refusals::denied_log(&w);
+    let refused: Vec<&str> = log.lines().filter(|l| l.contains("is not lent")).collect();
+    assert!(
+        refused.is_empty(),
+        "[{} {mode}] refused: {refused:?}",
+        c.label
+    );
 }
 
 /// Looks for `needle` everywhere the agent can read: every file under the home, the login
@@ -338,6 +348,12 @@ raw("head-flood", b"GET / HTTP/1.1\r\n" + b"X-A: " + b"a" * 100000 + b"\r\n\r\n"
 post("own", own)
 post("other", other)
 post("mint", own, None, "/api/oauth/claude_cli/create_api_key")
+# Paths sharing a lent row's prefix but not its whole segments (issue 34), and a dot
+# segment hidden by percent-encoding.
+post("hellox", own, None, "/api/hellox")
+post("messages-x", own, None, "/v1/messages_anything")
+post("org-keys", own, None, "/api/oauth/organizations/x/api-keys")
+post("dotdot", own, None, "/v1/messages/%2e%2e/%2e%2e/v1/oauth/token")
 post("host-evil", own, "evil.example")
 connect("connect-mock", sys.argv[2] if len(sys.argv) > 2 else "127.0.0.1:9")
 connect("connect-evil", "evil.example:443")
@@ -406,13 +422,18 @@ fn stand_in_elsewhere(w: &World, p: &Path, mock: &MockApi, a: &str, mode: &str) 
 /// Status of `POST /v1/messages/count_tokens` sent from the host straight to the mock's
 /// `api.anthropic.com` (through its HTTPS proxy) with `token`.
 fn from_host(mock: &MockApi, token: &str) -> String {
+    from_host_to(mock, token, "/v1/messages/count_tokens")
+}
+
+/// Status of `POST path` sent from the host straight to the mock with `token`.
+fn from_host_to(mock: &MockApi, token: &str, path: &str) -> String {
     let port = mock.base_url().rsplit(':').next().unwrap().to_string();
     let code = r#"
 import http.client, ssl, sys
 ctx = ssl.create_default_context(cafile=sys.argv[2])
 c = http.client.HTTPSConnection("127.0.0.1", int(sys.argv[1]), context=ctx, timeout=20)
 c.set_tunnel("api.anthropic.com", 443)
-c.request("POST", "/v1/messages/count_tokens", body=b"{}",
+c.request("POST", sys.argv[4], body=b"{}",
           headers={"Authorization": "Bearer " + sys.argv[3], "Content-Type": "application/json"})
 print(c.getresponse().status)
 "#;
@@ -420,6 +441,7 @@ print(c.getresponse().status)
         .args(["-c", code, &port])
         .arg(mock.ca_cert())
         .arg(token)
+        .arg(path)
         .output()
         .unwrap();
     lab::stdout(&o).trim().to_string()
@@ -443,6 +465,12 @@ fn the_stand_in_is_worthless_outside_its_sandbox_and_the_broker_goes_nowhere_els
             ("connect-evil", "403"),
             // A call that would mint a credential from the lent login: refused by the broker.
             ("mint", "403"),
+            // Paths matched by whole segments only (the mock answers such a path 404 when
+            // it comes with the real token: `from_host_to`, below).
+            ("hellox", "403"),
+            ("messages-x", "403"),
+            ("org-keys", "403"),
+            ("dotdot", "403"),
             // Huge and malformed requests: refused by the broker, which goes on serving.
             ("huge", "413"),
             ("chunked", "411"),
@@ -455,6 +483,16 @@ fn the_stand_in_is_worthless_outside_its_sandbox_and_the_broker_goes_nowhere_els
     assert!(flood == "400" || flood.starts_with("error"), "{r:?}");
     // Sandbox B with A's stand-in, and the host with it.
     stand_in_elsewhere(&w, &p, &mock, &a, "none");
+    // Control of the path attempts: with the real token (as a broker matching by prefix
+    // sent them) they are no 403 upstream.
+    for path in [
+        "/api/hellox",
+        "/v1/messages_anything",
+        "/api/oauth/organizations/x/api-keys",
+    ] {
+        let got = from_host_to(&mock, REAL_ACCESS, path);
+        assert!(got != "403" && !got.is_empty(), "{path}: {got}");
+    }
 }
 
 /// Open mode: the proxy (on a free port of the shared loopback) lets every other host
@@ -856,10 +894,27 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
         "login broker: mint an API key with the lent login",
         !refused(&r, "mint", "403"),
     ));
+    for (name, k) in [
+        (
+            "login broker: the login lent to /api/hellox (a lent path's prefix, not its segments)",
+            "hellox",
+        ),
+        (
+            "login broker: the login lent to /v1/messages_anything",
+            "messages-x",
+        ),
+        (
+            "login broker: the login lent to /api/oauth/organizations/x/api-keys",
+            "org-keys",
+        ),
+    ] {
+        v.push((name, !refused(&r, k, "403")));
+    }
     v.push((
         "login broker: bytes that are no HTTP",
         !refused(&r, "garbage", "400"),
     ));
+    v.extend(helper_cwd::attempts());
     let d = dumps::attempt(false);
     v.push((
         "login broker: the key in a core of the crashed broker (project, /tmp, home)",
@@ -1831,4 +1886,41 @@ fn a_conversation_resumes_and_changes_model_through_the_broker() {
             assert!(b.contains(&access), "[{}] {b}", c.label);
         }
     }
+}
+
+/// The control of `tests/vm/readme-install.sh`'s check of the release binary (issue 34):
+/// the debug binary the tests use holds the switches' names, and the launch that check
+/// makes with every switch set (the broker's upstream CA naming a missing file) fails
+/// here, on that switch. In the release binary the same launch goes through.
+#[test]
+fn test_switches_are_debug_only() {
+    let bin = fs::read(BIN).unwrap();
+    let has = |n: &[u8]| bin.windows(n.len()).any(|w| w == n);
+    assert!(has(b"CLAUDEBOX_TEST_BROKER_UPSTREAM_CA"));
+    let w = World::new(BIN);
+    let p = w.dir("proj");
+    agent::seed_claude_json(&w.home(), &[&p]);
+    let _ = fs::remove_file(w.home().join(".claude/.credentials.json"));
+    let launch = |switch: bool| {
+        let mut cmd = w.cmd(&p);
+        cmd.env("ANTHROPIC_API_KEY", "sk-ant-api03-x").args([
+            "--login-broker",
+            "--network",
+            "none",
+            "--exec",
+            "true",
+        ]);
+        if switch {
+            cmd.env("CLAUDEBOX_TEST_BROKER_UPSTREAM_CA", "/nonexistent");
+        }
+        agent::output_within(&mut cmd, LIMIT).unwrap()
+    };
+    let plain = launch(false);
+    assert!(plain.status.success(), "{}", lab::stderr(&plain));
+    let switched = launch(true);
+    assert!(
+        !switched.status.success() && lab::stderr(&switched).contains("the tests' upstream CA"),
+        "{}",
+        lab::stderr(&switched)
+    );
 }

@@ -147,7 +147,17 @@ as_user "command -v claudebox"
 as_user "cd ~/proj && git init -q ."
 echo "--- claudebox --check (as user)"; as_user "cd ~/proj && claudebox --check" && echo CHECK-OK || echo "CHECK-RC=$?"
 echo "--- claudebox --exec true (as user)"; as_user "cd ~/proj && claudebox --exec true" && echo LAUNCH-OK
-as_user "cd ~/proj && claudebox --exec sh -c \"touch made-inside && id -un\""'
+as_user "cd ~/proj && claudebox --exec sh -c \"touch made-inside && id -un\""
+# The release build has no test switches (issue 34): no CLAUDEBOX_TEST_ name is in the
+# installed binary, and a launch with every switch src/ names set (from the checkout, so
+# a new one is in) goes as without them; the broker upstream CA switch naming a missing
+# file fails a debug build launch (its control: the test_switches_are_debug_only test).
+echo "--- test switches (release build)"
+as_user "! grep -aq CLAUDEBOX_TEST_ \"\$(command -v claudebox)\"" && echo NO-TEST-SWITCH-NAMES
+switches=$(grep -rhoE "CLAUDEBOX_TEST_[A-Z0-9_]+" /home/user/claudebox/src | sort -u | sed "s/\$/=1/" | tr "\n" " ")
+echo "switches: $switches"
+as_user "cd ~/proj && env $switches CLAUDEBOX_TEST_BROKER_UPSTREAM_CA=/nonexistent ANTHROPIC_API_KEY=sk-ant-api03-x \
+    claudebox --login-broker --network none --exec sh -c \"touch switched-inside\"" && echo SWITCHES-IGNORED'
     log "$name: the README's install as user, then --check and --exec true"
     # The host's trust store, so that an egress proxy's CA this machine trusts holds inside.
     local ca=()
@@ -186,6 +196,9 @@ as_user "cd ~/proj && claudebox --exec sh -c \"touch made-inside && id -un\""'
         rm -rf "$work"; die "$name: claudebox --check failed"
     fi
     [[ -f "$r/home/user/proj/made-inside" ]] || { rm -rf "$work"; die "$name: a write inside the project did not reach it"; }
+    grep -q '^NO-TEST-SWITCH-NAMES$' "$work/out" || { rm -rf "$work"; die "$name: the release binary holds a CLAUDEBOX_TEST_ name"; }
+    { grep -q '^SWITCHES-IGNORED$' "$work/out" && [[ -f "$r/home/user/proj/switched-inside" ]]; } ||
+        { rm -rf "$work"; die "$name: the release binary heeds a test switch (its launch failed)"; }
     [[ $rc -eq 0 ]] || { rm -rf "$work"; die "$name: exit $rc"; }
     log "$name: ok ($(grep -E '^took' "$work/out" | tr '\n' ' '))"
     echo "RESULT $name ok"

@@ -24,6 +24,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/host/project.rs", 7, "the project's root found before launch (canonicalize, git's files read-only)"),
     ("src/host/protect.rs", 25, "the project's protected paths and the files their git configs include: read-only probes before the launch; the mounts themselves are opened O_NOFOLLOW by descriptor (host::sources)"),
     ("src/host/supervise.rs", 4, "/proc/<own pid>/task/<pid>/children and /proc/<pid>/comm: read-only; bwrap's stderr pipe as a File (a descriptor, no name)"),
+    ("src/host/companion.rs", 1, "the launcher's environment's paths canonicalised, only to compare them with the places a sandbox writes (nothing opened, read or written through them)"),
     ("src/host/fd.rs", 1, "/proc/self/fd: this process's own descriptors, listed when close_range is missing"),
     ("src/host/sources.rs", 9, "/proc/self/fd: the bind sources' own descriptors; the canonical directory of each source (then checked through its descriptor); a no-follow stat of each source's path, only compared with its descriptor (a difference reopens it, checked again), or to see an optional one renamed away, or made again under its name (then skipped, as if missing)"),
     ("src/inside/listen.rs", 3, "inside the sandbox, before the agent runs: the broker's stand-in login written into the sandbox's own tmpfs login dir (O_NOFOLLOW, create_new)"),

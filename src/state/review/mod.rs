@@ -444,6 +444,8 @@ fn stop_commondir_watch(held: bool) {
     // SAFETY: the child makes only async-signal-safe calls (close, poll, _exit).
     match unsafe { nix::unistd::fork() } {
         Ok(nix::unistd::ForkResult::Child) => {
+            // Out of the project while it holds (chdir is async-signal-safe).
+            crate::host::companion::Outside::chdir_raw();
             // SAFETY: close_range, poll, close and _exit are async-signal-safe; no memory
             // is touched but the stack.
             unsafe {

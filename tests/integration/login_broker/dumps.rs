@@ -151,7 +151,10 @@ pub(crate) fn attempt(dumpable: bool) -> Dumped {
         ],
     );
     if dumpable {
-        cmd.env("CLAUDEBOX_TEST_DUMPABLE", "1");
+        // As before issue 34 too: the broker in the project, where its core then lands
+        // (it runs in `/` now, where a core of an ordinary user's broker cannot be made).
+        cmd.env("CLAUDEBOX_TEST_DUMPABLE", "1")
+            .env("CLAUDEBOX_TEST_COMPANIONS_IN_CWD", "1");
     }
     // Cores allowed as far as the hard limit goes: the protection, not an inherited
     // `ulimit -c 0`, is what must stop them.

@@ -43,7 +43,7 @@ send("mint", b"/api/oauth/claude_cli/create_api_key?hush=QUERY-SECRET")
 send("odd", b"/odd/\x1b[31m\xe2\x80\xae\xff")
 "#;
 
-fn denied_log(w: &World) -> String {
+pub(super) fn denied_log(w: &World) -> String {
     let mut out = String::new();
     for e in fs::read_dir(w.state().join("projects")).unwrap().flatten() {
         out += &fs::read_to_string(e.path().join("network-denied.log")).unwrap_or_default();

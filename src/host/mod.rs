@@ -183,9 +183,36 @@ fn package_root(real: &Path, home: &Path) -> Option<PathBuf> {
 }
 
 /// bwrap: `$CLAUDEBOX_BWRAP` (an absolute path, as the Nix package sets it), or PATH.
+/// Only for `--check` and the AppArmor steps, which run no sandbox; a launch finds it
+/// with [`find_bwrap_outside`].
 pub fn find_bwrap() -> Result<PathBuf> {
+    find_bwrap_outside(&[])
+}
+
+/// bwrap as [`find_bwrap`] finds it, but never from a `PATH` entry that is relative (it
+/// names the working directory, the project) or lies in one of `written` (canonical
+/// directories a sandbox of this project writes): bwrap runs on the host, so a `bwrap`
+/// the agent planted in the project's `.venv/bin` or `node_modules/.bin`, on the
+/// launcher's PATH because the user activated it, would run outside the sandbox at the
+/// next launch (issue 34: no host process from a place the agent writes). Such entries
+/// are passed over, as if absent; `$CLAUDEBOX_BWRAP` in such a place is refused.
+pub fn find_bwrap_outside(written: &[PathBuf]) -> Result<PathBuf> {
+    let is_written = |p: &Path| {
+        let c = fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+        !c.is_absolute() || written.iter().any(|w| c.starts_with(w))
+    };
     if let Some(p) = std::env::var_os("CLAUDEBOX_BWRAP").filter(|p| !p.is_empty()) {
         let p = PathBuf::from(p);
+        if !p.is_absolute() || is_written(&p) {
+            bail!(Fixable::new(
+                format!(
+                    "CLAUDEBOX_BWRAP is {}, a place the sandbox can write",
+                    p.shown()
+                ),
+                "point it at the system's bwrap (an absolute path outside the project)"
+            )
+            .at(&p));
+        }
         if p.is_file() {
             return Ok(p);
         }
@@ -195,9 +222,15 @@ pub fn find_bwrap() -> Result<PathBuf> {
         )
         .at(&p));
     }
-    which::which("bwrap").map_err(|_| {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    let unfiltered = companion::in_launchers_dir();
+    let dirs: Vec<PathBuf> = std::env::split_paths(&path)
+        .filter(|d| unfiltered || (d.is_absolute() && !is_written(d)))
+        .collect();
+    let joined = std::env::join_paths(&dirs).unwrap_or_default();
+    which::which_in("bwrap", Some(joined), "/").map_err(|_| {
         Fixable::new(
-            "bwrap (bubblewrap) not found on PATH",
+            "bwrap (bubblewrap) not found on PATH (outside the project)",
             "install it (Debian/Ubuntu: apt install bubblewrap, Fedora: dnf install bubblewrap, \
              NixOS: add bubblewrap to environment.systemPackages)",
         )

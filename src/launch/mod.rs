@@ -47,7 +47,6 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
         eprintln!("claudebox: {w}");
     }
     guard::check_outside_git_dirs(&project, cli.yes)?;
-    let bwrap = host::find_bwrap()?;
     let command = if cli.exec {
         if cli.args.is_empty() {
             bail!("--exec needs a command to run, e.g. `claudebox --exec bash`");
@@ -72,6 +71,22 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
             yes: cli.yes,
         },
     )?;
+    // bwrap from no PATH entry a sandbox of this project writes (`find_bwrap_outside`):
+    // the project, its outside git dirs, all of claudebox's state, ~/.claude, --rw paths.
+    let bwrap = {
+        let mut written = vec![project.work_tree.clone()];
+        written.extend(project.outside_git_dirs());
+        written.push(guard::canonical_lossy(&state_home.dir));
+        written.push(guard::canonical_lossy(&home.join(".claude")));
+        written.extend(
+            settings
+                .mounts
+                .iter()
+                .filter(|m| m.kind == ExtraKind::Rw)
+                .map(|m| m.source.clone()),
+        );
+        host::find_bwrap_outside(&written)?
+    };
     let agent = settings.agent.as_ref().map(|(a, _)| *a).unwrap_or_default();
     let claude = match (&command, agent) {
         (Command::Claude(_), AgentId::Claude) => Some(host::find_claude(&home)?),

@@ -784,3 +784,53 @@ fn twenty_first_launches_of_a_new_project_at_once_all_start() {
         failed.join("\n")
     );
 }
+
+/// A `bwrap` the agent planted in the project (`.venv/bin/bwrap`, on the launcher's PATH
+/// because the user activated the venv, or through a relative entry) is not what the next
+/// launch runs on the host (issue 34: no host process from a place the agent writes).
+/// Control: with `CLAUDEBOX_TEST_COMPANIONS_IN_CWD=1` (debug builds: PATH looked up as it
+/// is) the planted one runs on the host.
+#[test]
+fn a_bwrap_planted_in_the_project_is_not_run_on_the_host() {
+    let w = World::new(BIN);
+    let p = w.dir("proj");
+    let real = String::from_utf8(
+        Command::new("sh")
+            .args(["-c", "command -v bwrap"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .unwrap();
+    let real = real.trim();
+    assert!(real.starts_with('/'), "no bwrap on the test's PATH");
+    let marker = w.home().join("planted-bwrap-ran");
+    let plant = format!(
+        "mkdir -p .venv/bin && printf '#!/bin/sh\\necho ran >> {m}\\nexec {real} \"$@\"\\n' \
+         > .venv/bin/bwrap && chmod +x .venv/bin/bwrap && echo PLANTED",
+        m = marker.display()
+    );
+    assert!(ok(&w.run_script(&p, &plant)).contains("PLANTED"));
+    let launch = |path_first: &str, control: bool| {
+        let mut path = OsStr::new(path_first).to_os_string();
+        path.push(":");
+        path.push(w.path_var());
+        let mut c = w.cmd(&p);
+        c.env("PATH", path).env("FAKE_CLAUDE_SCRIPT", "echo INSIDE");
+        if control {
+            c.env("CLAUDEBOX_TEST_COMPANIONS_IN_CWD", "1");
+        }
+        ok(&c.output().unwrap())
+    };
+    let venv = p.join(".venv/bin");
+    for first in [venv.to_str().unwrap(), ".venv/bin"] {
+        assert!(launch(first, false).contains("INSIDE"));
+        assert!(
+            !marker.exists(),
+            "the bwrap planted at {first} ran on the host"
+        );
+    }
+    // The control: the plant is on the way, and a plain PATH lookup runs it.
+    assert!(launch(venv.to_str().unwrap(), true).contains("INSIDE"));
+    assert!(marker.exists(), "the control did not run the planted bwrap");
+}

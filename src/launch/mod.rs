@@ -394,7 +394,9 @@ fn exec_registered(
     claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
     if inp.agent == AgentId::Codex {
         let overlays = crate::policy::codex_home::overlays(&inp.home, &inp.codex_home, &inp.state);
-        codex_home::prepare(&inp.home, &inp.codex_home, &inp.state, &overlays)?;
+        for note in codex_home::prepare(&inp.home, &inp.codex_home, &inp.state, &overlays)? {
+            eprintln!("claudebox: {note}");
+        }
     }
     if inp.protect_project_metadata {
         if let Some(p) = inp

@@ -6,6 +6,7 @@
 
 mod claude_home;
 mod codex_home;
+mod codex_login;
 mod commondir;
 mod credentials;
 mod deep_tree;
@@ -752,6 +753,7 @@ const MORE: [&[(&str, Group)]; 3] = [
         ("race", race::attempts),
         ("host_writes", host_writes::attempts),
         ("codex_home", codex_home::attempts_more),
+        ("codex_login", codex_login::attempts),
         ("deep_tree", deep_tree::attempts),
     ],
     &[
@@ -914,6 +916,7 @@ fn controls_show_the_attempts_can_succeed() {
     let timed = |name: &str, f: &dyn Fn()| took(&format!("escape controls: {name}"), f);
     timed("claude_home", &|| claude_home::controls(&arena));
     timed("codex_home", &|| codex_home::controls(&arena));
+    timed("codex_login", &codex_login::controls);
     // Inside with --writable-project-config, planting a hook and a config works.
     let o = arena
         .cmd(&arena.proj, &[])

@@ -533,9 +533,13 @@ fn exec_registered(
             None
         } else {
             // claudebox stays bwrap's parent (`host::supervise`), for the review at the end.
+            let bound_nofile = !crate::host::limits::nofile_bound_off();
             let pre_exec = || {
                 if let Some(c) = core_limit {
                     c.restore()?;
+                }
+                if bound_nofile {
+                    crate::host::limits::bound_nofile(crate::policy::limits::NOFILE_MAX)?;
                 }
                 limits.enter()
             };

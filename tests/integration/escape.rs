@@ -10,6 +10,7 @@ mod codex_login;
 mod commondir;
 mod credentials;
 mod deep_tree;
+mod exhaust;
 mod gc_walk;
 mod gpu;
 mod host_ports;
@@ -760,6 +761,7 @@ const MORE: [&[(&str, Group)]; 3] = [
         ("state_races", state_races::attempts),
         ("gc_walk", gc_walk::attempts),
         ("shared_loopback", shared_loopback::attempts),
+        ("exhaust", exhaust::attempts),
     ],
     &[
         ("login_broker", crate::login_broker::attempts),
@@ -941,6 +943,7 @@ fn controls_show_the_attempts_can_succeed() {
     timed("state_races", &state_races::controls);
     timed("shared_loopback", &shared_loopback::controls);
     timed("deep_tree", &deep_tree::controls);
+    timed("exhaust", &exhaust::controls);
     drop(tmp);
     timed("shared_dirs", &shared_dirs::controls);
 }

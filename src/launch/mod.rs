@@ -365,6 +365,36 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
 }
 
 /// The rest of [`exec`], once registered; returns only on error (the slot is released).
+/// bubblewrap's CVE-2026-87766 (`policy::bwrap_cve`): an unfixed bwrap makes a mount
+/// point beneath a directory of the project by name, so another sandbox of the project,
+/// running now, could swap that directory for a symlink while bwrap starts and have bwrap
+/// make directories on the host. Refused then: only when the plan has such a mount point
+/// (a nested repository or a submodule; the top's are beneath mount points) and another
+/// sandbox of the project is registered as running (this launch is, already); the bwrap's
+/// version is asked only then.
+fn refuse_unfixed_bwrap(plan: &Plan, st: &crate::policy::layout::ProjectState) -> Result<()> {
+    let Some((target, dir)) = crate::policy::bwrap_cve::swappable(&plan.mounts) else {
+        return Ok(());
+    };
+    if inuse::count_running(&st.dir) < 2 {
+        return Ok(());
+    }
+    let fix = crate::host::bwrap_cve::probe(&plan.bwrap);
+    if fix.fixed() {
+        return Ok(());
+    }
+    bail!(crate::policy::error::Fixable::new(
+        format!(
+            "{}; another sandbox of this project is running and could swap {} for a symlink \
+             while bwrap makes the mount point {} beneath it, leading bwrap onto the host",
+            fix.describe_short(),
+            dir.shown(),
+            target.shown()
+        ),
+        "refusing to start: end the other sandbox first, or install bubblewrap 0.12.0 or later"
+    ))
+}
+
 fn exec_registered(
     p: &Prepared,
     in_use: inuse::InUse,
@@ -436,6 +466,7 @@ fn exec_registered(
         },
     };
     let plan = replanned.as_ref().unwrap_or(&p.plan);
+    refuse_unfixed_bwrap(plan, &inp.state)?;
     let signals_ignored_on_entry = !ignore_terminal_signals();
     let areas = writable_areas(inp);
     // Every bind source opened and checked now, and mounted by that descriptor.

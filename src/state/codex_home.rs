@@ -9,6 +9,7 @@
 use std::ffi::OsString;
 use std::fs;
 use std::io::ErrorKind;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -128,7 +129,6 @@ const LOGIN_MAX: u64 = 1 << 20;
 /// symlink logged every one out silently (issue 34).
 pub fn judge_login(login: &beneath::Dir) -> Login {
     use std::io::Read;
-    use std::os::unix::fs::MetadataExt;
     let name = Path::new(LOGIN_FILE);
     let Some(kind) = login.kind(name) else {
         return Login::Missing;
@@ -167,7 +167,6 @@ pub fn judge_login(login: &beneath::Dir) -> Login {
 /// a FIFO the user has there).
 fn host_login(host: &HostCodex) -> Option<Vec<u8>> {
     use std::io::Read;
-    use std::os::unix::fs::OpenOptionsExt;
     let f = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc_nonblock())
@@ -184,7 +183,7 @@ fn host_login(host: &HostCodex) -> Option<Vec<u8>> {
 }
 
 fn libc_nonblock() -> i32 {
-    rustix::fs::OFlags::NONBLOCK.bits() as i32
+    nix::libc::O_NONBLOCK
 }
 
 /// The debug builds' control for the escape attempts (tests/integration/escape/codex_login.rs):
@@ -398,7 +397,7 @@ mod thread_tests {
 }
 
 #[cfg(test)]
-mod login_tests {
+mod tests {
     use super::*;
 
     fn dirs() -> (tempfile::TempDir, beneath::Dir, HostCodex) {

@@ -4,6 +4,7 @@
 //! `controls_*` prove that the same attempts succeed where nothing stops them, so a pass
 //! here means something.
 
+mod bwrap_parents;
 mod claude_home;
 mod codex_home;
 mod codex_login;
@@ -766,6 +767,7 @@ const MORE: [&[(&str, Group)]; 3] = [
     &[
         ("login_broker", crate::login_broker::attempts),
         ("commondir", commondir::attempts),
+        ("bwrap_parents", bwrap_parents::attempts),
     ],
 ];
 
@@ -944,6 +946,7 @@ fn controls_show_the_attempts_can_succeed() {
     timed("shared_loopback", &shared_loopback::controls);
     timed("deep_tree", &deep_tree::controls);
     timed("exhaust", &exhaust::controls);
+    timed("bwrap_parents", &bwrap_parents::controls);
     drop(tmp);
     timed("shared_dirs", &shared_dirs::controls);
 }

@@ -10,8 +10,8 @@
 //! sandbox of the same project that keeps exchanging a nested repository's directory
 //! (`inner`, which holds the protected `inner/.git`) with a symlink to
 //! `/oldroot/<a host directory>` made the next launch's bwrap create `.git` in that host
-//! directory within 15 launches (the step inside then refused that launch: its mount
-//! check saw the swap). A destination whose parent is itself a mount point of the plan
+//! directory within the first launches (14 of 15 as root; as an ordinary user at the 3rd to
+//! the 37th; the step inside then refused that launch: its mount check saw the swap). A destination whose parent is itself a mount point of the plan
 //! cannot be led astray so: a sibling sandbox has the same mount point there, and a mount
 //! point cannot be renamed or replaced.
 

@@ -44,7 +44,11 @@ print("SWAPS", n, flush=True)
 /// The attempt (or its control): whether B's bwrap made anything in the host directory,
 /// and what the launches said.
 fn run(pretend_fixed: bool) -> (bool, String) {
-    let launches = if pretend_fixed { CONTROL_LAUNCHES } else { LAUNCHES };
+    let launches = if pretend_fixed {
+        CONTROL_LAUNCHES
+    } else {
+        LAUNCHES
+    };
     let w = World::new(BIN);
     let proj = w.dir("proj");
     init_repo(&proj);
@@ -128,4 +132,3 @@ pub(super) fn controls() {
         "control: bwrap made nothing on the host in {CONTROL_LAUNCHES} launches:\n{said}"
     );
 }
-

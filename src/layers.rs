@@ -325,12 +325,14 @@ pub const POLICY_LAYERS: &[(&[&str], &str)] = &[
             "review",
             "session",
             "companion_env",
+            "bwrap_cve",
         ],
         "one concern each, on the types below: the network modes and the proxy's spec, the \
          forwarded host ports (`forward`, over `network`'s types), the agent table, the \
          limits, the AppArmor text, the `~/.claude` and `~/.codex` tables, the exit review's \
          rules, a named session's launch, the host companions' working directory and \
-         environment (`companion_env`)",
+         environment (`companion_env`), which bwrap carries CVE-2026-87766's fix and which \
+         mount points a sibling could swap a parent of (`bwrap_cve`, over `mount`)",
     ),
     (
         &["settings", "base_url", "gpu"],

@@ -286,6 +286,36 @@ impl CgroupEntry {
     }
 }
 
+/// Lowers this process's open-file limit to `max` (soft and hard; a lower soft limit is
+/// kept). Called between fork and exec of bwrap: only system calls, no allocation.
+pub fn bound_nofile(max: u64) -> io::Result<()> {
+    let mut cur = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a pointer to a local rlimit.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut cur) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let hard = cur.rlim_max.min(max as libc::rlim_t);
+    let new = libc::rlimit {
+        rlim_cur: cur.rlim_cur.min(hard),
+        rlim_max: hard,
+    };
+    // SAFETY: a pointer to a local rlimit.
+    if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raw const new) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The debug builds' control for the descriptor attempts (tests/integration/escape/
+/// exhaust.rs): `CLAUDEBOX_TEST_NO_NOFILE_BOUND` keeps the user's open-file limit in the
+/// sandbox, as before issue 34. A release build never reads it.
+pub fn nofile_bound_off() -> bool {
+    super::test_switch::on("CLAUDEBOX_TEST_NO_NOFILE_BOUND")
+}
+
 /// Whether any limit in force was asked for (not only the default).
 fn requested(d: &Decided) -> bool {
     d.limits

@@ -2,6 +2,7 @@
 //! where `claude` is installed, and which system paths exist. Read-only.
 
 pub mod apparmor;
+pub mod bwrap_cve;
 pub mod companion;
 pub mod exec;
 pub mod fd;

@@ -380,6 +380,36 @@ pub fn exec(p: &Prepared) -> Result<std::convert::Infallible> {
 }
 
 /// The rest of [`exec`], once registered; returns only on error (the slot is released).
+/// bubblewrap's CVE-2026-87766 (`policy::bwrap_cve`): an unfixed bwrap makes a mount
+/// point beneath a directory of the project by name, so another sandbox of the project,
+/// running now, could swap that directory for a symlink while bwrap starts and have bwrap
+/// make directories on the host. Refused then: only when the plan has such a mount point
+/// (a nested repository or a submodule; the top's are beneath mount points) and another
+/// sandbox of the project is registered as running (this launch is, already); the bwrap's
+/// version is asked only then.
+fn refuse_unfixed_bwrap(plan: &Plan, st: &crate::policy::layout::ProjectState) -> Result<()> {
+    let Some((target, dir)) = crate::policy::bwrap_cve::swappable(&plan.mounts) else {
+        return Ok(());
+    };
+    if inuse::count_running(&st.dir) < 2 {
+        return Ok(());
+    }
+    let fix = crate::host::bwrap_cve::probe(&plan.bwrap);
+    if fix.fixed() {
+        return Ok(());
+    }
+    bail!(crate::policy::error::Fixable::new(
+        format!(
+            "{}; another sandbox of this project is running and could swap {} for a symlink \
+             while bwrap makes the mount point {} beneath it, leading bwrap onto the host",
+            fix.describe_short(),
+            dir.shown(),
+            target.shown()
+        ),
+        "refusing to start: end the other sandbox first, or install bubblewrap 0.12.0 or later"
+    ))
+}
+
 fn exec_registered(
     p: &Prepared,
     in_use: inuse::InUse,
@@ -409,7 +439,9 @@ fn exec_registered(
     claude_home::sync_config(&inp.claude_home, &inp.state, &inp.project)?;
     if inp.agent == AgentId::Codex {
         let overlays = crate::policy::codex_home::overlays(&inp.home, &inp.codex_home, &inp.state);
-        codex_home::prepare(&inp.home, &inp.codex_home, &inp.state, &overlays)?;
+        for note in codex_home::prepare(&inp.home, &inp.codex_home, &inp.state, &overlays)? {
+            eprintln!("claudebox: {note}");
+        }
     }
     if inp.protect_project_metadata {
         if let Some(p) = inp
@@ -449,6 +481,7 @@ fn exec_registered(
         },
     };
     let plan = replanned.as_ref().unwrap_or(&p.plan);
+    refuse_unfixed_bwrap(plan, &inp.state)?;
     let signals_ignored_on_entry = !ignore_terminal_signals();
     let areas = writable_areas(inp);
     // Every bind source opened and checked now, and mounted by that descriptor.
@@ -546,9 +579,13 @@ fn exec_registered(
             None
         } else {
             // claudebox stays bwrap's parent (`host::supervise`), for the review at the end.
+            let bound_nofile = !crate::host::limits::nofile_bound_off();
             let pre_exec = || {
                 if let Some(c) = core_limit {
                     c.restore()?;
+                }
+                if bound_nofile {
+                    crate::host::limits::bound_nofile(crate::policy::limits::NOFILE_MAX)?;
                 }
                 limits.enter()
             };

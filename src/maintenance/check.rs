@@ -130,6 +130,7 @@ fn checks() -> Result<Vec<Row>> {
     match &bwrap {
         Ok(b) => {
             rows.push(bwrap_row(b));
+            rows.push(bwrap_cve_row(b));
             rows.push(apparmor_row(b));
         }
         Err(e) => {
@@ -363,6 +364,23 @@ fn bwrap_row(bwrap: &Path) -> Row {
             format!("{} cannot run: {e:#}", show(bwrap)),
             "reinstall bubblewrap, or point CLAUDEBOX_BWRAP at a working bwrap".into(),
         ),
+    }
+}
+
+/// Whether this bwrap carries the fix for CVE-2026-87766: by its version (0.12.0 or later),
+/// else by its package's changelog naming the CVE (a backport; `host::bwrap_cve`).
+fn bwrap_cve_row(bwrap: &Path) -> Row {
+    let fix = crate::host::bwrap_cve::probe(bwrap);
+    if fix.fixed() {
+        ok("bwrap fix", fix.describe())
+    } else {
+        warn(
+            "bwrap fix",
+            fix.describe(),
+            "install bubblewrap 0.12.0 or later (or your distribution's update that names \
+             the CVE)"
+                .into(),
+        )
     }
 }
 

@@ -19,6 +19,22 @@ use crate::policy::origin::Origin;
 /// pid_max: 4915), and stops a fork bomb far below the kernel's pid_max.
 pub const DEFAULT_PIDS: u64 = 4096;
 
+/// The open-file limit (`RLIMIT_NOFILE`, soft and hard) of every process in the sandbox:
+/// the launch lowers bwrap's before it starts, and nothing inside can raise a hard limit.
+/// Why (issue 34): the system's file table (`fs.file-max`) is shared by every process of
+/// the machine, and systemd gives user sessions a hard `nofile` of 524288; an agent that
+/// raised its soft limit to that and opened descriptors made open(2) fail machine-wide
+/// (ENFILE) after ~300k on a VM whose `file-max` was that size, and the exit review then
+/// skipped the project. 16384 is far above what the tools an agent runs use (the usual
+/// soft limit is 1024, and npm, cargo and node's watchers work within it: watchers use
+/// inotify, one descriptor per instance; Go and Java raise their soft limit to the hard
+/// one at start and then hold what they open), and below `file-max` on any machine with
+/// 200 MiB of memory or more (the kernel sizes it at about one file per 10 KiB). A
+/// lower soft limit of the user's is kept. Not a bound of the sandbox as a whole: each
+/// process has its own, so the sandbox's is this times its processes (the `--pids`
+/// limit); docs/security.md says what that leaves.
+pub const NOFILE_MAX: u64 = 16384;
+
 /// Below this many tasks bwrap, the step inside and claude cannot start.
 pub const MIN_PIDS: u64 = 16;
 /// Below this a sandbox cannot start claude (node alone maps ~50 MiB).

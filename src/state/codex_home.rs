@@ -9,6 +9,7 @@
 use std::ffi::OsString;
 use std::fs;
 use std::io::ErrorKind;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context, Result};
@@ -46,13 +47,14 @@ impl HostCodex {
 }
 
 /// Makes the project's `~/.codex`, the login's directory, the mount points of `overlays`
-/// and the login's symlink; seeds the login from the host's `auth.json` when it has none.
+/// and the login's symlink; checks the login ([`check_login`]). Returns the lines to show
+/// the user (a login replaced or removed).
 pub fn prepare(
     home: &Path,
     host: &HostCodex,
     st: &ProjectState,
     overlays: &[Overlay],
-) -> Result<()> {
+) -> Result<Vec<String>> {
     let dir_path = st.codex_home();
     let login_path = st.codex_login_dir();
     state::mkdir_private(&dir_path)?;
@@ -86,26 +88,10 @@ pub fn prepare(
         })
         .with_context(|| format!("cannot create {}", dir_path.join(rel).display()))?;
     }
-    // The login: the host's auth.json copied in once, when the login has none.
+    // The login: checked at each launch (every Codex sandbox can write it), seeded from
+    // or replaced by the host's auth.json.
     let name = Path::new(LOGIN_FILE);
-    if login.kind(name).is_none() {
-        if let Ok(bytes) = fs::read(host.dir.join(LOGIN_FILE)) {
-            match login.create_new(name, 0o600) {
-                Ok(mut f) => {
-                    use std::io::Write;
-                    f.write_all(&bytes).with_context(|| {
-                        format!("cannot write {}", login_path.join(name).display())
-                    })?;
-                }
-                Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-                Err(e) => {
-                    return Err(e).with_context(|| {
-                        format!("cannot create {}", login_path.join(name).display())
-                    })
-                }
-            }
-        }
-    }
+    let notes = check_login(&login, host)?;
     let target = login_path.join(LOGIN_FILE);
     if dir.read_link(name).ok().as_deref() != Some(target.as_path()) {
         if dir.kind(name).is_some() {
@@ -121,7 +107,160 @@ pub fn prepare(
             r => r.with_context(|| format!("cannot create {}", dir_path.join(name).display()))?,
         }
     }
-    Ok(())
+    Ok(notes)
+}
+
+/// What is at the login's name, judged without following it or blocking on it.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Login {
+    Missing,
+    Usable,
+    /// Anything else, with what it is (for the user's line).
+    Unusable(&'static str),
+}
+
+/// The largest `auth.json` read (Codex's holds a few tokens: a few KiB).
+const LOGIN_MAX: u64 = 1 << 20;
+
+/// Judges `auth.json` in the login's directory: usable when it is a regular file with one
+/// link, owned by this user, opened without following a link or blocking on a FIFO
+/// (`O_NOFOLLOW|O_NONBLOCK`, then `fstat`), whose content is a JSON object. Any Codex
+/// sandbox can write the directory: a FIFO there hung `codex` in every project, a dangling
+/// symlink logged every one out silently (issue 34).
+pub fn judge_login(login: &beneath::Dir) -> Login {
+    use std::io::Read;
+    let name = Path::new(LOGIN_FILE);
+    let Some(kind) = login.kind(name) else {
+        return Login::Missing;
+    };
+    match kind {
+        beneath::FileType::RegularFile => {}
+        beneath::FileType::Symlink => return Login::Unusable("a symlink"),
+        beneath::FileType::Fifo => return Login::Unusable("a FIFO"),
+        beneath::FileType::Directory => return Login::Unusable("a directory"),
+        _ => return Login::Unusable("not a regular file"),
+    }
+    // open_read: O_NOFOLLOW|O_NONBLOCK beneath the directory, then fstat (a regular file).
+    let Ok(f) = login.open_read(name) else {
+        return Login::Unusable("not a regular file");
+    };
+    let Ok(m) = f.metadata() else {
+        return Login::Unusable("unreadable");
+    };
+    if m.uid() != rustix::process::geteuid().as_raw() {
+        return Login::Unusable("owned by another user");
+    }
+    if m.nlink() != 1 {
+        return Login::Unusable("a file with more than one link");
+    }
+    let mut bytes = Vec::new();
+    if f.take(LOGIN_MAX + 1).read_to_end(&mut bytes).is_err() || bytes.len() as u64 > LOGIN_MAX {
+        return Login::Unusable("unreadable or too large");
+    }
+    match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(v) if v.is_object() => Login::Usable,
+        _ => Login::Unusable("not a JSON object"),
+    }
+}
+
+/// The host's own `auth.json` when it is a JSON object (read `O_NONBLOCK`: never waits on
+/// a FIFO the user has there).
+fn host_login(host: &HostCodex) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let f = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_nonblock())
+        .open(host.dir.join(LOGIN_FILE))
+        .ok()?;
+    if !f.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut bytes = Vec::new();
+    f.take(LOGIN_MAX + 1).read_to_end(&mut bytes).ok()?;
+    let ok = bytes.len() as u64 <= LOGIN_MAX
+        && serde_json::from_slice::<serde_json::Value>(&bytes).is_ok_and(|v| v.is_object());
+    ok.then_some(bytes)
+}
+
+fn libc_nonblock() -> i32 {
+    nix::libc::O_NONBLOCK
+}
+
+/// The debug builds' control for the escape attempts (tests/integration/escape/codex_login.rs):
+/// `CLAUDEBOX_TEST_NO_LOGIN_CHECK=1` skips the check, as before issue 34 (the login seeded
+/// only when nothing is at its name). A release build never reads it.
+fn login_check_off() -> bool {
+    crate::host::test_switch::on("CLAUDEBOX_TEST_NO_LOGIN_CHECK")
+}
+
+/// Checks the login at a Codex launch ([`judge_login`]): a missing one is seeded from the
+/// host's `auth.json`; an unusable one is replaced by it atomically (a new file renamed over
+/// the name, which never follows or opens what is there), or removed when the host has
+/// none (Codex then asks for a login, and the user is told why). A usable one is kept: it
+/// may be a login made inside, or a refreshed token newer than the host's.
+pub fn check_login(login: &beneath::Dir, host: &HostCodex) -> Result<Vec<String>> {
+    let name = Path::new(LOGIN_FILE);
+    let shown = login.shown(name);
+    let judged = if login_check_off() {
+        match login.kind(name) {
+            None => Login::Missing,
+            Some(_) => Login::Usable,
+        }
+    } else {
+        judge_login(login)
+    };
+    let what = match judged {
+        Login::Usable => return Ok(Vec::new()),
+        Login::Missing => {
+            if let Some(bytes) = host_login(host) {
+                match login.create_new(name, 0o600) {
+                    Ok(mut f) => {
+                        use std::io::Write;
+                        f.write_all(&bytes)
+                            .with_context(|| format!("cannot write {}", shown.display()))?;
+                    }
+                    Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
+                    Err(e) => {
+                        return Err(e).with_context(|| format!("cannot create {}", shown.display()))
+                    }
+                }
+            }
+            return Ok(Vec::new());
+        }
+        Login::Unusable(what) => what,
+    };
+    if login.kind(name) == Some(beneath::FileType::Directory) {
+        login
+            .remove_all(name)
+            .with_context(|| format!("cannot remove {}", shown.display()))?;
+    }
+    let host_file = host.dir.join(LOGIN_FILE);
+    match host_login(host) {
+        Some(bytes) => {
+            login
+                .write_atomic(name, &bytes, 0o600, true)
+                .with_context(|| format!("cannot replace {}", shown.display()))?;
+            Ok(vec![format!(
+                "Codex's login {} was {what} (a sandbox can write it); replaced by your {}",
+                shown.display(),
+                host_file.display()
+            )])
+        }
+        None => {
+            match login.remove_all(name) {
+                Err(e) if e.kind() != ErrorKind::NotFound => {
+                    return Err(e).with_context(|| format!("cannot remove {}", shown.display()))
+                }
+                _ => {}
+            }
+            Ok(vec![format!(
+                "Codex's login {} was {what} (a sandbox can write it); removed, and {} \
+                 has none to put in its place: log in to Codex again",
+                shown.display(),
+                host_file.display()
+            )])
+        }
+    }
 }
 
 /// `rel` is a `want` in `dir`: anything else there (a symlink, the wrong type) is removed
@@ -254,5 +393,87 @@ mod thread_tests {
         ))
         .is_none());
         assert!(thread_time("019ac8d1-2f3a-4b4c-9d5e-0123456789ab").is_none());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dirs() -> (tempfile::TempDir, beneath::Dir, HostCodex) {
+        let t = tempfile::tempdir().unwrap();
+        fs::create_dir(t.path().join("login")).unwrap();
+        fs::create_dir(t.path().join("host")).unwrap();
+        let login = beneath::Dir::open(&t.path().join("login")).unwrap();
+        let host = HostCodex {
+            dir: t.path().join("host"),
+            entries: Vec::new(),
+        };
+        (t, login, host)
+    }
+
+    const GOOD: &str = "{\"auth_mode\":\"apikey\",\"OPENAI_API_KEY\":\"sk-host\"}";
+
+    #[test]
+    fn a_login_is_judged_without_following_or_blocking() {
+        let (t, login, _) = dirs();
+        let p = t.path().join("login/auth.json");
+        assert_eq!(judge_login(&login), Login::Missing);
+        fs::write(&p, GOOD).unwrap();
+        assert_eq!(judge_login(&login), Login::Usable);
+        fs::write(&p, "{\"trunc").unwrap();
+        assert_eq!(judge_login(&login), Login::Unusable("not a JSON object"));
+        fs::write(&p, "[1]").unwrap();
+        assert_eq!(judge_login(&login), Login::Unusable("not a JSON object"));
+        fs::remove_file(&p).unwrap();
+        nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert_eq!(judge_login(&login), Login::Unusable("a FIFO"));
+        fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", &p).unwrap();
+        assert_eq!(judge_login(&login), Login::Unusable("a symlink"));
+        fs::remove_file(&p).unwrap();
+        fs::write(t.path().join("other"), GOOD).unwrap();
+        fs::hard_link(t.path().join("other"), &p).unwrap();
+        assert_eq!(
+            judge_login(&login),
+            Login::Unusable("a file with more than one link")
+        );
+    }
+
+    #[test]
+    fn an_unusable_login_is_replaced_from_the_host_or_removed() {
+        let (t, login, host) = dirs();
+        let p = t.path().join("login/auth.json");
+        // Missing: seeded from the host's.
+        fs::write(host.dir.join("auth.json"), GOOD).unwrap();
+        assert!(check_login(&login, &host).unwrap().is_empty());
+        assert_eq!(fs::read_to_string(&p).unwrap(), GOOD);
+        // A usable login (made inside, or refreshed) is kept.
+        fs::write(&p, "{\"mine\":1}").unwrap();
+        assert!(check_login(&login, &host).unwrap().is_empty());
+        assert_eq!(fs::read_to_string(&p).unwrap(), "{\"mine\":1}");
+        // A FIFO, a dangling symlink, a directory: replaced, with a line.
+        for plant in ["fifo", "link", "dir"] {
+            let _ = fs::remove_file(&p);
+            match plant {
+                "fifo" => nix::unistd::mkfifo(&p, nix::sys::stat::Mode::from_bits_truncate(0o600))
+                    .unwrap(),
+                "link" => std::os::unix::fs::symlink("/nonexistent", &p).unwrap(),
+                _ => fs::create_dir_all(p.join("x")).unwrap(),
+            }
+            let notes = check_login(&login, &host).unwrap();
+            assert_eq!(notes.len(), 1, "{plant}");
+            assert!(notes[0].contains("replaced"), "{notes:?}");
+            let m = fs::symlink_metadata(&p).unwrap();
+            assert!(m.is_file(), "{plant}");
+            assert_eq!(fs::read_to_string(&p).unwrap(), GOOD);
+        }
+        // No host login: removed, with a line.
+        fs::remove_file(host.dir.join("auth.json")).unwrap();
+        fs::remove_file(&p).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", &p).unwrap();
+        let notes = check_login(&login, &host).unwrap();
+        assert!(notes[0].contains("removed"), "{notes:?}");
+        assert!(fs::symlink_metadata(&p).is_err());
     }
 }

@@ -4,7 +4,7 @@
 
 use std::fs;
 use std::os::unix::fs::{symlink, PermissionsExt};
-use std::process::Output;
+use std::process::{Command, Output};
 
 use crate::BIN;
 use lab::maintenance::*;
@@ -138,6 +138,13 @@ fn an_apparmor_style_failure_is_recognised_end_to_end() {
     assert!(
         row_of(&text, "bwrap").1.contains("bubblewrap 0.9.0"),
         "{text}"
+    );
+    // No package owns the fake: an older version with no backport found.
+    let (st, detail, _) = row_of(&text, "bwrap fix");
+    assert_eq!(st, "warn", "{text}");
+    assert!(
+        detail.contains("0.9.0 lacks the fix for CVE-2026-87766"),
+        "{detail}"
     );
     let (st, detail, fix) = row_of(&text, "sandbox");
     assert_eq!(st, "fail");
@@ -319,4 +326,33 @@ fn shows_the_network_mode_in_force_and_fails_on_a_bad_config() {
     assert_eq!(status, "fail");
     assert!(detail.contains("config.toml:1:11"), "{detail}");
     assert!(fix.contains("config.toml"), "{fix}");
+}
+
+/// CVE-2026-87766: a bwrap of 0.12.0 or later carries the fix by its version; the one
+/// installed here (Debian 12's 0.8.0-2+deb12u1, whose changelog names no backport) not.
+#[test]
+fn the_bwrap_fix_row_reads_the_version_and_the_package() {
+    let w = World::new(BIN);
+    let fake = w.root().join("fakebwrap");
+    fs::create_dir_all(&fake).unwrap();
+    let bwrap = fake.join("bwrap");
+    fs::write(
+        &bwrap,
+        "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'bubblewrap 0.12.1'; exit 0; fi\nexit 1\n",
+    )
+    .unwrap();
+    fs::set_permissions(&bwrap, fs::Permissions::from_mode(0o755)).unwrap();
+    let out = check(&w, |c| {
+        c.env("CLAUDEBOX_BWRAP", &bwrap);
+    });
+    let (st, detail, _) = row_of(&stdout(&out), "bwrap fix");
+    assert_eq!(st, "ok", "{}", stdout(&out));
+    assert!(detail.contains("0.12.1 carries the fix"), "{detail}");
+    let real = Command::new("bwrap").arg("--version").output().unwrap();
+    if stdout(&real).trim() == "bubblewrap 0.8.0" {
+        let out = check(&w, |_| {});
+        let (st, detail, _) = row_of(&stdout(&out), "bwrap fix");
+        assert_eq!(st, "warn", "{}", stdout(&out));
+        assert!(detail.contains("no backport named"), "{detail}");
+    }
 }

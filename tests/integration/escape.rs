@@ -4,11 +4,14 @@
 //! `controls_*` prove that the same attempts succeed where nothing stops them, so a pass
 //! here means something.
 
+mod bwrap_parents;
 mod claude_home;
 mod codex_home;
+mod codex_login;
 mod commondir;
 mod credentials;
 mod deep_tree;
+mod exhaust;
 mod gc_walk;
 mod gpu;
 mod host_ports;
@@ -752,16 +755,19 @@ const MORE: [&[(&str, Group)]; 3] = [
         ("race", race::attempts),
         ("host_writes", host_writes::attempts),
         ("codex_home", codex_home::attempts_more),
+        ("codex_login", codex_login::attempts),
         ("deep_tree", deep_tree::attempts),
     ],
     &[
         ("state_races", state_races::attempts),
         ("gc_walk", gc_walk::attempts),
         ("shared_loopback", shared_loopback::attempts),
+        ("exhaust", exhaust::attempts),
     ],
     &[
         ("login_broker", crate::login_broker::attempts),
         ("commondir", commondir::attempts),
+        ("bwrap_parents", bwrap_parents::attempts),
     ],
 ];
 
@@ -914,6 +920,7 @@ fn controls_show_the_attempts_can_succeed() {
     let timed = |name: &str, f: &dyn Fn()| took(&format!("escape controls: {name}"), f);
     timed("claude_home", &|| claude_home::controls(&arena));
     timed("codex_home", &|| codex_home::controls(&arena));
+    timed("codex_login", &codex_login::controls);
     // Inside with --writable-project-config, planting a hook and a config works.
     let o = arena
         .cmd(&arena.proj, &[])
@@ -938,6 +945,8 @@ fn controls_show_the_attempts_can_succeed() {
     timed("state_races", &state_races::controls);
     timed("shared_loopback", &shared_loopback::controls);
     timed("deep_tree", &deep_tree::controls);
+    timed("exhaust", &exhaust::controls);
+    timed("bwrap_parents", &bwrap_parents::controls);
     drop(tmp);
     timed("shared_dirs", &shared_dirs::controls);
 }

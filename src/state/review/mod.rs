@@ -96,12 +96,14 @@ const FILE_FLAGS: OFlag = OFlag::O_NOFOLLOW
     .union(OFlag::O_NONBLOCK);
 
 fn open_in(dir: RawFd, name: &OsStr, flags: OFlag, mode: u32) -> nix::Result<File> {
-    let fd = fcntl::openat(
-        Some(dir),
-        name,
-        flags | FILE_FLAGS,
-        Mode::from_bits_truncate(mode),
-    )?;
+    let fd = walk::retry_no_fd(|| {
+        fcntl::openat(
+            Some(dir),
+            name,
+            flags | FILE_FLAGS,
+            Mode::from_bits_truncate(mode),
+        )
+    })?;
     // SAFETY: openat just returned this descriptor.
     Ok(unsafe { File::from_raw_fd(fd) })
 }
@@ -187,7 +189,15 @@ impl Pending {
                 return;
             }
         };
-        let ino = commondir_watch(dir.as_raw_fd());
+        let ino = match commondir_watch(dir.as_raw_fd()) {
+            Ok(ino) => Some(ino),
+            Err(e) => {
+                // Set before the sandbox starts, so an agent cannot take the user's last
+                // instance first; another sandbox (or any process of the user's) can.
+                eprintln!("{}", no_watch_line(&common.shown(), e));
+                None
+            }
+        };
         let st = st.clone();
         let work_tree = path(&self.target.work_tree);
         std::thread::spawn(move || {
@@ -393,21 +403,40 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
 static COMMONDIR_WATCH: std::sync::Mutex<Option<(&'static Inotify, WatchDescriptor)>> =
     std::sync::Mutex::new(None);
 
-/// An inotify watch of the directory `dirfd` for names made or renamed into it; `None`
+/// The line a launch prints when it cannot set its commondir watch (issue 34): `EMFILE`
+/// from `inotify_init` is the user's `fs.inotify.max_user_instances` used up, `ENOSPC`
+/// from `inotify_add_watch` their `max_user_watches`; both are per user, so another
+/// sandbox of theirs may hold them all.
+pub fn no_watch_line(dir: &impl std::fmt::Display, e: Errno) -> String {
+    let why = match e {
+        Errno::EMFILE => "every inotify instance of this user is in use \
+                         (fs.inotify.max_user_instances; another sandbox may hold them)"
+            .to_string(),
+        Errno::ENOSPC => "every inotify watch of this user is in use \
+                          (fs.inotify.max_user_watches; another sandbox may hold them)"
+            .to_string(),
+        e => e.to_string(),
+    };
+    format!(
+        "claudebox: review: warning: cannot watch {dir}: {why}; looking for a planted \
+         commondir every {} ms instead",
+        COMMONDIR_LOOK.as_millis()
+    )
+}
+
+/// An inotify watch of the directory `dirfd` for names made or renamed into it; the error
 /// when the user has no inotify instance or watch left.
-fn commondir_watch(dirfd: RawFd) -> Option<&'static Inotify> {
-    let ino = Inotify::init(InitFlags::IN_CLOEXEC).ok()?;
-    let wd = ino
-        .add_watch(
-            format!("/proc/self/fd/{dirfd}").as_str(),
-            AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ONLYDIR,
-        )
-        .ok()?;
+fn commondir_watch(dirfd: RawFd) -> Result<&'static Inotify, Errno> {
+    let ino = Inotify::init(InitFlags::IN_CLOEXEC)?;
+    let wd = ino.add_watch(
+        format!("/proc/self/fd/{dirfd}").as_str(),
+        AddWatchFlags::IN_CREATE | AddWatchFlags::IN_MOVED_TO | AddWatchFlags::IN_ONLYDIR,
+    )?;
     let ino: &'static Inotify = Box::leak(Box::new(ino));
     if let Ok(mut w) = COMMONDIR_WATCH.lock() {
         *w = Some((ino, wd));
     }
-    Some(ino)
+    Ok(ino)
 }
 
 /// The watch's inotify instance, while there is one: the launch's keeper, forked with it,

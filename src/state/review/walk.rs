@@ -68,9 +68,37 @@ const DIR_FLAGS: OFlag = OFlag::O_RDONLY
     .union(OFlag::O_NOFOLLOW)
     .union(OFlag::O_CLOEXEC);
 
+/// How long one process's review waits, in all, for descriptors to come free.
+pub const NO_FD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Runs `open` again while it fails with `EMFILE` or `ENFILE` (this process's descriptors,
+/// or the machine's file table, used up: by another sandbox still running, say), waiting
+/// 10 ms and then twice as long each time up to 500 ms, for [`NO_FD_WAIT`] in all per
+/// process (issue 34: the review skipped a project with "check it by hand" when a sandbox
+/// had filled the file table). Past that the error stands, and the review says so.
+pub fn retry_no_fd<T>(mut open: impl FnMut() -> nix::Result<T>) -> nix::Result<T> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static WAITED_MS: AtomicU64 = AtomicU64::new(0);
+    let mut pause = 10u64;
+    loop {
+        match open() {
+            Err(e @ (Errno::EMFILE | Errno::ENFILE)) => {
+                if WAITED_MS.fetch_add(pause, Ordering::Relaxed) + pause
+                    > NO_FD_WAIT.as_millis() as u64
+                {
+                    return Err(e);
+                }
+                std::thread::sleep(std::time::Duration::from_millis(pause));
+                pause = (pause * 2).min(500);
+            }
+            r => return r,
+        }
+    }
+}
+
 /// Opens `name` in `dirfd` as a directory, never through a symlink.
 pub fn open_dir(dirfd: Option<RawFd>, name: &(impl nix::NixPath + ?Sized)) -> nix::Result<OwnedFd> {
-    let fd = fcntl::openat(dirfd, name, DIR_FLAGS, Mode::empty())?;
+    let fd = retry_no_fd(|| fcntl::openat(dirfd, name, DIR_FLAGS, Mode::empty()))?;
     // SAFETY: openat just returned this descriptor.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
@@ -493,7 +521,7 @@ fn read_at(dirfd: RawFd, name: &OsStr) -> Content {
         | OFlag::O_NONBLOCK
         | OFlag::O_NOCTTY
         | OFlag::O_CLOEXEC;
-    let fd = match fcntl::openat(Some(dirfd), name, flags, Mode::empty()) {
+    let fd = match retry_no_fd(|| fcntl::openat(Some(dirfd), name, flags, Mode::empty())) {
         Ok(fd) => fd,
         Err(Errno::ENOENT) => return Content::Missing,
         Err(Errno::ELOOP) => return Content::Unjudged("a symlink, which git follows"),
@@ -818,6 +846,26 @@ fn modules(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_review_waits_for_descriptors_and_gives_up_on_other_errors() {
+        let mut n = 0;
+        let r = retry_no_fd(|| {
+            n += 1;
+            match n {
+                1 => Err(Errno::EMFILE),
+                2 => Err(Errno::ENFILE),
+                _ => Ok(n),
+            }
+        });
+        assert_eq!(r, Ok(3));
+        let mut n = 0;
+        let r: nix::Result<()> = retry_no_fd(|| {
+            n += 1;
+            Err(Errno::EACCES)
+        });
+        assert_eq!((r, n), (Err(Errno::EACCES), 1));
+    }
 
     /// `levels` directories `d/d/d/...` under `top`, made by descriptor (no path is
     /// that long).

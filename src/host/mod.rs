@@ -160,11 +160,87 @@ pub fn find_agent(agent: &crate::policy::agent::Agent, home: &Path) -> Result<Cl
             bind = scope.to_path_buf();
         }
     }
+    if bind == real {
+        if let Some(root) = shim_root(&real, home, agent.binary)? {
+            bind = root;
+        }
+    }
+    let interpreter = script_interpreter(&real);
     Ok(ClaudeInstall {
         on_path,
         real,
         bind,
+        interpreter,
     })
+}
+
+/// pnpm's global install puts a shell script (its cmd-shim) on PATH, not a link: it
+/// execs the package under the pnpm home (`global/`, and the store it links into), and
+/// names that target on its last line (`# cmd-shim-target=PATH`). The directory to bind
+/// is the nearest one holding both the shim and the target's real file: the pnpm home. A
+/// target outside it (a store elsewhere) would need the home or more bound: refused.
+fn shim_root(shim: &Path, home: &Path, name: &str) -> Result<Option<PathBuf>> {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(text) = fs::read(shim) else {
+        return Ok(None);
+    };
+    const MARK: &[u8] = b"\n# cmd-shim-target=";
+    let Some(at) = text.windows(MARK.len()).rposition(|w| w == MARK) else {
+        return Ok(None);
+    };
+    let rest = &text[at + MARK.len()..];
+    let line = &rest[..rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len())];
+    let target = Path::new(std::ffi::OsStr::from_bytes(line));
+    let Ok(real) = fs::canonicalize(target) else {
+        return Ok(None);
+    };
+    let root = shim
+        .ancestors()
+        .skip(1)
+        .find(|d| real.starts_with(d))
+        .unwrap_or(Path::new("/"));
+    if home.starts_with(root) {
+        bail!(Fixable::new(
+            format!(
+                "`{name}` on PATH is a pnpm shim ({}) whose package ({}) lies outside its \
+                 pnpm home; claudebox would have to show all of {} to run it",
+                shim.shown(),
+                real.shown(),
+                root.shown()
+            ),
+            format!(
+                "keep pnpm's store under PNPM_HOME (pnpm's default), or install {name} with \
+                 npm (npm install -g)"
+            )
+        ));
+    }
+    Ok(Some(root.to_path_buf()))
+}
+
+/// The interpreter a script's `#!` line names, found as the kernel (an absolute path) or
+/// `env` (a name on PATH, after `env`'s options such as `-S`) would find it; `None` for a
+/// binary or when it is not there.
+fn script_interpreter(file: &Path) -> Option<crate::policy::facts::Interpreter> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let mut head = [0u8; 256];
+    let mut f = fs::File::open(file).ok()?;
+    let n = f.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n')?];
+    let mut words = line
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+        .map(|w| Path::new(std::ffi::OsStr::from_bytes(w)));
+    let prog = words.next()?;
+    let on_path = if prog.file_name().is_some_and(|n| n == "env") {
+        let name = words.find(|w| !w.as_os_str().as_bytes().starts_with(b"-"))?;
+        which::which(name).ok()?
+    } else {
+        prog.to_path_buf()
+    };
+    let real = fs::canonicalize(&on_path).ok()?;
+    Some(crate::policy::facts::Interpreter { on_path, real })
 }
 
 /// The nearest ancestor holding a `package.json` (an npm package needs its whole

@@ -156,8 +156,7 @@ impl LayoutWorld {
     }
 }
 
-/// The layout's claude holds a conversation with a Bash call inside the sandbox, and
-/// `--check` runs it in its probe sandbox; `--dry-run` shows its installation.
+/// The layout's claude holds a conversation with a Bash call inside the sandbox.
 fn claude_converses(l: &Layout, lw: &LayoutWorld, p: &Path) {
     let mock = MockApi::start(&serde_json::json!([
         {"bash": {"command": "echo LAYOUT-RAN-5521 > ran.txt", "description": "mark"}},
@@ -183,21 +182,6 @@ fn claude_converses(l: &Layout, lw: &LayoutWorld, p: &Path) {
         "[{}] claude's Bash call did not run in the project",
         l.name
     );
-    let o = lw.run(p, &["--check"], &[]);
-    let check = format!("{}{}", stdout(&o), stderr(&o));
-    let row = check
-        .lines()
-        .find(|l| l.contains("claude in sandbox"))
-        .unwrap_or_default();
-    assert!(
-        row.contains("runs:") && row.contains("Claude Code"),
-        "[{}] --check:\n{check}",
-        l.name
-    );
-    let row = check
-        .lines()
-        .find(|l| l.contains("sandbox") && l.contains("starts"));
-    assert!(row.is_some(), "[{}] --check:\n{check}", l.name);
 }
 
 /// The layout's codex holds a conversation with a shell call (Codex's own sandbox inside
@@ -277,6 +261,23 @@ fn layout(name: &'static str, specs: &[&str], path: &[&str]) -> Layout {
 fn sudo_npm_install_g_in_usr_local() {
     let l = layout("/usr/local", &["over:{L}/npm-prefix:/usr/local"], &[]);
     let Some((lw, p)) = converse(l) else { return };
+    // --check's probe sandbox runs it too (it failed there the same way, and pointed at
+    // the kernel log).
+    let o = lw.run(&p, &["--check"], &[]);
+    let check = format!("{}{}", stdout(&o), stderr(&o));
+    let row = check
+        .lines()
+        .find(|l| l.contains("claude in sandbox"))
+        .unwrap_or_default();
+    assert!(
+        row.contains("runs:") && row.contains("Claude Code"),
+        "[{}] --check:\n{check}",
+        "/usr/local"
+    );
+    let row = check
+        .lines()
+        .find(|l| l.contains("sandbox") && l.contains("starts"));
+    assert!(row.is_some(), "[{}] --check:\n{check}", "/usr/local");
     let o = lw.run(&p, &["--dry-run"], &[]);
     let dry = stdout(&o);
     let pkg = "/usr/local/lib/node_modules/@anthropic-ai/claude-code";
@@ -336,11 +337,16 @@ fn nvm_with_no_system_node() {
     let Some(trees) = layouts() else { return };
     let v = fs::read_to_string(trees.join("nvm/alias-default")).unwrap();
     let bin = format!("{{H}}/.nvm/versions/node/{}/bin", v.trim());
-    converse(layout(
+    let Some((lw, p)) = converse(layout(
         "nvm",
         &["bind:{L}/nvm:{H}/.nvm", "hide:/usr/bin/node"],
         &[&bin],
-    ));
+    )) else {
+        return;
+    };
+    // Control: the system's node is not there to stand in for nvm's.
+    let o = lw.run(&p, &["--exec", "/usr/bin/node", "--version"], &[]);
+    assert!(!o.status.success(), "{}{}", stdout(&o), stderr(&o));
 }
 
 /// pnpm's global install: its shims in ~/.local/share/pnpm/bin exec the packages in its

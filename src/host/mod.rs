@@ -349,3 +349,72 @@ pub fn ipc_vars_present() -> Vec<OsString> {
         .map(|(name, _)| OsString::from(name))
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A pnpm home as pnpm lays it out: the shim in bin/, the package in the store,
+    /// reached through global/ links; `store` elsewhere when given.
+    fn pnpm_home(top: &Path, store: Option<&Path>) -> PathBuf {
+        let pnpm = top.join("home/.local/share/pnpm");
+        let store = store.map_or_else(|| pnpm.join("store"), Path::to_path_buf);
+        let pkg = store
+            .join("v11/links/@anthropic-ai/claude-code/1/node_modules/@anthropic-ai/claude-code");
+        fs::create_dir_all(pkg.join("bin")).unwrap();
+        fs::write(pkg.join("bin/claude.exe"), "\x7fELF").unwrap();
+        fs::create_dir_all(pnpm.join("global/v11/h/node_modules/@anthropic-ai")).unwrap();
+        symlink(
+            &pkg,
+            pnpm.join("global/v11/h/node_modules/@anthropic-ai/claude-code"),
+        )
+        .unwrap();
+        fs::create_dir_all(pnpm.join("bin")).unwrap();
+        let target =
+            pnpm.join("global/v11/h/node_modules/@anthropic-ai/claude-code/bin/claude.exe");
+        fs::write(
+            pnpm.join("bin/claude"),
+            format!(
+                "#!/bin/sh\nexec \"$basedir\"/../global/v11/h/node_modules/@anthropic-ai/claude-code/bin/claude.exe \"$@\"\nexit $?\n# cmd-shim-target={}\n",
+                target.display()
+            ),
+        )
+        .unwrap();
+        pnpm
+    }
+
+    /// pnpm's shim: the pnpm home is bound (the shim and its store's target in it); a
+    /// store outside it would need the home itself: one line, what to do; a script
+    /// without the mark is left as it is; the shim's `#!` names the system's sh.
+    #[test]
+    fn a_pnpm_shim_binds_its_pnpm_home_or_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let top = fs::canonicalize(t.path()).unwrap();
+        let home = top.join("home");
+        let pnpm = pnpm_home(&top, None);
+        let shim = pnpm.join("bin/claude");
+        assert_eq!(
+            shim_root(&shim, &home, "claude").unwrap(),
+            Some(pnpm.clone())
+        );
+        let i = script_interpreter(&shim).unwrap();
+        assert_eq!(i.on_path, Path::new("/bin/sh"));
+
+        let t2 = tempfile::tempdir().unwrap();
+        let top2 = fs::canonicalize(t2.path()).unwrap();
+        let pnpm2 = pnpm_home(&top2, Some(&top2.join("home/pnpm-store")));
+        let e = shim_root(&pnpm2.join("bin/claude"), &top2.join("home"), "claude").unwrap_err();
+        let f = crate::policy::error::find(&e).unwrap();
+        assert!(
+            f.what.contains("pnpm shim") && f.fix.contains("PNPM_HOME"),
+            "{f:?}"
+        );
+
+        fs::write(top.join("plain"), "#!/usr/bin/env node\nconsole.log(1)\n").unwrap();
+        assert_eq!(
+            shim_root(&top.join("plain"), &home, "claude").unwrap(),
+            None
+        );
+    }
+}

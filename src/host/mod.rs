@@ -181,9 +181,17 @@ pub fn find_agent(agent: &crate::policy::agent::Agent, home: &Path) -> Result<Cl
 /// target outside it (a store elsewhere) would need the home or more bound: refused.
 fn shim_root(shim: &Path, home: &Path, name: &str) -> Result<Option<PathBuf>> {
     use std::os::unix::ffi::OsStrExt;
-    let Ok(text) = fs::read(shim) else {
+    // A shim is a few kilobytes of shell; the native binaries (a file of their own, as the
+    // native installer's) are hundreds of megabytes, never read here.
+    const MAX: u64 = 64 * 1024;
+    let mut text = Vec::new();
+    let read = fs::File::open(shim).and_then(|f| {
+        use std::io::Read;
+        f.take(MAX + 1).read_to_end(&mut text)
+    });
+    if read.is_err() || text.len() as u64 > MAX || !text.starts_with(b"#!") {
         return Ok(None);
-    };
+    }
     const MARK: &[u8] = b"\n# cmd-shim-target=";
     let Some(at) = text.windows(MARK.len()).rposition(|w| w == MARK) else {
         return Ok(None);
@@ -416,5 +424,11 @@ mod tests {
             shim_root(&top.join("plain"), &home, "claude").unwrap(),
             None
         );
+        // A big file (a native binary) is not read as a shim, whatever it ends with (it
+        // was read whole, 245 MB, at every launch of the native installer's claude).
+        let mut big = fs::read(pnpm.join("bin/claude")).unwrap();
+        big.splice(2..2, vec![b'#'; 70 * 1024]);
+        fs::write(top.join("big"), &big).unwrap();
+        assert_eq!(shim_root(&top.join("big"), &home, "claude").unwrap(), None);
     }
 }

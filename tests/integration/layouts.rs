@@ -344,6 +344,12 @@ fn nvm_with_no_system_node() {
     )) else {
         return;
     };
+    let dry = stdout(&lw.run(&p, &["--agent", "codex", "--dry-run"], &[]));
+    let node = format!("{HOME}/.nvm/versions/node/{}/bin/node", v.trim());
+    assert!(
+        dry.contains(&format!("--ro-bind {node} {node}")) && dry.contains("interpreter"),
+        "{dry}"
+    );
     // Control: the system's node is not there to stand in for nvm's.
     let o = lw.run(&p, &["--exec", "/usr/bin/node", "--version"], &[]);
     assert!(!o.status.success(), "{}{}", stdout(&o), stderr(&o));
@@ -353,11 +359,16 @@ fn nvm_with_no_system_node() {
 /// store; the pnpm home is bound.
 #[test]
 fn pnpm_add_g() {
-    converse(layout(
+    let Some((lw, p)) = converse(layout(
         "pnpm",
         &["bind:{L}/pnpm:{H}/.local/share/pnpm"],
         &["{H}/.local/share/pnpm/bin"],
-    ));
+    )) else {
+        return;
+    };
+    let dry = stdout(&lw.run(&p, &["--dry-run"], &[]));
+    let pnpm = format!("{HOME}/.local/share/pnpm");
+    assert!(dry.contains(&format!("--ro-bind {pnpm} {pnpm}")), "{dry}");
 }
 
 /// bun's global install: ~/.bun/bin/claude links into ~/.bun/install/global.

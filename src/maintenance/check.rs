@@ -562,12 +562,9 @@ fn codex_row(home: &Path) -> Row {
     let row = AgentId::Codex.row();
     let c = match host::find_agent(row, home) {
         Ok(c) => c,
-        Err(_) if wanted => {
-            return fail(
-                "codex",
-                format!("agent here: {agent}; no `codex` on PATH"),
-                row.install.into(),
-            )
+        Err(e) if wanted => {
+            let (what, fix) = parts(&e, row.install);
+            return fail("codex", format!("agent here: {agent}; {what}"), fix);
         }
         Err(_) => {
             return ok(

@@ -16,6 +16,8 @@
 #                  can): the layout of `sudo npm install -g` in /usr/local and of a user
 #                  prefix (`npm config set prefix ~/.npm-global`); an npm prefix holds
 #                  only relative links, so the same tree serves both places.
+#   project-local/ `npm install --prefix` (not -g): a project's own node_modules, with
+#                  node_modules/.bin on PATH (direnv's PATH_add, an npm script).
 #   nvm/           nvm's ~/.nvm: versions/node/vNODE/ is that npm prefix (hard-linked
 #                  copy, which is what `npm --prefix` into that path makes) plus bin/node,
 #                  the machine's node (nvm downloads nodejs.org's build; not reachable).
@@ -96,6 +98,15 @@ is_elf "$(claude_native "$tmp/npm-prefix")" || die "npm left claude.exe a stub (
 native_claude="$(claude_native "$tmp/npm-prefix")"
 native_codex="$(codex_native "$tmp/npm-prefix")"
 [[ -n "$native_codex" ]] || die "no native codex in the npm install"
+
+log "a project-local install (npm install in a project)"
+mkdir -p "$tmp/project-local"
+npm install --prefix "$tmp/project-local" --offline --no-save --no-package-lock "${npm_flags[@]}" \
+    "$claude_pkg" "$codex_pkg" >&2 2>/dev/null ||
+    npm install --prefix "$tmp/project-local" --no-save --no-package-lock "${npm_flags[@]}" \
+        "$claude_pkg" "$codex_pkg" >&2
+is_elf "$tmp/project-local/node_modules/@anthropic-ai/claude-code/bin/claude.exe" ||
+    die "npm left the project's claude.exe a stub"
 
 log "nvm's layout (~/.nvm/versions/node/$node_version)"
 mkdir -p "$tmp/nvm/versions/node"

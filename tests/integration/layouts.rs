@@ -3,7 +3,9 @@
 //! through claudebox: `sudo npm install -g` (/usr/local, where every launch failed with
 //! bwrap's "Can't make symlink at /usr/local/bin/claude: File exists"), a user npm prefix,
 //! nvm (on a machine whose only node is nvm's), pnpm, bun, the native installer's
-//! `~/.local/bin`, Homebrew on Linux, a Nix profile.
+//! `~/.local/bin`, Homebrew on Linux, a Nix profile, and a project-local `npm install`
+//! run through the project's `node_modules/.bin` (the same failure: the link is in the
+//! project, bound already).
 //!
 //! The trees come from `scripts/install-layouts.sh` (`CLAUDEBOX_TEST_LAYOUTS`; scripts/test
 //! makes them, as root, once per cache), which says how each was made: by the installer
@@ -61,6 +63,8 @@ struct Layout {
 /// A world run in a private root holding `layout`.
 struct LayoutWorld {
     w: World,
+    /// The project (a git repository; `{P}` in a layout).
+    p: PathBuf,
     specs: Vec<String>,
     path: OsString,
 }
@@ -73,9 +77,12 @@ impl LayoutWorld {
         let homes = w.root().join("homes");
         fs::create_dir_all(homes.join("claudebox-layouts")).unwrap();
         fs::create_dir_all(w.root().join("fakeroot")).unwrap();
+        let p = w.dir("proj");
+        init_repo(&p);
         let fill = |s: &str| {
             s.replace("{L}", &trees.to_string_lossy())
                 .replace("{H}", HOME)
+                .replace("{P}", &p.to_string_lossy())
         };
         let mut specs = vec![format!("over:{}:/home", homes.display())];
         let (overs, binds): (Vec<_>, Vec<_>) = l
@@ -97,6 +104,7 @@ impl LayoutWorld {
         path.extend(["/usr/local/bin", "/usr/bin", "/bin"].map(String::from));
         LayoutWorld {
             w,
+            p,
             specs,
             path: path.join(":").into(),
         }
@@ -233,8 +241,7 @@ fn converse(l: Layout) -> Option<(LayoutWorld, PathBuf)> {
     let trees = layouts()?;
     let _busy = busy();
     let lw = LayoutWorld::new(&l, &trees);
-    let p = lw.w.dir("proj");
-    init_repo(&p);
+    let p = lw.p.clone();
     if l.claude {
         claude_converses(&l, &lw, &p);
     }
@@ -318,6 +325,17 @@ fn which_bwrap() -> PathBuf {
         .map(PathBuf::from)
         .find(|p| p.exists())
         .expect("bwrap")
+}
+
+/// A project-local install (`npm install` in the project) run through its
+/// `node_modules/.bin` on PATH: the link is in the project, bound already.
+#[test]
+fn npm_install_in_the_project() {
+    converse(layout(
+        "project-local",
+        &["bind:{L}/project-local/node_modules:{P}/node_modules"],
+        &["{P}/node_modules/.bin"],
+    ));
 }
 
 /// A user prefix (`npm config set prefix ~/.npm-global`, then `npm install -g`).

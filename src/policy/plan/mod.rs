@@ -615,13 +615,21 @@ fn in_system(inp: &Inputs, path: &Path) -> bool {
     inp.host.system.iter().any(|(p, _)| path.starts_with(p))
 }
 
+/// Whether the host's own entry at `path` is seen inside before step 5: in the system,
+/// or in the project's work tree (bound read-write in step 4: a project-local install's
+/// `node_modules/.bin/claude`).
+fn seen_inside(inp: &Inputs, path: &Path) -> bool {
+    in_system(inp, path) || path.starts_with(&inp.project.work_tree)
+}
+
 /// Whether the agent's name on the host's PATH must be made inside as a symlink to its
 /// real file: not when it is that file, not when the installation's bind holds it, and not
 /// when it lies in the system (`sudo npm install -g` puts `/usr/local/bin/claude` there,
-/// a symlink into `/usr/local/lib/node_modules`): the host's own link is seen inside
-/// already, and bwrap cannot make a symlink where one exists ("File exists").
+/// a symlink into `/usr/local/lib/node_modules`), nor in the project (a project-local
+/// install's `node_modules/.bin`): the host's own link is seen inside already, and bwrap
+/// cannot make a symlink where one exists ("File exists").
 fn needs_path_link(inp: &Inputs, c: &ClaudeInstall) -> bool {
-    c.on_path != c.real && !c.bind.starts_with(&c.on_path) && !in_system(inp, &c.on_path)
+    c.on_path != c.real && !c.bind.starts_with(&c.on_path) && !seen_inside(inp, &c.on_path)
 }
 
 /// The interpreter of an agent that is a script (Codex's launcher is `#!/usr/bin/env
@@ -632,7 +640,7 @@ fn needs_path_link(inp: &Inputs, c: &ClaudeInstall) -> bool {
 fn interpreter(inp: &Inputs, c: &ClaudeInstall, agent: &str, m: &mut Vec<Mount>) {
     let Some(i) = &c.interpreter else { return };
     let shown = |m: &[Mount], p: &Path| {
-        in_system(inp, p) || p.starts_with(&c.bind) || m.iter().any(|x| x.target == p)
+        seen_inside(inp, p) || p.starts_with(&c.bind) || m.iter().any(|x| x.target == p)
     };
     if !shown(m, &i.real) {
         m.push(Mount::same(

@@ -786,6 +786,23 @@ mod install_layouts {
         }
     }
 
+    /// A project-local install (`npm install` in the project, PATH through its
+    /// `node_modules/.bin`): the link is the project's own, seen inside; the package is
+    /// bound read-only over the project's.
+    #[test]
+    fn a_project_local_install_gets_no_second_link() {
+        let pkg = "/p/node_modules/@anthropic-ai/claude-code";
+        let c = install(
+            "/p/node_modules/.bin/claude",
+            &format!("{pkg}/bin/claude.exe"),
+            pkg,
+        );
+        for (links, binds) in links_and_binds(&c) {
+            assert!(links.is_empty(), "{links:?}");
+            assert_eq!(binds, [PathBuf::from(pkg)]);
+        }
+    }
+
     /// Control, and the layouts in the home: a user prefix, nvm, the native installer's
     /// `~/.local/bin`, a Nix profile (its target in the system's `/nix/store`) each get
     /// the link, since the home inside is empty.

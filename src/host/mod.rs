@@ -160,12 +160,19 @@ pub fn find_agent(agent: &crate::policy::agent::Agent, home: &Path) -> Result<Cl
             bind = scope.to_path_buf();
         }
     }
+    let mut shim = false;
     if bind == real {
         if let Some(root) = shim_root(&real, home, agent.binary)? {
             bind = root;
+            shim = true;
         }
     }
-    let interpreter = script_interpreter(&real);
+    // A pnpm shim's own #! is the system's sh; the interpreter that matters is the
+    // node it execs by name (Codex's launcher), found on PATH as the shim would.
+    let interpreter = shim
+        .then(|| shim_node(&real, std::env::var_os("PATH")))
+        .flatten()
+        .or_else(|| script_interpreter(&real));
     Ok(ClaudeInstall {
         on_path,
         real,
@@ -223,6 +230,23 @@ fn shim_root(shim: &Path, home: &Path, name: &str) -> Result<Option<PathBuf>> {
         ));
     }
     Ok(Some(root.to_path_buf()))
+}
+
+/// The `node` a pnpm shim execs by name (`exec node "$basedir/..."`), found on `path`;
+/// `None` when it execs no node by name (a native binary, or `$basedir/node`).
+fn shim_node(shim: &Path, path: Option<OsString>) -> Option<crate::policy::facts::Interpreter> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    fs::File::open(shim)
+        .and_then(|f| f.take(64 * 1024).read_to_end(&mut text))
+        .ok()?;
+    if !text.windows(10).any(|w| w == b"exec node ") {
+        return None;
+    }
+    let cwd = std::env::current_dir().ok()?;
+    let on_path = which::which_in("node", path, cwd).ok()?;
+    let real = fs::canonicalize(&on_path).ok()?;
+    Some(crate::policy::facts::Interpreter { on_path, real })
 }
 
 /// The interpreter a script's `#!` line names, found as the kernel (an absolute path) or
@@ -424,6 +448,27 @@ mod tests {
             shim_root(&top.join("plain"), &home, "claude").unwrap(),
             None
         );
+        // The shim of a launcher run by node (pnpm's for Codex): that node, from PATH.
+        let bin = top.join("nvm-bin");
+        fs::create_dir_all(&bin).unwrap();
+        fs::write(bin.join("node"), "").unwrap();
+        fs::set_permissions(
+            bin.join("node"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        fs::write(
+            top.join("codex-shim"),
+            "#!/bin/sh\nexec node  \"$basedir/../global/x/codex.js\" \"$@\"\n",
+        )
+        .unwrap();
+        let i = shim_node(&top.join("codex-shim"), Some(bin.clone().into())).unwrap();
+        assert_eq!(i.on_path, bin.join("node"));
+        assert!(
+            shim_node(&shim, Some(bin.into())).is_none(),
+            "claude's execs its binary"
+        );
+
         // A big file (a native binary) is not read as a shim, whatever it ends with (it
         // was read whole, 245 MB, at every launch of the native installer's claude).
         let mut big = fs::read(pnpm.join("bin/claude")).unwrap();

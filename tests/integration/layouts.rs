@@ -389,6 +389,33 @@ fn pnpm_add_g() {
     assert!(dry.contains(&format!("--ro-bind {pnpm} {pnpm}")), "{dry}");
 }
 
+/// pnpm's global install with nvm's node alone (a common pair): Codex's shim execs
+/// `node` by name, found on PATH in nvm's bin, bound for it.
+#[test]
+fn pnpm_add_g_with_nvms_node() {
+    let Some(trees) = layouts() else { return };
+    let v = fs::read_to_string(trees.join("nvm/alias-default")).unwrap();
+    let bin = format!("{{H}}/.nvm/versions/node/{}/bin", v.trim());
+    let mut l = layout(
+        "pnpm + nvm",
+        &[
+            "bind:{L}/pnpm:{H}/.local/share/pnpm",
+            "bind:{L}/nvm:{H}/.nvm",
+            "hide:/usr/bin/node",
+        ],
+        &["{H}/.local/share/pnpm/bin", &bin],
+    );
+    l.claude = false;
+    let Some((lw, p)) = converse(l) else { return };
+    // Control: with claude's installation planned (its shim execs its binary, no node)
+    // nvm's node is not inside, and the system's is hidden.
+    let node = ["--exec", "sh", "-c", "node --version"];
+    let o = lw.run(&p, &node, &[]);
+    assert!(!o.status.success(), "{}{}", stdout(&o), stderr(&o));
+    let o = lw.run(&p, &[&["--agent", "codex"][..], &node].concat(), &[]);
+    assert!(o.status.success(), "{}{}", stdout(&o), stderr(&o));
+}
+
 /// bun's global install: ~/.bun/bin/claude links into ~/.bun/install/global.
 #[test]
 fn bun_add_g() {

@@ -162,11 +162,119 @@ pub fn find_agent(agent: &crate::policy::agent::Agent, home: &Path) -> Result<Cl
             bind = scope.to_path_buf();
         }
     }
+    let mut shim = false;
+    if bind == real {
+        if let Some(root) = shim_root(&real, home, agent.binary)? {
+            bind = root;
+            shim = true;
+        }
+    }
+    // A pnpm shim's own #! is the system's sh; the interpreter that matters is the
+    // node it execs by name (Codex's launcher), found on PATH as the shim would.
+    let interpreter = shim
+        .then(|| shim_node(&real, std::env::var_os("PATH")))
+        .flatten()
+        .or_else(|| script_interpreter(&real));
     Ok(ClaudeInstall {
         on_path,
         real,
         bind,
+        interpreter,
     })
+}
+
+/// pnpm's global install puts a shell script (its cmd-shim) on PATH, not a link: it
+/// execs the package under the pnpm home (`global/`, and the store it links into), and
+/// names that target on its last line (`# cmd-shim-target=PATH`). The directory to bind
+/// is the nearest one holding both the shim and the target's real file: the pnpm home. A
+/// target outside it (a store elsewhere) would need the home or more bound: refused.
+fn shim_root(shim: &Path, home: &Path, name: &str) -> Result<Option<PathBuf>> {
+    use std::os::unix::ffi::OsStrExt;
+    // A shim is a few kilobytes of shell; the native binaries (a file of their own, as the
+    // native installer's) are hundreds of megabytes, never read here.
+    const MAX: u64 = 64 * 1024;
+    let mut text = Vec::new();
+    let read = fs::File::open(shim).and_then(|f| {
+        use std::io::Read;
+        f.take(MAX + 1).read_to_end(&mut text)
+    });
+    if read.is_err() || text.len() as u64 > MAX || !text.starts_with(b"#!") {
+        return Ok(None);
+    }
+    const MARK: &[u8] = b"\n# cmd-shim-target=";
+    let Some(at) = text.windows(MARK.len()).rposition(|w| w == MARK) else {
+        return Ok(None);
+    };
+    let rest = &text[at + MARK.len()..];
+    let line = &rest[..rest.iter().position(|&b| b == b'\n').unwrap_or(rest.len())];
+    let target = Path::new(std::ffi::OsStr::from_bytes(line));
+    let Ok(real) = fs::canonicalize(target) else {
+        return Ok(None);
+    };
+    let root = shim
+        .ancestors()
+        .skip(1)
+        .find(|d| real.starts_with(d))
+        .unwrap_or(Path::new("/"));
+    if home.starts_with(root) {
+        bail!(Fixable::new(
+            format!(
+                "`{name}` on PATH is a pnpm shim ({}) whose package ({}) lies outside its \
+                 pnpm home; claudebox would have to show all of {} to run it",
+                shim.shown(),
+                real.shown(),
+                root.shown()
+            ),
+            format!(
+                "keep pnpm's store under PNPM_HOME (pnpm's default), or install {name} with \
+                 npm (npm install -g)"
+            )
+        ));
+    }
+    Ok(Some(root.to_path_buf()))
+}
+
+/// The `node` a pnpm shim execs by name (`exec node "$basedir/..."`), found on `path`;
+/// `None` when it execs no node by name (a native binary, or `$basedir/node`).
+fn shim_node(shim: &Path, path: Option<OsString>) -> Option<crate::policy::facts::Interpreter> {
+    use std::io::Read;
+    let mut text = Vec::new();
+    fs::File::open(shim)
+        .and_then(|f| f.take(64 * 1024).read_to_end(&mut text))
+        .ok()?;
+    if !text.windows(10).any(|w| w == b"exec node ") {
+        return None;
+    }
+    let cwd = std::env::current_dir().ok()?;
+    let on_path = which::which_in("node", path, cwd).ok()?;
+    let real = fs::canonicalize(&on_path).ok()?;
+    Some(crate::policy::facts::Interpreter { on_path, real })
+}
+
+/// The interpreter a script's `#!` line names, found as the kernel (an absolute path) or
+/// `env` (a name on PATH, after `env`'s options such as `-S`) would find it; `None` for a
+/// binary or when it is not there.
+fn script_interpreter(file: &Path) -> Option<crate::policy::facts::Interpreter> {
+    use std::io::Read;
+    use std::os::unix::ffi::OsStrExt;
+    let mut head = [0u8; 256];
+    let mut f = fs::File::open(file).ok()?;
+    let n = f.read(&mut head).ok()?;
+    let line = head[..n].strip_prefix(b"#!")?;
+    let line = &line[..line.iter().position(|&b| b == b'\n')?];
+    let mut words = line
+        .split(|b| b.is_ascii_whitespace())
+        .filter(|w| !w.is_empty())
+        .map(|w| Path::new(std::ffi::OsStr::from_bytes(w)));
+    let prog = words.next()?;
+    let on_path = if prog.file_name().is_some_and(|n| n == "env") {
+        let name = words.find(|w| !w.as_os_str().as_bytes().starts_with(b"-"))?;
+        which::which(name).ok()?
+    } else {
+        prog.to_path_buf()
+    };
+    let real = fs::canonicalize(&on_path).ok()?;
+    Some(crate::policy::facts::Interpreter { on_path, real })
 }
 
 /// The nearest ancestor holding a `package.json` (an npm package needs its whole
@@ -307,4 +415,100 @@ pub fn ipc_vars_present() -> Vec<OsString> {
         .filter(|(name, _)| std::env::var_os(name).is_some())
         .map(|(name, _)| OsString::from(name))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    /// A pnpm home as pnpm lays it out: the shim in bin/, the package in the store,
+    /// reached through global/ links; `store` elsewhere when given.
+    fn pnpm_home(top: &Path, store: Option<&Path>) -> PathBuf {
+        let pnpm = top.join("home/.local/share/pnpm");
+        let store = store.map_or_else(|| pnpm.join("store"), Path::to_path_buf);
+        let pkg = store
+            .join("v11/links/@anthropic-ai/claude-code/1/node_modules/@anthropic-ai/claude-code");
+        fs::create_dir_all(pkg.join("bin")).unwrap();
+        fs::write(pkg.join("bin/claude.exe"), "\x7fELF").unwrap();
+        fs::create_dir_all(pnpm.join("global/v11/h/node_modules/@anthropic-ai")).unwrap();
+        symlink(
+            &pkg,
+            pnpm.join("global/v11/h/node_modules/@anthropic-ai/claude-code"),
+        )
+        .unwrap();
+        fs::create_dir_all(pnpm.join("bin")).unwrap();
+        let target =
+            pnpm.join("global/v11/h/node_modules/@anthropic-ai/claude-code/bin/claude.exe");
+        fs::write(
+            pnpm.join("bin/claude"),
+            format!(
+                "#!/bin/sh\nexec \"$basedir\"/../global/v11/h/node_modules/@anthropic-ai/claude-code/bin/claude.exe \"$@\"\nexit $?\n# cmd-shim-target={}\n",
+                target.display()
+            ),
+        )
+        .unwrap();
+        pnpm
+    }
+
+    /// pnpm's shim: the pnpm home is bound (the shim and its store's target in it); a
+    /// store outside it would need the home itself: one line, what to do; a script
+    /// without the mark is left as it is; the shim's `#!` names the system's sh.
+    #[test]
+    fn a_pnpm_shim_binds_its_pnpm_home_or_is_refused() {
+        let t = tempfile::tempdir().unwrap();
+        let top = fs::canonicalize(t.path()).unwrap();
+        let home = top.join("home");
+        let pnpm = pnpm_home(&top, None);
+        let shim = pnpm.join("bin/claude");
+        assert_eq!(
+            shim_root(&shim, &home, "claude").unwrap(),
+            Some(pnpm.clone())
+        );
+        let i = script_interpreter(&shim).unwrap();
+        assert_eq!(i.on_path, Path::new("/bin/sh"));
+
+        let t2 = tempfile::tempdir().unwrap();
+        let top2 = fs::canonicalize(t2.path()).unwrap();
+        let pnpm2 = pnpm_home(&top2, Some(&top2.join("home/pnpm-store")));
+        let e = shim_root(&pnpm2.join("bin/claude"), &top2.join("home"), "claude").unwrap_err();
+        let f = crate::policy::error::find(&e).unwrap();
+        assert!(
+            f.what.contains("pnpm shim") && f.fix.contains("PNPM_HOME"),
+            "{f:?}"
+        );
+
+        fs::write(top.join("plain"), "#!/usr/bin/env node\nconsole.log(1)\n").unwrap();
+        assert_eq!(
+            shim_root(&top.join("plain"), &home, "claude").unwrap(),
+            None
+        );
+        // The shim of a launcher run by node (pnpm's for Codex): that node, from PATH.
+        let bin = top.join("nvm-bin");
+        fs::create_dir_all(&bin).unwrap();
+        fs::write(bin.join("node"), "").unwrap();
+        fs::set_permissions(
+            bin.join("node"),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        fs::write(
+            top.join("codex-shim"),
+            "#!/bin/sh\nexec node  \"$basedir/../global/x/codex.js\" \"$@\"\n",
+        )
+        .unwrap();
+        let i = shim_node(&top.join("codex-shim"), Some(bin.clone().into())).unwrap();
+        assert_eq!(i.on_path, bin.join("node"));
+        assert!(
+            shim_node(&shim, Some(bin.into())).is_none(),
+            "claude's execs its binary"
+        );
+
+        // A big file (a native binary) is not read as a shim, whatever it ends with (it
+        // was read whole, 245 MB, at every launch of the native installer's claude).
+        let mut big = fs::read(pnpm.join("bin/claude")).unwrap();
+        big.splice(2..2, vec![b'#'; 70 * 1024]);
+        fs::write(top.join("big"), &big).unwrap();
+        assert_eq!(shim_root(&top.join("big"), &home, "claude").unwrap(), None);
+    }
 }

@@ -421,10 +421,13 @@ fn sandbox_rows(bwrap: &Path, claude: Option<&ClaudeInstall>) -> Vec<Row> {
             "sandbox",
             format!("a launch's sandbox starts ({flags})"),
         )),
-        Ok(r) => {
-            let dg = diagnose::classify(&r.stderr_text(), &facts, false);
-            rows.push(fail("sandbox", dg.text, dg.fix));
-        }
+        Ok(r) => rows.push(match installation_fails(bwrap, claude, r) {
+            Some(row) => row,
+            None => {
+                let dg = diagnose::classify(&r.stderr_text(), &facts, false);
+                fail("sandbox", dg.text, dg.fix)
+            }
+        }),
         Err(e) => rows.push(fail(
             "sandbox",
             format!("bwrap cannot run: {e:#}"),
@@ -506,12 +509,36 @@ fn sandbox_rows(bwrap: &Path, claude: Option<&ClaudeInstall>) -> Vec<Row> {
     rows
 }
 
+/// When the probe sandbox failed with claude's installation in it and starts without
+/// it, the installation's mounts are the cause, not the kernel or a security module:
+/// the row names the install and bwrap's line, and says what to do.
+fn installation_fails(bwrap: &Path, claude: Option<&ClaudeInstall>, r: &Ran) -> Option<Row> {
+    let c = claude?;
+    let bare = Probe::create(bwrap, None).ok()?;
+    if !bare.run(vec!["true".into()]).is_ok_and(|b| b.success()) {
+        return None;
+    }
+    Some(fail(
+        "sandbox",
+        format!(
+            "the sandbox starts, but not with claude's installation ({} -> {}) in it: {}",
+            show(&c.on_path),
+            show(&c.real),
+            r.describe()
+        ),
+        "report it with `claudebox --dry-run`'s output (the installation's mounts); \
+         meanwhile install Claude Code into a user prefix \
+         (npm config set prefix ~/.npm-global; npm install -g @anthropic-ai/claude-code)"
+            .into(),
+    ))
+}
+
 fn claude_row(claude: &Result<ClaudeInstall>) -> Row {
     let c = match claude {
         Ok(c) => c,
         Err(e) => {
-            let (_, fix) = parts(e, "install Claude Code");
-            return fail("claude", "no `claude` on PATH".into(), fix);
+            let (what, fix) = parts(e, "install Claude Code");
+            return fail("claude", what, fix);
         }
     };
     let place = if c.on_path == c.real {
@@ -553,12 +580,9 @@ fn codex_row(home: &Path) -> Row {
     let row = AgentId::Codex.row();
     let c = match host::find_agent(row, home) {
         Ok(c) => c,
-        Err(_) if wanted => {
-            return fail(
-                "codex",
-                format!("agent here: {agent}; no `codex` on PATH"),
-                row.install.into(),
-            )
+        Err(e) if wanted => {
+            let (what, fix) = parts(&e, row.install);
+            return fail("codex", format!("agent here: {agent}; {what}"), fix);
         }
         Err(_) => {
             return ok(

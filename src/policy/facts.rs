@@ -29,6 +29,18 @@ pub struct ClaudeInstall {
     pub real: PathBuf,
     /// What to bind read-only: the npm package directory holding it, or the file itself.
     pub bind: PathBuf,
+    /// The interpreter its `#!` line names (`#!/usr/bin/env node`: `node` as the host's
+    /// PATH finds it), when it names one that exists: nvm's and Homebrew's node live
+    /// outside the system.
+    pub interpreter: Option<Interpreter>,
+}
+
+/// A script's interpreter on the host: where PATH (or the `#!` line) names it, and that
+/// path with symlinks resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Interpreter {
+    pub on_path: PathBuf,
+    pub real: PathBuf,
 }
 
 /// Where a launch happens and what of the file system belongs to its project.

@@ -39,6 +39,7 @@ mod identity;
 mod lab_findings;
 mod launch;
 mod launch_kills;
+mod layouts;
 mod limits;
 mod list;
 mod login_broker;

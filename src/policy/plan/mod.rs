@@ -546,7 +546,7 @@ fn installation(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
             &c.bind,
             "the claude installation",
         ));
-        if c.on_path != c.real && !c.bind.starts_with(&c.on_path) {
+        if needs_path_link(inp, c) {
             m.push(Mount::new(
                 MountKind::Symlink,
                 Some(&c.real),
@@ -554,6 +554,7 @@ fn installation(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
                 "claude as the host's PATH finds it",
             ));
         }
+        interpreter(inp, c, "claude", m);
     }
     if let Some(c) = inp.codex.as_ref().filter(|_| inp.agent == AgentId::Codex) {
         m.push(Mount::same(
@@ -561,7 +562,7 @@ fn installation(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
             &c.bind,
             "the codex installation (its npm scope: the launcher and its platform package)",
         ));
-        if c.on_path != c.real && !c.bind.starts_with(&c.on_path) {
+        if needs_path_link(inp, c) {
             m.push(Mount::new(
                 MountKind::Symlink,
                 Some(&c.real),
@@ -569,13 +570,9 @@ fn installation(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
                 "codex as the host's PATH finds it",
             ));
         }
+        interpreter(inp, c, "codex", m);
     }
-    if !inp
-        .host
-        .system
-        .iter()
-        .any(|(p, _)| inp.own_exe.starts_with(p))
-    {
+    if !in_system(inp, &inp.own_exe) {
         m.push(Mount::same(
             MountKind::Ro,
             &inp.own_exe,
@@ -608,6 +605,61 @@ fn installation(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
             MountKind::RoTry,
             &home.join(".config/git").join(name),
             "git configuration, so commits work",
+        ));
+    }
+}
+
+/// Whether `path` lies in the system as step 1 shows it (under one of its read-only
+/// directories or its symlinks): there the host's own entry is seen inside as it is.
+fn in_system(inp: &Inputs, path: &Path) -> bool {
+    inp.host.system.iter().any(|(p, _)| path.starts_with(p))
+}
+
+/// Whether the host's own entry at `path` is seen inside before step 5: in the system,
+/// or in the project's work tree (bound read-write in step 4: a project-local install's
+/// `node_modules/.bin/claude`).
+fn seen_inside(inp: &Inputs, path: &Path) -> bool {
+    in_system(inp, path) || path.starts_with(&inp.project.work_tree)
+}
+
+/// Whether the agent's name on the host's PATH must be made inside as a symlink to its
+/// real file: not when it is that file, not when the installation's bind holds it, and not
+/// when it lies in the system (`sudo npm install -g` puts `/usr/local/bin/claude` there,
+/// a symlink into `/usr/local/lib/node_modules`), nor in the project (a project-local
+/// install's `node_modules/.bin`): the host's own link is seen inside already, and bwrap
+/// cannot make a symlink where one exists ("File exists").
+fn needs_path_link(inp: &Inputs, c: &ClaudeInstall) -> bool {
+    c.on_path != c.real && !c.bind.starts_with(&c.on_path) && !seen_inside(inp, &c.on_path)
+}
+
+/// The interpreter of an agent that is a script (Codex's launcher is `#!/usr/bin/env
+/// node`), read-only, when the system does not show it: nvm's node is a file in
+/// `~/.nvm/versions/node/*/bin`, Homebrew's a link in `/home/linuxbrew/.linuxbrew/bin`
+/// into its Cellar. Its name on PATH is made as a symlink when it is one on the host.
+/// Once: claude's and codex's may be the same node.
+fn interpreter(inp: &Inputs, c: &ClaudeInstall, agent: &str, m: &mut Vec<Mount>) {
+    let Some(i) = &c.interpreter else { return };
+    let shown = |m: &[Mount], p: &Path| {
+        seen_inside(inp, p) || p.starts_with(&c.bind) || m.iter().any(|x| x.target == p)
+    };
+    if !shown(m, &i.real) {
+        m.push(Mount::same(
+            MountKind::Ro,
+            &i.real,
+            match agent {
+                "codex" => {
+                    "the interpreter of codex's launcher (its #! line), as the host finds it"
+                }
+                _ => "the interpreter of claude's launcher (its #! line), as the host finds it",
+            },
+        ));
+    }
+    if i.on_path != i.real && !shown(m, &i.on_path) {
+        m.push(Mount::new(
+            MountKind::Symlink,
+            Some(&i.real),
+            &i.on_path,
+            "the interpreter as the host's PATH finds it",
         ));
     }
 }

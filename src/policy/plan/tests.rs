@@ -49,6 +49,7 @@ mod claude_home_group {
                     on_path: "/h/.claude/local/claude".into(),
                     real: "/h/.claude/local/node_modules/@anthropic-ai/claude-code/cli.js".into(),
                     bind: "/h/.claude/local/node_modules/@anthropic-ai/claude-code".into(),
+                    interpreter: None,
                 }),
                 claude_home: HostClaude {
                     dir: "/h/.claude".into(),
@@ -117,6 +118,7 @@ mod argv_order {
                 on_path: "/home/u/.local/bin/claude".into(),
                 real: "/home/u/.local/share/claude/versions/1".into(),
                 bind: "/home/u/.local/share/claude/versions/1".into(),
+                interpreter: None,
             }),
             command,
             instance_id: "00".repeat(16),
@@ -589,6 +591,7 @@ mod codex_group {
                 on_path: "/u/bin/codex".into(),
                 real: "/u/lib/node_modules/@openai/codex/bin/codex.js".into(),
                 bind: "/u/lib/node_modules/@openai".into(),
+                interpreter: None,
             }),
             codex_home: HostCodex {
                 dir: "/h/.codex".into(),
@@ -701,4 +704,189 @@ fn the_projects_parents_are_read_only_once_mounted() {
         1,
         "{m:?}"
     );
+}
+
+/// Where the installers put the agents (issue 35): the name on PATH is made inside as a
+/// symlink only where the system does not show the host's own entry already.
+mod install_layouts {
+    use super::*;
+
+    fn system() -> HostFacts {
+        HostFacts {
+            system: vec![
+                ("/usr".into(), SystemEntry::Dir),
+                ("/bin".into(), SystemEntry::Symlink("usr/bin".into())),
+                ("/nix/store".into(), SystemEntry::Dir),
+            ],
+            resolv_conf_target: None,
+        }
+    }
+
+    fn install(on_path: &str, real: &str, bind: &str) -> ClaudeInstall {
+        ClaudeInstall {
+            on_path: on_path.into(),
+            real: real.into(),
+            bind: bind.into(),
+            interpreter: None,
+        }
+    }
+
+    /// The symlinks and the read-only binds the plan makes for `c`, run as claude and
+    /// as codex.
+    fn links_and_binds(c: &ClaudeInstall) -> [(Vec<PathBuf>, Vec<PathBuf>); 2] {
+        let claude = Inputs {
+            claude: Some(c.clone()),
+            host: system(),
+            ..test_inputs()
+        };
+        let codex = Inputs {
+            agent: AgentId::Codex,
+            codex: Some(c.clone()),
+            host: system(),
+            ..test_inputs()
+        };
+        [claude, codex].map(|inp| {
+            let plan = build(&inp);
+            let of = |kind: MountKind| {
+                plan.mounts
+                    .iter()
+                    .filter(|m| m.kind == kind && m.why.contains("installation"))
+                    .map(|m| m.target.clone())
+                    .collect::<Vec<_>>()
+            };
+            let links = plan
+                .mounts
+                .iter()
+                .filter(|m| m.kind == MountKind::Symlink && m.why.contains("PATH finds it"))
+                .map(|m| m.target.clone())
+                .collect();
+            (links, of(MountKind::Ro))
+        })
+    }
+
+    /// `sudo npm install -g`: `/usr/local/bin/claude` is a symlink in the read-only
+    /// system; making it again made bwrap fail every launch ("Can't make symlink at
+    /// /usr/local/bin/claude: File exists"). The package is still bound (the same files).
+    #[test]
+    fn a_global_npm_install_in_the_system_gets_no_second_link() {
+        let pkg = "/usr/local/lib/node_modules/@anthropic-ai/claude-code";
+        let c = install(
+            "/usr/local/bin/claude",
+            &format!("{pkg}/bin/claude.exe"),
+            pkg,
+        );
+        for (links, binds) in links_and_binds(&c) {
+            assert!(links.is_empty(), "{links:?}");
+            assert_eq!(binds, [PathBuf::from(pkg)]);
+        }
+        // Under a system symlink (`/bin` -> `usr/bin`) the same.
+        let c = install("/bin/claude", &format!("{pkg}/bin/claude.exe"), pkg);
+        for (links, _) in links_and_binds(&c) {
+            assert!(links.is_empty(), "{links:?}");
+        }
+    }
+
+    /// A project-local install (`npm install` in the project, PATH through its
+    /// `node_modules/.bin`): the link is the project's own, seen inside; the package is
+    /// bound read-only over the project's.
+    #[test]
+    fn a_project_local_install_gets_no_second_link() {
+        let pkg = "/p/node_modules/@anthropic-ai/claude-code";
+        let c = install(
+            "/p/node_modules/.bin/claude",
+            &format!("{pkg}/bin/claude.exe"),
+            pkg,
+        );
+        for (links, binds) in links_and_binds(&c) {
+            assert!(links.is_empty(), "{links:?}");
+            assert_eq!(binds, [PathBuf::from(pkg)]);
+        }
+    }
+
+    /// Control, and the layouts in the home: a user prefix, nvm, the native installer's
+    /// `~/.local/bin`, a Nix profile (its target in the system's `/nix/store`) each get
+    /// the link, since the home inside is empty.
+    #[test]
+    fn a_name_in_the_home_or_outside_the_system_is_linked() {
+        for (on_path, real, bind) in [
+            (
+                "/h/.npm-global/bin/claude",
+                "/h/.npm-global/lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
+                "/h/.npm-global/lib/node_modules/@anthropic-ai/claude-code",
+            ),
+            (
+                "/h/.local/bin/claude",
+                "/h/.local/share/claude/versions/2.1.197",
+                "/h/.local/share/claude/versions/2.1.197",
+            ),
+            (
+                "/h/.nix-profile/bin/claude",
+                "/nix/store/0000-claude-code-2.1.197/bin/claude",
+                "/nix/store/0000-claude-code-2.1.197/bin/claude",
+            ),
+            (
+                "/home/linuxbrew/.linuxbrew/bin/claude",
+                "/home/linuxbrew/.linuxbrew/lib/node_modules/@anthropic-ai/claude-code/bin/claude.exe",
+                "/home/linuxbrew/.linuxbrew/lib/node_modules/@anthropic-ai/claude-code",
+            ),
+        ] {
+            for (links, binds) in links_and_binds(&install(on_path, real, bind)) {
+                assert_eq!(links, [PathBuf::from(on_path)], "{on_path}");
+                assert_eq!(binds, [PathBuf::from(bind)], "{on_path}");
+            }
+        }
+    }
+
+    /// Codex's launcher is `#!/usr/bin/env node`: nvm's node (a file in the home) and
+    /// Homebrew's (a link into its Cellar) are made inside, once even when claude's
+    /// launcher names the same; the system's node is seen inside already.
+    #[test]
+    fn a_launchers_interpreter_outside_the_system_is_bound() {
+        let nvm = "/h/.nvm/versions/node/v20.20.2";
+        let brew = "/home/linuxbrew/.linuxbrew";
+        for (node, node_real, want) in [
+            (
+                format!("{nvm}/bin/node"),
+                format!("{nvm}/bin/node"),
+                vec![(MountKind::Ro, format!("{nvm}/bin/node"))],
+            ),
+            (
+                format!("{brew}/bin/node"),
+                format!("{brew}/Cellar/node/20.20.2/bin/node"),
+                vec![
+                    (
+                        MountKind::Ro,
+                        format!("{brew}/Cellar/node/20.20.2/bin/node"),
+                    ),
+                    (MountKind::Symlink, format!("{brew}/bin/node")),
+                ],
+            ),
+            ("/usr/bin/node".into(), "/usr/bin/node".into(), vec![]),
+        ] {
+            let mut c = install(
+                &format!("{nvm}/bin/codex"),
+                &format!("{nvm}/lib/node_modules/@openai/codex/bin/codex.js"),
+                &format!("{nvm}/lib/node_modules/@openai"),
+            );
+            c.interpreter = Some(crate::policy::facts::Interpreter {
+                on_path: node.into(),
+                real: node_real.into(),
+            });
+            let inp = Inputs {
+                agent: AgentId::Codex,
+                claude: Some(c.clone()),
+                codex: Some(c),
+                host: system(),
+                ..test_inputs()
+            };
+            let plan = build(&inp);
+            let got: Vec<_> = plan
+                .mounts
+                .iter()
+                .filter(|m| m.why.contains("interpreter"))
+                .map(|m| (m.kind.clone(), m.target.to_string_lossy().into_owned()))
+                .collect();
+            assert_eq!(got, want);
+        }
+    }
 }

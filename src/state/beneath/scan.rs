@@ -19,7 +19,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/host/holders.rs", 13, "/proc/<pid>/fd, /proc/<pid>/stat, /proc/locks and /proc/self/ns/pid: read-only"),
     ("src/host/home.rs", 1, "the home's real path (canonicalize), read before any sandbox"),
     ("src/host/limits.rs", 14, "the cgroup v2 file system (/sys/fs/cgroup, /proc/self/cgroup) and the state home's own .limits-warned mark: no sandbox mounts either"),
-    ("src/host/mod.rs", 8, "the home, bwrap and claude's install, /proc/self: read-only; PATH entries canonicalised only to compare them with the places a sandbox writes"),
+    ("src/host/mod.rs", 14, "the home, bwrap and the agents' installs (a launcher's #! line, a pnpm shim's target), /proc/self: read-only; PATH entries canonicalised only to compare them with the places a sandbox writes"),
     ("src/host/mounts.rs", 7, "/proc/self/mountinfo: read-only"),
     ("src/host/project.rs", 7, "the project's root found before launch (canonicalize, git's files read-only)"),
     ("src/host/protect.rs", 25, "the project's protected paths and the files their git configs include: read-only probes before the launch; the mounts themselves are opened O_NOFOLLOW by descriptor (host::sources)"),

@@ -96,7 +96,7 @@ for f in $files; do
 done
 printf '%s\n' "$files" share/claudebox/installed-files share/claudebox/installed-dirs >"$manifest"
 printf '%s\n' "$made_dirs" | sed '/^$/d' >"$prefix/share/claudebox/installed-dirs"
-say "installed claudebox $("$prefix/bin/claudebox" --version 2>/dev/null | head -n 1) into $prefix"
+say "installed claudebox ($(basename "$here")) into $prefix"
 
 if $root; then
     # The profile names the bwrap this claudebox runs (symlinks resolved), as

@@ -15,13 +15,16 @@
 #     and git (neither is in the root);
 #   - the files: binary, man page, completions (bash's loaded by bash), and the AppArmor
 #     profile where the table PROFILE below says it belongs (compiled with the root's own
-#     apparmor_parser, -Q -K: the kernel here has no AppArmor to load it into);
+#     apparmor_parser, -Q -K: the kernel here has no AppArmor to load it into), and
+#     the dpkg trigger: a package bringing another profile for /usr/bin/bwrap makes it
+#     step aside, and it comes back when that package is purged;
 #   - as `user` (uid 1000): `claudebox --check` (ok with Claude Code, the CI's cached one
 #     bound read-only as readme-install does) and `claudebox --exec true`, and a write
 #     from inside reaching the project;
-#   - `apt remove`, then `apt purge` and `apt autoremove --purge`: the file list of the
-#     root is compared with the one before the install; only the user's home (its state,
-#     ~/.claudebox), apt's and dpkg's own records and logs may differ.
+#   - `apt remove` (the binary and the profile go), `apt purge` (the user's state stays);
+#     then once more with the dependencies in place, `apt install` and `apt purge`: the
+#     root's file list must be the one before (but for the user's home, apt's and dpkg's
+#     records, logs and caches).
 # `tarball` does the same on a Debian 12 root with the tarball's install.sh: as root into
 # /usr/local (bubblewrap and git from apt first), then as the user into ~/.local, each
 # followed by install.sh --uninstall. Exits 75 when an archive cannot be reached (the
@@ -111,7 +114,6 @@ leftovers() {
 deb_script='
 t0=$(date +%s)
 apt-get update -q >/dev/null
-files >/var/tmp/before
 for p in bubblewrap git; do ! dpkg -s "$p" >/dev/null 2>&1 || { echo "$p is in the fresh root already"; exit 1; }; done
 echo "\$ apt install ./$DEB"
 (cd /pkg && apt-get install -y -q "./$DEB") 2>&1 | grep -E "^(Setting up|claudebox:|The following NEW)|NEW packages|^E:" || true
@@ -129,6 +131,18 @@ if [ -e /etc/apparmor.d/claudebox-bwrap ]; then
     cmp /etc/apparmor.d/claudebox-bwrap /usr/share/claudebox/apparmor/claudebox-bwrap
     apparmor_parser --version | head -n 1
     apparmor_parser -Q -K /etc/apparmor.d/claudebox-bwrap && echo PROFILE-COMPILES
+    # The trigger: a package that brings a profile naming /usr/bin/bwrap makes ours step
+    # aside (two would attach neither); purged, ours comes back.
+    mkdir -p /var/tmp/other/DEBIAN /var/tmp/other/etc/apparmor.d
+    printf "%s\n" "Package: other-bwrap-profile" "Version: 1" "Architecture: all" \
+        "Maintainer: test <test@example.invalid>" "Description: a profile naming /usr/bin/bwrap" >/var/tmp/other/DEBIAN/control
+    printf "%s\n" "abi <abi/4.0>," "profile other /usr/bin/bwrap flags=(unconfined) {" "  userns," "}" \
+        >/var/tmp/other/etc/apparmor.d/other-bwrap
+    dpkg-deb -b /var/tmp/other /var/tmp/other.deb >/dev/null
+    dpkg -i /var/tmp/other.deb 2>&1 | grep "^claudebox:" || true
+    [ ! -e /etc/apparmor.d/claudebox-bwrap ] && echo TRIGGER-STEPPED-ASIDE
+    dpkg --purge other-bwrap-profile >/dev/null 2>&1
+    [ -e /etc/apparmor.d/claudebox-bwrap ] && echo TRIGGER-CAME-BACK
 else
     echo PROFILE-ABSENT
     ls /etc/apparmor.d/ | tr "\n" " "; echo
@@ -137,11 +151,16 @@ launch
 echo "\$ apt remove claudebox"
 apt-get remove -y -q claudebox >/dev/null
 [ ! -e /usr/bin/claudebox ] && [ ! -e /etc/apparmor.d/claudebox-bwrap ] && echo REMOVED
-echo "\$ apt purge claudebox; apt autoremove --purge"
+echo "\$ apt purge claudebox"
 apt-get purge -y -q claudebox >/dev/null
-apt-get autoremove --purge -y -q >/dev/null
 dpkg -s claudebox >/dev/null 2>&1 || echo PURGED
 [ -d /home/user/.claudebox ] && echo STATE-KEPT
+# Again with the dependencies in place, for the file lists: everything the package and its
+# maintainer scripts add, purge takes away (the first round cannot tell the files of
+# claudebox from what the scripts of its dependencies made).
+files >/var/tmp/before
+(cd /pkg && apt-get install -y -q "./$DEB" >/dev/null 2>&1)
+dpkg -s claudebox >/dev/null && apt-get purge -y -q claudebox >/dev/null
 leftovers
 echo "took $(( $(date +%s) - t0 )) s"
 '
@@ -220,7 +239,7 @@ check_deb() {
     expect "$name" INSTALLED MAN-OK BASH-COMPLETION-OK LAUNCH-OK WRITE-OK REMOVED PURGED STATE-KEPT NOTHING-LEFT
     [[ -z "$claude_bin" ]] || expect "$name" CHECK-OK
     case "${PROFILE[$name]}" in
-        yes*) expect "$name" PROFILE-INSTALLED PROFILE-COMPILES ;;
+        yes*) expect "$name" PROFILE-INSTALLED PROFILE-COMPILES TRIGGER-STEPPED-ASIDE TRIGGER-CAME-BACK ;;
         no*) expect "$name" PROFILE-ABSENT ;;
     esac
     log "$name: ok, AppArmor profile ${PROFILE[$name]} ($(grep -E '^took' "$work/out"))"

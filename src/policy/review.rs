@@ -232,6 +232,15 @@ pub fn bare_repo_reason(finding: &str) -> String {
     )
 }
 
+/// The line for a directory the review could not list even after giving its owner the
+/// rights to (another user's, an immutable one) while this user can reach what lies
+/// below it by name, as the sandbox could: moved aside whole, not kept unlooked-at.
+pub fn unlisted_reason() -> String {
+    "a directory the review cannot list (its owner's rights could not be given to it), \
+     while what lies below it can be reached by name: not looked into, so not kept"
+        .into()
+}
+
 /// The line for a directory below a git dir's `modules/` deeper than the review looks.
 pub fn too_deep_reason(depth: usize) -> String {
     format!(
@@ -381,9 +390,14 @@ pub fn is_claude_dir(name: &OsStr) -> bool {
 
 /// The exit review's judgement of a file found changed in a git dir after the session:
 /// [`git_dir_finding`]'s, from the one table of what git reads ([`super::git_dir`]), as
-/// High; except the main git dir's `commondir`, Critical whatever it holds: git reads one
-/// there (measured), and even `.`, which git treats as absent, changes what
-/// `git rev-parse --git-common-dir` prints, so any new one is moved aside. `rel` is
+/// High; except what the user's next plain `git status` runs, Critical by
+/// [`Severity::Critical`]'s definition: the main git dir's `commondir`, whatever it holds
+/// (git reads one there, measured; even `.`, which git treats as absent, changes what
+/// `git rev-parse --git-common-dir` prints, so any new one is moved aside), and a config
+/// with a `core.fsmonitor` ([`super::git_dir::runs_on_status`]): git status runs it in
+/// its repository, and at the project's top enters a nested repository staged as a
+/// gitlink, or a submodule, and runs it there (a nested repository not staged yet is
+/// staged by any `git add -A`; the review does not read the index to tell). `rel` is
 /// relative to the git dir of `kind`; `content` the file's bytes (empty for a hook).
 pub fn git_dir_judgement(
     kind: GitDirKind,
@@ -401,7 +415,11 @@ pub fn git_dir_judgement(
             format!("{why}: the next host git status runs that directory's core.fsmonitor"),
         ));
     }
-    git_dir_finding(kind, rel, content).map(|w| (Severity::High, w))
+    let finding = git_dir_finding(kind, rel, content)?;
+    if let Some(why) = super::git_dir::runs_on_status(kind, rel, content) {
+        return Some((Severity::Critical, why));
+    }
+    Some((Severity::High, finding))
 }
 
 /// Why a file the review must judge was moved aside unread: git would read it, the
@@ -632,9 +650,36 @@ mod tests {
         let plain = b"[core]\n\tbare = false\n[remote \"origin\"]\n\turl = /x\n";
         assert_eq!(git_dir_judgement(Nested, "config", plain), None);
         assert_eq!(git_dir_judgement(Module, "config", plain), None);
-        let (sev, why) = git_dir_judgement(Nested, "config", b"[core]\n\tfsmonitor = x\n").unwrap();
-        assert_eq!(sev, Severity::High);
+        // What the next plain git status runs is critical (Severity::Critical's
+        // definition): a core.fsmonitor in any git dir's config, even behind other keys;
+        // other code keys are high.
+        for kind in [Nested, Module, Common] {
+            let (sev, why) =
+                git_dir_judgement(kind, "config", b"[core]\n\tfsmonitor = x\n").unwrap();
+            assert_eq!(sev, Severity::Critical, "{kind:?}");
+            assert!(why.contains("core.fsmonitor"), "{why}");
+        }
+        let (sev, why) = git_dir_judgement(
+            Nested,
+            "config",
+            b"[alias]\n\tx = !y\n[core]\nfsmonitor=z\n",
+        )
+        .unwrap();
+        assert_eq!(sev, Severity::Critical);
         assert!(why.contains("core.fsmonitor"), "{why}");
+        let (sev, _) =
+            git_dir_judgement(Linked, "config.worktree", b"[core]\nfsmonitor=x").unwrap();
+        assert_eq!(sev, Severity::Critical);
+        // Near misses: other code keys, a fsmonitor in another section, a hook.
+        for (rel, c) in [
+            ("config", &b"[core]\n\tpager = x\n"[..]),
+            ("config", b"[alias]\n\tfsmonitor = x\n"),
+            ("config", b"[core \"x\"]\n\thookspath = y\n"),
+            ("hooks/pre-commit", b""),
+        ] {
+            let (sev, _) = git_dir_judgement(Nested, rel, c).unwrap();
+            assert_eq!(sev, Severity::High, "{rel} {c:?}");
+        }
         assert!(git_dir_judgement(Common, "rebase-merge/git-rebase-todo", b"exec x\n").is_some());
         assert_eq!(
             git_dir_judgement(Module, "hooks/pre-commit.sample", b""),

@@ -923,3 +923,153 @@ const NO_SUPERVISOR: &str = "CLAUDEBOX_TEST_NO_FILE_SUPERVISOR";
 fn sq(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
+
+/// Plants in directories the agent made unlistable or unwritable before its session
+/// ended, as an ordinary user meets them (root passes permission bits: as root the
+/// review could always look in, and the control's plants are moved aside too).
+fn locked_plants(marker: &std::path::Path) -> String {
+    format!(
+        "mkdir -p x111/nested && cd x111/nested && git init -q && \
+         git config core.fsmonitor 'touch {m}; false' && echo x > f && git add f && \
+         git -c user.name=a -c user.email=b commit -qm x && cd ../.. && \
+         git add x111/nested 2>/dev/null && \
+         mkdir -p x111/sub/.claude && \
+         echo '{{\"hooks\":{{\"SessionStart\":[]}}}}' > x111/sub/.claude/settings.json && \
+         echo '{{\"mcpServers\":{{}}}}' > x111/sub/.mcp.json && chmod 0111 x111 && \
+         mkdir -p x555/.husky && echo 'echo PLANTED' > x555/.envrc && \
+         echo x > x555/.husky/pre-commit && echo x > x555/keep.txt && \
+         chmod 0555 x555/.husky x555",
+        m = marker.display()
+    )
+}
+
+const LOCKED: &[&str] = &[
+    "x111/nested/.git",
+    "x111/sub/.claude/settings.json",
+    "x111/sub/.mcp.json",
+    "x555/.envrc",
+    "x555/.husky",
+];
+
+/// Issue 34 (2): a staged nested repository with a `core.fsmonitor` inside a directory
+/// the agent made `0111`, a nested `.claude/settings.json` and `.mcp.json` there, and
+/// plants in a `0555` directory: the review makes its way in (and out), moves them aside
+/// (the fsmonitor as CRITICAL: the next plain git status at the top runs it), and puts
+/// the modes back. The control (`CLAUDEBOX_TEST_REVIEW_GIVES_UP`, the review as it was):
+/// as an ordinary user everything stays and the host's `git status` at the top runs the
+/// agent's fsmonitor.
+#[test]
+fn directories_the_agent_locked_are_looked_into_and_moved_from() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let unlock = |p: &std::path::Path| {
+        for d in ["x111", "x555", "x555/.husky"] {
+            let _ = fs::set_permissions(p.join(d), fs::Permissions::from_mode(0o755));
+        }
+    };
+    for control in [false, true] {
+        let w = World::new(BIN);
+        let p = project(&w);
+        let marker = w.root().join("fsm-ran");
+        let mut cmd = w.cmd(&p);
+        if control {
+            cmd.env("CLAUDEBOX_TEST_REVIEW_GIVES_UP", "1");
+        }
+        let o = cmd
+            .args(["--exec", "sh", "-c", &locked_plants(&marker)])
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        let _ = Command::new("git")
+            .arg("-C")
+            .arg(&p)
+            .arg("status")
+            .env("HOME", w.home())
+            .output()
+            .unwrap();
+        let ran = marker.exists();
+        let modes = (mode(&p.join("x111")), mode(&p.join("x555")));
+        unlock(&p);
+        let stayed: Vec<&&str> = LOCKED.iter().filter(|r| p.join(r).exists()).collect();
+        if control {
+            if !lab::maintenance::is_root() {
+                assert_eq!(stayed.len(), LOCKED.len(), "control: {stayed:?}\n{err}");
+                assert!(ran, "control: the host's git status did not run it\n{err}");
+            }
+            continue;
+        }
+        assert!(stayed.is_empty(), "{stayed:?} stayed:\n{err}");
+        assert!(!ran, "the host's git status ran the fsmonitor\n{err}");
+        assert_eq!(modes, (0o111, 0o555), "modes not put back\n{err}");
+        assert!(p.join("x555/keep.txt").exists());
+        let nested = line_for(&err, "x111/nested/.git").unwrap_or_default();
+        assert!(nested.contains("CRITICAL"), "{err}");
+        assert!(!err.contains("holding"), "{err}");
+    }
+}
+
+/// Issue 34 (2): a launch killed while its agent planted `.envrc`, its pending-review
+/// record then truncated: the next launch reviews the whole project (a record it cannot
+/// read is "review everything") and moves the `.envrc` aside. The control
+/// (`CLAUDEBOX_TEST_REVIEW_GIVES_UP`): the record is dropped silently and the `.envrc`
+/// stays.
+#[test]
+fn a_truncated_pending_record_reviews_everything() {
+    for control in [false, true] {
+        let w = World::new(BIN);
+        let p = project(&w);
+        let (mut child, line) = lab::spawn_first_line(
+            w.cmd(&p)
+                .args([
+                    "--exec",
+                    "sh",
+                    "-c",
+                    "echo 'echo PLANTED' > sub/.envrc && echo ready && sleep 100",
+                ])
+                .stderr(Stdio::null()),
+        );
+        assert_eq!(line.trim(), "ready");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let pending: Vec<_> = fs::read_dir(w.home().join(".claudebox/projects"))
+            .unwrap()
+            .flatten()
+            .flat_map(|d| {
+                fs::read_dir(d.path().join("review-pending"))
+                    .into_iter()
+                    .flatten()
+            })
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        let rec = fs::read(&pending[0]).unwrap();
+        fs::write(&pending[0], &rec[..rec.len() / 2]).unwrap();
+        // The killed launch's sandbox may hold its record's lock a moment longer: the
+        // next launch is tried until the record is looked at (bounded).
+        let mut err = String::new();
+        for _ in 0..50 {
+            let mut next = w.cmd(&p);
+            if control {
+                next.env("CLAUDEBOX_TEST_REVIEW_GIVES_UP", "1");
+            }
+            let o = next.args(["--exec", "true"]).output().unwrap();
+            err = stderr(&o);
+            assert!(o.status.success(), "{err}");
+            if !pending[0].exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(!pending[0].exists(), "{err}");
+        if control {
+            assert!(p.join("sub/.envrc").exists(), "control: {err}");
+            continue;
+        }
+        assert!(!p.join("sub/.envrc").exists(), "{err}");
+        assert!(err.contains("cannot be read"), "{err}");
+        // The user's own files stay.
+        assert!(p.join("sub/keep.txt").exists());
+    }
+}

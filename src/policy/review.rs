@@ -147,6 +147,53 @@ pub const WORK_TREE_RULES: &[Rule] = &[
         severity: Severity::High,
         reason: "mise and asdf install and run the tools it names",
     },
+    // rustup (measured, rustup 1.29): a `rust-toolchain.toml`, or a legacy
+    // `rust-toolchain` (TOML or one line), in the directory or any above it picks the
+    // toolchain of every `cargo`/`rustc` run there; `[toolchain] path = "/abs/dir"` (or a
+    // one-line absolute path) makes the proxies run `<dir>/bin/cargo`: `cargo --version`
+    // from a subdirectory ran the agent's script. (A relative path is refused by rustup; a
+    // `channel` only installs Rust's own. The review does not read the file: any new one
+    // is moved aside, `--restore` puts a wanted one back.)
+    Rule {
+        pattern: Pattern::Name("rust-toolchain.toml"),
+        severity: Severity::High,
+        reason: RUST_TOOLCHAIN_WHY,
+    },
+    Rule {
+        pattern: Pattern::Name("rust-toolchain"),
+        severity: Severity::High,
+        reason: RUST_TOOLCHAIN_WHY,
+    },
+    // vim and neovim with `set exrc` (measured, Debian 12's vim 9.0 and neovim 0.7.2,
+    // each started in the directory): vim sourced `.vimrc`, `_vimrc` and `.exrc`; neovim
+    // `.nvimrc` and `.exrc`. `.nvim.lua` is neovim 0.9's first name (its docs; it asks
+    // before running a file it has not been told to trust; not packaged here). Near
+    // misses measured: `_exrc`, `.gvimrc` (vim without a GUI), `.nvim.lua` in 0.7.2.
+    Rule {
+        pattern: Pattern::Name(".exrc"),
+        severity: Severity::High,
+        reason: EXRC_WHY,
+    },
+    Rule {
+        pattern: Pattern::Name(".vimrc"),
+        severity: Severity::High,
+        reason: EXRC_WHY,
+    },
+    Rule {
+        pattern: Pattern::Name("_vimrc"),
+        severity: Severity::High,
+        reason: EXRC_WHY,
+    },
+    Rule {
+        pattern: Pattern::Name(".nvimrc"),
+        severity: Severity::High,
+        reason: EXRC_WHY,
+    },
+    Rule {
+        pattern: Pattern::Name(".nvim.lua"),
+        severity: Severity::High,
+        reason: EXRC_WHY,
+    },
     Rule {
         pattern: Pattern::NestedGit,
         severity: Severity::High,
@@ -154,6 +201,20 @@ pub const WORK_TREE_RULES: &[Rule] = &[
                  (policy::git_dir), moved aside only when that bears code",
     },
 ];
+
+const RUST_TOOLCHAIN_WHY: &str = "rustup: the toolchain it names with `path` runs for \
+    every cargo and rustc in this directory and below (prompts and editors run cargo \
+    --version on cd and open)";
+
+const EXRC_WHY: &str = "vim or neovim with 'exrc' set (a common vimrc line) runs it when \
+    started in this directory";
+
+/// Why a nested `.git` file (a gitlink) made in the session that names a git dir outside
+/// the project is moved aside: git in that directory works on the other repository (its
+/// config, hooks and objects; a commit or checkout there writes another project), which
+/// the review does not judge and the sandbox may have reached (an rw path).
+pub const GITLINK_OUTSIDE_WHY: &str = "a .git file naming a git dir outside the project: \
+    git in this directory works on that other repository, with its config and hooks";
 
 /// How many directories above a name [`work_tree_rule`] looks at (the longest
 /// [`Pattern::Under`] chain): the walk hands it that many names.
@@ -518,6 +579,50 @@ mod tests {
             if let Pattern::Under(chain, ..) = r.pattern {
                 assert!(chain.len() <= DIRS_LOOKED_AT, "{r:?}");
             }
+        }
+    }
+
+    /// The host-run rows measured with the real tools (rustup 1.29, vim 9.0, neovim
+    /// 0.7.2): their names at any depth; the near misses (measured not to run, or other
+    /// names) are not taken.
+    #[test]
+    fn toolchain_and_exrc_rows_with_near_misses() {
+        for p in [
+            "rust-toolchain.toml",
+            "rust-toolchain",
+            "crates/x/rust-toolchain.toml",
+            "sub/rust-toolchain",
+            ".exrc",
+            ".vimrc",
+            "_vimrc",
+            ".nvimrc",
+            ".nvim.lua",
+            "sub/deeper/.exrc",
+            "sub/.nvimrc",
+        ] {
+            let r = at(p).unwrap_or_else(|| panic!("{p}"));
+            assert_eq!(r.severity, Severity::High, "{p}");
+        }
+        assert_eq!(
+            at("rust-toolchain.toml").unwrap().reason,
+            RUST_TOOLCHAIN_WHY
+        );
+        assert_eq!(at("sub/.vimrc").unwrap().reason, EXRC_WHY);
+        for p in [
+            "rust-toolchain.toml.bak",
+            "rust-toolchain.txt",
+            "my-rust-toolchain",
+            "rust-toolchain.yaml",
+            "_exrc",
+            ".gvimrc",
+            "vimrc",
+            ".vimrc.local",
+            "nvim.lua",
+            ".nvim.vim",
+            "init.lua",
+            "sub/.exrc.swp",
+        ] {
+            assert_eq!(at(p), None, "{p}");
         }
     }
 

@@ -35,6 +35,15 @@ const PLANTS: &[(&str, &str)] = &[
     ("vendorx/.git", "mkdir vendorx && git -C vendorx init -q && git -C vendorx config core.fsmonitor 'echo PLANTED'"),
     (".git/worktrees/evil", "mkdir -p .git/worktrees/evil && echo /tmp > .git/worktrees/evil/commondir"),
     (".git/modules/m/config", "mkdir -p .git/modules/m && printf '[core]\\n\\tfsmonitor = x\\n' > .git/modules/m/config"),
+    ("rust-toolchain.toml", "printf '[toolchain]\\npath = \"/tmp/tc\"\\n' > rust-toolchain.toml"),
+    ("sub/rust-toolchain", "echo /tmp/tc > sub/rust-toolchain"),
+    (".exrc", "echo '!touch x' > .exrc"),
+    ("sub/.vimrc", "echo 'call system(\"x\")' > sub/.vimrc"),
+    ("sub/_vimrc", "echo 'call system(\"x\")' > sub/_vimrc"),
+    (".nvimrc", "echo 'call system(\"x\")' > .nvimrc"),
+    ("sub/.nvim.lua", "echo 'os.execute(\"x\")' > sub/.nvim.lua"),
+    // A gitlink naming the repository beside the project (`project()` makes it).
+    ("sub/vendg/.git", "mkdir -p sub/vendg && echo 'gitdir: ../../../other/.git' > sub/vendg/.git"),
 ];
 
 /// Planted with them: the same names where no tool reads them, which stay.
@@ -49,11 +58,18 @@ const NEAR_MISSES: &[(&str, &str)] = &[
         "mise/tasks/build.toml",
         "mkdir -p mise/tasks && echo x > mise/tasks/build.toml",
     ),
+    (
+        "rust-toolchain.toml.bak",
+        "echo x > rust-toolchain.toml.bak",
+    ),
+    ("sub/_exrc", "echo x > sub/_exrc"),
+    ("sub/.gvimrc", "echo x > sub/.gvimrc"),
 ];
 
 fn project(w: &World) -> std::path::PathBuf {
     let p = w.dir("proj");
     init_repo(&p);
+    init_repo(&w.dir("other"));
     fs::create_dir_all(p.join("sub")).unwrap();
     fs::write(p.join("sub/keep.txt"), "the user's\n").unwrap();
     p

@@ -403,8 +403,10 @@ impl Walk<'_> {
                 let as_rule = |reason: String| (rule.severity, reason);
                 let hit = match rule.pattern {
                     // As severe as what was found in its git dir.
-                    review::Pattern::NestedGit => nested_git(raw, &name, since, self.judged_there)
-                        .map(|(severity, why)| (severity, review::nested_reason(&why))),
+                    review::Pattern::NestedGit => {
+                        nested_git(raw, &name, since, self.judged_there, self.top)
+                            .map(|(severity, why)| (severity, review::nested_reason(&why)))
+                    }
                     review::Pattern::InClaudeDir(_) => (top.new || changed(raw, &name, since))
                         .then(|| as_rule(rule.reason.to_string())),
                     review::Pattern::Under(chain, ..) => {
@@ -789,13 +791,16 @@ fn report_hits(fd: RawFd, root: &Path, hits: Vec<Hit>, found: &mut dyn FnMut(Fou
 /// judged as a nested repository's git dir (every file the table names when the `.git`
 /// itself is new or was moved in, otherwise those changed during the session); a gitlink
 /// file made during the session is judged through the git dir it names, unless that is
-/// one of `judged_there` (the common dir's `modules/`, `worktrees/`: judged there);
-/// anything else new in its place (a symlink git would follow) is moved aside.
+/// one of `judged_there` (the common dir's `modules/`, `worktrees/`: judged there), or
+/// moved aside when it lies outside the work tree `top` (git there would work on another
+/// repository); anything else new in its place (a symlink git would follow) is moved
+/// aside. With its severity: as grave as the gravest finding.
 fn nested_git(
     dirfd: RawFd,
     name: &OsStr,
     since: Since,
     judged_there: &[Ino],
+    top: Option<Ino>,
 ) -> Option<(Severity, String)> {
     let st = lstat_at(dirfd, name).ok()?;
     let new = since.precedes(&st);
@@ -843,6 +848,9 @@ fn nested_git(
     };
     if beneath(&gd, judged_there) {
         return None;
+    }
+    if top.is_some_and(|t| !beneath(&gd, &[t])) {
+        return Some((Severity::High, review::GITLINK_OUTSIDE_WHY.to_string()));
     }
     let hits = judge(gd.as_raw_fd(), GitDirKind::Nested, true, None);
     hits.into_iter()
@@ -1216,6 +1224,42 @@ mod tests {
                 ("x444/.mcp.json".into(), Severity::High),
                 ("x555/.envrc".into(), Severity::High),
             ]
+        );
+    }
+
+    /// A nested `.git` file made in the session naming a git dir outside the project is
+    /// taken (measured, git 2.47: `git log` and `git commit` there worked on the other
+    /// repository); near misses: one naming a benign git dir inside the project, one
+    /// naming nothing (git stops), a `.git` directory with a benign config.
+    #[test]
+    fn a_gitlink_naming_a_git_dir_outside_the_project() {
+        let t = tempfile::tempdir().unwrap();
+        let top = t.path().join("project");
+        let other = t.path().join("other");
+        for d in [
+            top.join("vend"),
+            top.join("inside/.git"),
+            top.join("near"),
+            top.join("gone"),
+            top.join("plain/.git"),
+            other.join(".git"),
+        ] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let gitfile = |at: &str, to: &Path| {
+            let line = format!("gitdir: {}\n", to.display());
+            std::fs::write(top.join(at).join(".git"), line).unwrap();
+        };
+        gitfile("vend", &other.join(".git"));
+        gitfile("near", &top.join("inside/.git"));
+        gitfile("gone", &t.path().join("missing/.git"));
+        let found = found_in(&top, &[]);
+        assert_eq!(
+            found,
+            [(
+                ".git".to_string(),
+                review::nested_reason(review::GITLINK_OUTSIDE_WHY)
+            )]
         );
     }
 

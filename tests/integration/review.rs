@@ -1089,3 +1089,56 @@ fn a_truncated_pending_record_reviews_everything() {
         assert!(p.join("sub/keep.txt").exists());
     }
 }
+
+/// Issue 34 (2): what the exit review cannot move aside holds the project (here the
+/// quarantine cannot be made: a file stands in its place). The session's launch says
+/// so; the next launch refuses in one line naming it, `--check` fails a row naming it;
+/// once it is gone both pass and the record is gone.
+#[test]
+fn what_the_review_cannot_move_holds_the_project() {
+    let w = World::new(BIN);
+    let p = project(&w);
+    let o = w.cmd(&p).args(["--exec", "true"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let projects = w.home().join(".claudebox/projects");
+    let state = fs::read_dir(&projects)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|d| d.join("review-pending").exists())
+        .unwrap();
+    let _ = fs::remove_dir_all(state.join("quarantine"));
+    fs::write(state.join("quarantine"), "in the way").unwrap();
+    let o = w
+        .cmd(&p)
+        .args(["--exec", "sh", "-c", "echo 'echo PLANTED' > sub/.envrc"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(err.contains("holding the project"), "{err}");
+    assert!(p.join("sub/.envrc").exists(), "{err}");
+    let next = w.cmd(&p).args(["--exec", "true"]).output().unwrap();
+    let refusal = stderr(&next);
+    assert!(!next.status.success(), "{refusal}");
+    let last = refusal.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("held") && last.contains("sub/.envrc"),
+        "{refusal}"
+    );
+    let check = w.cmd(&p).arg("--check").output().unwrap();
+    let rows = String::from_utf8_lossy(&check.stdout).into_owned();
+    assert!(
+        rows.lines().any(|l| l.starts_with("fail")
+            && l.contains("exit review")
+            && l.contains("sub/.envrc")),
+        "{rows}"
+    );
+    // Removed by hand: the project launches again, and nothing is pending.
+    fs::remove_file(p.join("sub/.envrc")).unwrap();
+    let o = w.cmd(&p).args(["--exec", "true"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        fs::read_dir(state.join("review-pending")).unwrap().count(),
+        0
+    );
+}

@@ -88,11 +88,13 @@ pub fn chmod_fd(fd: RawFd, mode: u32) -> nix::Result<()> {
     )
 }
 
-/// Whether this process's user needs the owner's rights `want` (bits of 0o700) given on a
-/// file of mode `st` to do what it needs there: root needs none (it passes permission
-/// bits), another user those missing.
+/// Whether this process's user, the file's owner, lacks the owner's rights `want` (bits of
+/// 0o700) on a file of status `st`: root needs none (it passes permission bits); on
+/// another user's file the owner's bits are not this user's (its rights there cannot be
+/// given, and are not asked for).
 pub fn lacks(st: &FileStat, want: u32) -> bool {
-    !nix::unistd::geteuid().is_root() && st.st_mode & want != want
+    let me = nix::unistd::geteuid();
+    !me.is_root() && st.st_uid == me.as_raw() && st.st_mode & want != want
 }
 
 /// Opens the directory `name` in `dirfd` as [`open_dir`] does; one its owner (this user)

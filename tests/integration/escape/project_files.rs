@@ -280,6 +280,30 @@ fn plants(a: &Arena) -> Vec<Plant> {
             )
         },
     ]);
+    // Issue 34 (3): rustup's toolchain file naming a toolchain directory in the project
+    // (rustup then runs its bin/cargo for `cargo --version` there: measured), and vim's
+    // local config read with `set exrc`.
+    v.push(plant_case(
+        "rustup: rust-toolchain.toml with [toolchain] path naming a directory of the project",
+        "mkdir -p tc/bin && printf '#!/bin/sh\\necho PLANTED\\n' > tc/bin/cargo && \
+         chmod +x tc/bin/cargo && \
+         printf '[toolchain]\\npath = \"%s/tc\"\\n# PLANTED\\n' \"$T_PROJ\" > rust-toolchain.toml",
+        |a: &Arena| {
+            let landed = contains_planted(&a.proj.join("rust-toolchain.toml"));
+            let _ = fs::remove_file(a.proj.join("rust-toolchain.toml"));
+            let _ = fs::remove_dir_all(a.proj.join("tc"));
+            landed
+        },
+    ));
+    v.push(plant_case(
+        "vim with set exrc: a .exrc in a subdirectory",
+        plant("src/.exrc"),
+        |a: &Arena| {
+            let landed = contains_planted(&a.proj.join("src/.exrc"));
+            let _ = fs::remove_file(a.proj.join("src/.exrc"));
+            landed
+        },
+    ));
     // Issue 34: plants in directories the agent made unlistable (0111) or unwritable
     // (0555) before it ended; the review gave up on them ("check it by hand", "remove
     // it"). As an ordinary user only: root passes permission bits (the review looked in).

@@ -419,7 +419,14 @@ fn exec_registered(
     let inp = &p.inputs;
     // A sandbox of this project whose claudebox was killed left its review undone (done
     // also with --writable-project-config: that launch's opt-out is not the other's).
-    review::missed(&inp.state, &mut std::io::stderr());
+    // Held (what an earlier review could not look into or move aside is still there):
+    // refused, naming it. A record that cannot be read: this project reviewed whole.
+    let writable = crate::policy::review::writable_outside(&p.plan.mounts, &inp.project.work_tree);
+    let whole = review::Target::of(&inp.project, &writable);
+    if let Some(held) = review::missed(&inp.state, Some(&whole), &mut std::io::stderr()).refusal() {
+        return Err(held.into());
+    }
+
     // Sibling launches prepare the same files: one at a time, until the fds are open.
     let setup = inuse::setup_lock(&inp.state)?;
     // The empty file stands in for hidden files and for setup files the user has none of.

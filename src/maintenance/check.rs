@@ -70,8 +70,9 @@ fn fail(name: &'static str, detail: String, fix: String) -> Row {
 }
 
 pub fn run(gpu: bool) -> Result<ExitCode> {
-    missed_review();
+    let held = missed_review();
     let mut rows = checks()?;
+    rows.extend(held);
     rows.extend(gpu_row(&host::home_dir()?, gpu));
     let mut out = String::new();
     for r in &rows {
@@ -896,13 +897,16 @@ fn first_line(bytes: &[u8]) -> String {
         .to_string()
 }
 
-/// The current project's exit reviews that were missed (its claudebox was killed).
-fn missed_review() {
+/// The current project's exit reviews that were missed (its claudebox was killed, or an
+/// earlier review was held): a failing row while the project is held. A record that
+/// cannot be read: the project reviewed whole.
+fn missed_review() -> Option<Row> {
     let (Ok(cwd), Ok(home)) = (host::current_dir(), host::home_dir()) else {
-        return;
+        return None;
     };
-    if let Ok(p) = crate::host::project::discover(&cwd) {
-        let st = crate::state::StateHome::from_env(&home).project(&p.id());
-        crate::state::review::missed(&st, &mut std::io::stderr());
-    }
+    let p = crate::host::project::discover(&cwd).ok()?;
+    let st = crate::state::StateHome::from_env(&home).project(&p.id());
+    let whole = crate::state::review::Target::of(&p, &Default::default());
+    let held = crate::state::review::missed(&st, Some(&whole), &mut std::io::stderr()).refusal()?;
+    Some(fail("exit review", held.what, held.fix))
 }

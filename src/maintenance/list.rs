@@ -88,7 +88,7 @@ pub fn run(json: bool, margin_flag: Option<&str>, sizes: bool) -> Result<ExitCod
         // (looked at only where the inventory saw a record waiting).
         if e.review_pending {
             let st = crate::policy::layout::ProjectState { dir: e.dir.clone() };
-            crate::state::review::missed(&st, &mut std::io::stderr());
+            crate::state::review::missed(&st, None, &mut std::io::stderr());
         }
         for (slot, pids) in &e.stuck {
             eprintln!(

@@ -377,6 +377,27 @@ pub fn git_dir_finding(kind: GitDirKind, rel: &str, content: &[u8]) -> Option<St
     }
 }
 
+/// What in a git dir's file the user's next plain `git status` runs, as its finding says
+/// it: a config's (or `config.worktree`'s) `core.fsmonitor`, the [`CODE_KEYS`] row that
+/// runs on every status. None for anything else (it runs for other commands).
+pub fn runs_on_status(kind: GitDirKind, rel: &str, content: &[u8]) -> Option<String> {
+    let rel = rel.trim_start_matches("./");
+    let rel = match (kind, rel.strip_prefix("worktrees/")) {
+        (Common, Some(rest)) => rest.split_once('/')?.1,
+        _ => rel,
+    };
+    if !(rel == "config" || rel == "config.worktree") {
+        return None;
+    }
+    let keys = config_keys(content)?;
+    let (s, k, why) = CODE_KEYS
+        .iter()
+        .find(|(s, k, _)| *s == "core" && *k == "fsmonitor")?;
+    keys.iter()
+        .any(|(section, key)| section == s && key == k)
+        .then(|| format!("{rel}: {s}.{k} {why}"))
+}
+
 /// The first code-bearing key of a config file, as `section.key: why`. A file claudebox
 /// cannot read as git config counts (git might read it otherwise).
 fn config_finding(kind: GitDirKind, content: &[u8]) -> Option<String> {

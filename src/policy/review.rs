@@ -147,6 +147,53 @@ pub const WORK_TREE_RULES: &[Rule] = &[
         severity: Severity::High,
         reason: "mise and asdf install and run the tools it names",
     },
+    // rustup (measured, rustup 1.29): a `rust-toolchain.toml`, or a legacy
+    // `rust-toolchain` (TOML or one line), in the directory or any above it picks the
+    // toolchain of every `cargo`/`rustc` run there; `[toolchain] path = "/abs/dir"` (or a
+    // one-line absolute path) makes the proxies run `<dir>/bin/cargo`: `cargo --version`
+    // from a subdirectory ran the agent's script. (A relative path is refused by rustup; a
+    // `channel` only installs Rust's own. The review does not read the file: any new one
+    // is moved aside, `--restore` puts a wanted one back.)
+    Rule {
+        pattern: Pattern::Name("rust-toolchain.toml"),
+        severity: Severity::High,
+        reason: RUST_TOOLCHAIN_WHY,
+    },
+    Rule {
+        pattern: Pattern::Name("rust-toolchain"),
+        severity: Severity::High,
+        reason: RUST_TOOLCHAIN_WHY,
+    },
+    // vim and neovim with `set exrc` (measured, Debian 12's vim 9.0 and neovim 0.7.2,
+    // each started in the directory): vim sourced `.vimrc`, `_vimrc` and `.exrc`; neovim
+    // `.nvimrc` and `.exrc`. `.nvim.lua` is neovim 0.9's first name (its docs; it asks
+    // before running a file it has not been told to trust; not packaged here). Near
+    // misses measured: `_exrc`, `.gvimrc` (vim without a GUI), `.nvim.lua` in 0.7.2.
+    Rule {
+        pattern: Pattern::Name(".exrc"),
+        severity: Severity::High,
+        reason: EXRC_WHY,
+    },
+    Rule {
+        pattern: Pattern::Name(".vimrc"),
+        severity: Severity::High,
+        reason: EXRC_WHY,
+    },
+    Rule {
+        pattern: Pattern::Name("_vimrc"),
+        severity: Severity::High,
+        reason: EXRC_WHY,
+    },
+    Rule {
+        pattern: Pattern::Name(".nvimrc"),
+        severity: Severity::High,
+        reason: EXRC_WHY,
+    },
+    Rule {
+        pattern: Pattern::Name(".nvim.lua"),
+        severity: Severity::High,
+        reason: EXRC_WHY,
+    },
     Rule {
         pattern: Pattern::NestedGit,
         severity: Severity::High,
@@ -154,6 +201,20 @@ pub const WORK_TREE_RULES: &[Rule] = &[
                  (policy::git_dir), moved aside only when that bears code",
     },
 ];
+
+const RUST_TOOLCHAIN_WHY: &str = "rustup: the toolchain it names with `path` runs for \
+    every cargo and rustc in this directory and below (prompts and editors run cargo \
+    --version on cd and open)";
+
+const EXRC_WHY: &str = "vim or neovim with 'exrc' set (a common vimrc line) runs it when \
+    started in this directory";
+
+/// Why a nested `.git` file (a gitlink) made in the session that names a git dir outside
+/// the project is moved aside: git in that directory works on the other repository (its
+/// config, hooks and objects; a commit or checkout there writes another project), which
+/// the review does not judge and the sandbox may have reached (an rw path).
+pub const GITLINK_OUTSIDE_WHY: &str = "a .git file naming a git dir outside the project: \
+    git in this directory works on that other repository, with its config and hooks";
 
 /// How many directories above a name [`work_tree_rule`] looks at (the longest
 /// [`Pattern::Under`] chain): the walk hands it that many names.
@@ -230,6 +291,15 @@ pub fn bare_repo_reason(finding: &str) -> String {
         "a directory shaped as a bare repository (HEAD, objects/, refs/: git run in it, or at \
          the top once .git is not valid, uses it as its git dir): {finding}"
     )
+}
+
+/// The line for a directory the review could not list even after giving its owner the
+/// rights to (another user's, an immutable one) while this user can reach what lies
+/// below it by name, as the sandbox could: moved aside whole, not kept unlooked-at.
+pub fn unlisted_reason() -> String {
+    "a directory the review cannot list (its owner's rights could not be given to it), \
+     while what lies below it can be reached by name: not looked into, so not kept"
+        .into()
 }
 
 /// The line for a directory below a git dir's `modules/` deeper than the review looks.
@@ -381,9 +451,14 @@ pub fn is_claude_dir(name: &OsStr) -> bool {
 
 /// The exit review's judgement of a file found changed in a git dir after the session:
 /// [`git_dir_finding`]'s, from the one table of what git reads ([`super::git_dir`]), as
-/// High; except the main git dir's `commondir`, Critical whatever it holds: git reads one
-/// there (measured), and even `.`, which git treats as absent, changes what
-/// `git rev-parse --git-common-dir` prints, so any new one is moved aside. `rel` is
+/// High; except what the user's next plain `git status` runs, Critical by
+/// [`Severity::Critical`]'s definition: the main git dir's `commondir`, whatever it holds
+/// (git reads one there, measured; even `.`, which git treats as absent, changes what
+/// `git rev-parse --git-common-dir` prints, so any new one is moved aside), and a config
+/// with a `core.fsmonitor` ([`super::git_dir::runs_on_status`]): git status runs it in
+/// its repository, and at the project's top enters a nested repository staged as a
+/// gitlink, or a submodule, and runs it there (a nested repository not staged yet is
+/// staged by any `git add -A`; the review does not read the index to tell). `rel` is
 /// relative to the git dir of `kind`; `content` the file's bytes (empty for a hook).
 pub fn git_dir_judgement(
     kind: GitDirKind,
@@ -401,7 +476,11 @@ pub fn git_dir_judgement(
             format!("{why}: the next host git status runs that directory's core.fsmonitor"),
         ));
     }
-    git_dir_finding(kind, rel, content).map(|w| (Severity::High, w))
+    let finding = git_dir_finding(kind, rel, content)?;
+    if let Some(why) = super::git_dir::runs_on_status(kind, rel, content) {
+        return Some((Severity::Critical, why));
+    }
+    Some((Severity::High, finding))
 }
 
 /// Why a file the review must judge was moved aside unread: git would read it, the
@@ -500,6 +579,50 @@ mod tests {
             if let Pattern::Under(chain, ..) = r.pattern {
                 assert!(chain.len() <= DIRS_LOOKED_AT, "{r:?}");
             }
+        }
+    }
+
+    /// The host-run rows measured with the real tools (rustup 1.29, vim 9.0, neovim
+    /// 0.7.2): their names at any depth; the near misses (measured not to run, or other
+    /// names) are not taken.
+    #[test]
+    fn toolchain_and_exrc_rows_with_near_misses() {
+        for p in [
+            "rust-toolchain.toml",
+            "rust-toolchain",
+            "crates/x/rust-toolchain.toml",
+            "sub/rust-toolchain",
+            ".exrc",
+            ".vimrc",
+            "_vimrc",
+            ".nvimrc",
+            ".nvim.lua",
+            "sub/deeper/.exrc",
+            "sub/.nvimrc",
+        ] {
+            let r = at(p).unwrap_or_else(|| panic!("{p}"));
+            assert_eq!(r.severity, Severity::High, "{p}");
+        }
+        assert_eq!(
+            at("rust-toolchain.toml").unwrap().reason,
+            RUST_TOOLCHAIN_WHY
+        );
+        assert_eq!(at("sub/.vimrc").unwrap().reason, EXRC_WHY);
+        for p in [
+            "rust-toolchain.toml.bak",
+            "rust-toolchain.txt",
+            "my-rust-toolchain",
+            "rust-toolchain.yaml",
+            "_exrc",
+            ".gvimrc",
+            "vimrc",
+            ".vimrc.local",
+            "nvim.lua",
+            ".nvim.vim",
+            "init.lua",
+            "sub/.exrc.swp",
+        ] {
+            assert_eq!(at(p), None, "{p}");
         }
     }
 
@@ -632,9 +755,36 @@ mod tests {
         let plain = b"[core]\n\tbare = false\n[remote \"origin\"]\n\turl = /x\n";
         assert_eq!(git_dir_judgement(Nested, "config", plain), None);
         assert_eq!(git_dir_judgement(Module, "config", plain), None);
-        let (sev, why) = git_dir_judgement(Nested, "config", b"[core]\n\tfsmonitor = x\n").unwrap();
-        assert_eq!(sev, Severity::High);
+        // What the next plain git status runs is critical (Severity::Critical's
+        // definition): a core.fsmonitor in any git dir's config, even behind other keys;
+        // other code keys are high.
+        for kind in [Nested, Module, Common] {
+            let (sev, why) =
+                git_dir_judgement(kind, "config", b"[core]\n\tfsmonitor = x\n").unwrap();
+            assert_eq!(sev, Severity::Critical, "{kind:?}");
+            assert!(why.contains("core.fsmonitor"), "{why}");
+        }
+        let (sev, why) = git_dir_judgement(
+            Nested,
+            "config",
+            b"[alias]\n\tx = !y\n[core]\nfsmonitor=z\n",
+        )
+        .unwrap();
+        assert_eq!(sev, Severity::Critical);
         assert!(why.contains("core.fsmonitor"), "{why}");
+        let (sev, _) =
+            git_dir_judgement(Linked, "config.worktree", b"[core]\nfsmonitor=x").unwrap();
+        assert_eq!(sev, Severity::Critical);
+        // Near misses: other code keys, a fsmonitor in another section, a hook.
+        for (rel, c) in [
+            ("config", &b"[core]\n\tpager = x\n"[..]),
+            ("config", b"[alias]\n\tfsmonitor = x\n"),
+            ("config", b"[core \"x\"]\n\thookspath = y\n"),
+            ("hooks/pre-commit", b""),
+        ] {
+            let (sev, _) = git_dir_judgement(Nested, rel, c).unwrap();
+            assert_eq!(sev, Severity::High, "{rel} {c:?}");
+        }
         assert!(git_dir_judgement(Common, "rebase-merge/git-rebase-todo", b"exec x\n").is_some());
         assert_eq!(
             git_dir_judgement(Module, "hooks/pre-commit.sample", b""),

@@ -35,6 +35,15 @@ const PLANTS: &[(&str, &str)] = &[
     ("vendorx/.git", "mkdir vendorx && git -C vendorx init -q && git -C vendorx config core.fsmonitor 'echo PLANTED'"),
     (".git/worktrees/evil", "mkdir -p .git/worktrees/evil && echo /tmp > .git/worktrees/evil/commondir"),
     (".git/modules/m/config", "mkdir -p .git/modules/m && printf '[core]\\n\\tfsmonitor = x\\n' > .git/modules/m/config"),
+    ("rust-toolchain.toml", "printf '[toolchain]\\npath = \"/tmp/tc\"\\n' > rust-toolchain.toml"),
+    ("sub/rust-toolchain", "echo /tmp/tc > sub/rust-toolchain"),
+    (".exrc", "echo '!touch x' > .exrc"),
+    ("sub/.vimrc", "echo 'call system(\"x\")' > sub/.vimrc"),
+    ("sub/_vimrc", "echo 'call system(\"x\")' > sub/_vimrc"),
+    (".nvimrc", "echo 'call system(\"x\")' > .nvimrc"),
+    ("sub/.nvim.lua", "echo 'os.execute(\"x\")' > sub/.nvim.lua"),
+    // A gitlink naming the repository beside the project (`project()` makes it).
+    ("sub/vendg/.git", "mkdir -p sub/vendg && echo 'gitdir: ../../../other/.git' > sub/vendg/.git"),
 ];
 
 /// Planted with them: the same names where no tool reads them, which stay.
@@ -49,11 +58,18 @@ const NEAR_MISSES: &[(&str, &str)] = &[
         "mise/tasks/build.toml",
         "mkdir -p mise/tasks && echo x > mise/tasks/build.toml",
     ),
+    (
+        "rust-toolchain.toml.bak",
+        "echo x > rust-toolchain.toml.bak",
+    ),
+    ("sub/_exrc", "echo x > sub/_exrc"),
+    ("sub/.gvimrc", "echo x > sub/.gvimrc"),
 ];
 
 fn project(w: &World) -> std::path::PathBuf {
     let p = w.dir("proj");
     init_repo(&p);
+    init_repo(&w.dir("other"));
     fs::create_dir_all(p.join("sub")).unwrap();
     fs::write(p.join("sub/keep.txt"), "the user's\n").unwrap();
     p
@@ -922,4 +938,207 @@ const NO_SUPERVISOR: &str = "CLAUDEBOX_TEST_NO_FILE_SUPERVISOR";
 
 fn sq(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// Plants in directories the agent made unlistable or unwritable before its session
+/// ended, as an ordinary user meets them (root passes permission bits: as root the
+/// review could always look in, and the control's plants are moved aside too).
+fn locked_plants(marker: &std::path::Path) -> String {
+    format!(
+        "mkdir -p x111/nested && cd x111/nested && git init -q && \
+         git config core.fsmonitor 'touch {m}; false' && echo x > f && git add f && \
+         git -c user.name=a -c user.email=b commit -qm x && cd ../.. && \
+         git add x111/nested 2>/dev/null && \
+         mkdir -p x111/sub/.claude && \
+         echo '{{\"hooks\":{{\"SessionStart\":[]}}}}' > x111/sub/.claude/settings.json && \
+         echo '{{\"mcpServers\":{{}}}}' > x111/sub/.mcp.json && chmod 0111 x111 && \
+         mkdir -p x555/.husky && echo 'echo PLANTED' > x555/.envrc && \
+         echo x > x555/.husky/pre-commit && echo x > x555/keep.txt && \
+         chmod 0555 x555/.husky x555",
+        m = marker.display()
+    )
+}
+
+const LOCKED: &[&str] = &[
+    "x111/nested/.git",
+    "x111/sub/.claude/settings.json",
+    "x111/sub/.mcp.json",
+    "x555/.envrc",
+    "x555/.husky",
+];
+
+/// Issue 34 (2): a staged nested repository with a `core.fsmonitor` inside a directory
+/// the agent made `0111`, a nested `.claude/settings.json` and `.mcp.json` there, and
+/// plants in a `0555` directory: the review makes its way in (and out), moves them aside
+/// (the fsmonitor as CRITICAL: the next plain git status at the top runs it), and puts
+/// the modes back. The control (`CLAUDEBOX_TEST_REVIEW_GIVES_UP`, the review as it was):
+/// as an ordinary user everything stays and the host's `git status` at the top runs the
+/// agent's fsmonitor.
+#[test]
+fn directories_the_agent_locked_are_looked_into_and_moved_from() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    let unlock = |p: &std::path::Path| {
+        for d in ["x111", "x555", "x555/.husky"] {
+            let _ = fs::set_permissions(p.join(d), fs::Permissions::from_mode(0o755));
+        }
+    };
+    for control in [false, true] {
+        let w = World::new(BIN);
+        let p = project(&w);
+        let marker = w.root().join("fsm-ran");
+        let mut cmd = w.cmd(&p);
+        if control {
+            cmd.env("CLAUDEBOX_TEST_REVIEW_GIVES_UP", "1");
+        }
+        let o = cmd
+            .args(["--exec", "sh", "-c", &locked_plants(&marker)])
+            .output()
+            .unwrap();
+        let err = stderr(&o);
+        assert!(o.status.success(), "{err}");
+        let _ = Command::new("git")
+            .arg("-C")
+            .arg(&p)
+            .arg("status")
+            .env("HOME", w.home())
+            .output()
+            .unwrap();
+        let ran = marker.exists();
+        let modes = (mode(&p.join("x111")), mode(&p.join("x555")));
+        unlock(&p);
+        let stayed: Vec<&&str> = LOCKED.iter().filter(|r| p.join(r).exists()).collect();
+        if control {
+            if !lab::maintenance::is_root() {
+                assert_eq!(stayed.len(), LOCKED.len(), "control: {stayed:?}\n{err}");
+                assert!(ran, "control: the host's git status did not run it\n{err}");
+            }
+            continue;
+        }
+        assert!(stayed.is_empty(), "{stayed:?} stayed:\n{err}");
+        assert!(!ran, "the host's git status ran the fsmonitor\n{err}");
+        assert_eq!(modes, (0o111, 0o555), "modes not put back\n{err}");
+        assert!(p.join("x555/keep.txt").exists());
+        let nested = line_for(&err, "x111/nested/.git").unwrap_or_default();
+        assert!(nested.contains("CRITICAL"), "{err}");
+        assert!(!err.contains("holding"), "{err}");
+    }
+}
+
+/// Issue 34 (2): a launch killed while its agent planted `.envrc`, its pending-review
+/// record then truncated: the next launch reviews the whole project (a record it cannot
+/// read is "review everything") and moves the `.envrc` aside. The control
+/// (`CLAUDEBOX_TEST_REVIEW_GIVES_UP`): the record is dropped silently and the `.envrc`
+/// stays.
+#[test]
+fn a_truncated_pending_record_reviews_everything() {
+    for control in [false, true] {
+        let w = World::new(BIN);
+        let p = project(&w);
+        let (mut child, line) = lab::spawn_first_line(
+            w.cmd(&p)
+                .args([
+                    "--exec",
+                    "sh",
+                    "-c",
+                    "echo 'echo PLANTED' > sub/.envrc && echo ready && sleep 100",
+                ])
+                .stderr(Stdio::null()),
+        );
+        assert_eq!(line.trim(), "ready");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        let pending: Vec<_> = fs::read_dir(w.home().join(".claudebox/projects"))
+            .unwrap()
+            .flatten()
+            .flat_map(|d| {
+                fs::read_dir(d.path().join("review-pending"))
+                    .into_iter()
+                    .flatten()
+            })
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert_eq!(pending.len(), 1, "{pending:?}");
+        let rec = fs::read(&pending[0]).unwrap();
+        fs::write(&pending[0], &rec[..rec.len() / 2]).unwrap();
+        // The killed launch's sandbox may hold its record's lock a moment longer: the
+        // next launch is tried until the record is looked at (bounded).
+        let mut err = String::new();
+        for _ in 0..50 {
+            let mut next = w.cmd(&p);
+            if control {
+                next.env("CLAUDEBOX_TEST_REVIEW_GIVES_UP", "1");
+            }
+            let o = next.args(["--exec", "true"]).output().unwrap();
+            err = stderr(&o);
+            assert!(o.status.success(), "{err}");
+            if !pending[0].exists() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(!pending[0].exists(), "{err}");
+        if control {
+            assert!(p.join("sub/.envrc").exists(), "control: {err}");
+            continue;
+        }
+        assert!(!p.join("sub/.envrc").exists(), "{err}");
+        assert!(err.contains("cannot be read"), "{err}");
+        // The user's own files stay.
+        assert!(p.join("sub/keep.txt").exists());
+    }
+}
+
+/// Issue 34 (2): what the exit review cannot move aside holds the project (here the
+/// quarantine cannot be made: a file stands in its place). The session's launch says
+/// so; the next launch refuses in one line naming it, `--check` fails a row naming it;
+/// once it is gone both pass and the record is gone.
+#[test]
+fn what_the_review_cannot_move_holds_the_project() {
+    let w = World::new(BIN);
+    let p = project(&w);
+    let o = w.cmd(&p).args(["--exec", "true"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    let projects = w.home().join(".claudebox/projects");
+    let state = fs::read_dir(&projects)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|d| d.join("review-pending").exists())
+        .unwrap();
+    let _ = fs::remove_dir_all(state.join("quarantine"));
+    fs::write(state.join("quarantine"), "in the way").unwrap();
+    let o = w
+        .cmd(&p)
+        .args(["--exec", "sh", "-c", "echo 'echo PLANTED' > sub/.envrc"])
+        .output()
+        .unwrap();
+    let err = stderr(&o);
+    assert!(err.contains("holding the project"), "{err}");
+    assert!(p.join("sub/.envrc").exists(), "{err}");
+    let next = w.cmd(&p).args(["--exec", "true"]).output().unwrap();
+    let refusal = stderr(&next);
+    assert!(!next.status.success(), "{refusal}");
+    let last = refusal.lines().last().unwrap_or_default();
+    assert!(
+        last.contains("held") && last.contains("sub/.envrc"),
+        "{refusal}"
+    );
+    let check = w.cmd(&p).arg("--check").output().unwrap();
+    let rows = String::from_utf8_lossy(&check.stdout).into_owned();
+    assert!(
+        rows.lines().any(|l| l.starts_with("fail")
+            && l.contains("exit review")
+            && l.contains("sub/.envrc")),
+        "{rows}"
+    );
+    // Removed by hand: the project launches again, and nothing is pending.
+    fs::remove_file(p.join("sub/.envrc")).unwrap();
+    let o = w.cmd(&p).args(["--exec", "true"]).output().unwrap();
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_eq!(
+        fs::read_dir(state.join("review-pending")).unwrap().count(),
+        0
+    );
 }

@@ -10,6 +10,14 @@
 //! record nobody holds is a review that was missed (the launcher was killed, the terminal
 //! closed), done by the project's next launch, `--list` or `--check`.
 //!
+//! It fails closed. A directory it cannot list or move from (the agent's `chmod 0111`,
+//! `0555`) it makes its way into as `--gc` does (its owner's rights given through a
+//! descriptor opened without following a symlink), putting the mode back when done; what
+//! it still cannot look into or move aside holds the project: the record stays, and the
+//! next launch (which reviews again first) refuses, and `--check` fails, naming what must
+//! be done. A record it cannot read (truncated, corrupt) means the whole work tree and
+//! the git dirs are reviewed as if everything in them had changed.
+//!
 //! Layout, per project: `quarantine/<ID>/entry` (what was moved, as it was) and
 //! `quarantine/<ID>/record.json` (where it was, why); `claudebox --restore ID` moves it
 //! back (refusing to overwrite, never through a symlink).
@@ -248,19 +256,25 @@ impl Pending {
         });
     }
 
-    /// Runs the review, then removes the record. Returns how many entries were moved.
-    /// `held`: another process (the launch's keeper) holds the watch's inotify instance
-    /// until this one has ended (see [`stop_commondir_watch`]).
-    pub fn finish(self, st: &ProjectState, held: bool, err: &mut dyn Write) -> usize {
+    /// Runs the review, then removes the record; keeps it when the review left something
+    /// it could not look into or move aside (the project is held: [`missed`] reviews again
+    /// at the next launch, which refuses while anything is left). `held`: another process
+    /// (the launch's keeper) holds the watch's inotify instance until this one has ended
+    /// (see [`stop_commondir_watch`]).
+    pub fn finish(self, st: &ProjectState, held: bool, err: &mut dyn Write) -> Outcome {
         stop_commondir_watch(held);
-        let n = run(st, &self.target, self.since, err);
-        let _ = nix::unistd::unlinkat(
-            Some(self.dir.as_raw_fd()),
-            self.name.as_os_str(),
-            UnlinkatFlags::NoRemoveDir,
-        );
+        let out = run(st, &self.target, self.since, err);
+        if out.left.is_empty() || walk::gives_up() {
+            let _ = nix::unistd::unlinkat(
+                Some(self.dir.as_raw_fd()),
+                self.name.as_os_str(),
+                UnlinkatFlags::NoRemoveDir,
+            );
+        } else {
+            out.say_held(err);
+        }
         drop(self.lock);
-        n
+        out
     }
 
     /// Removes the record without a review: no sandbox came up (bwrap could not start, or
@@ -275,16 +289,57 @@ impl Pending {
     }
 }
 
+/// What a review did: how many entries it moved aside, and what it left that it could
+/// not look into or move aside (shown paths), which holds the project.
+#[derive(Debug, Default)]
+pub struct Outcome {
+    pub moved: usize,
+    pub left: Vec<String>,
+}
+
+impl Outcome {
+    fn add(&mut self, o: Outcome) {
+        self.moved += o.moved;
+        self.left.extend(o.left);
+    }
+
+    fn say_held(&self, err: &mut dyn Write) {
+        let _ = writeln!(
+            err,
+            "claudebox: review: holding the project: {} could not be looked into or moved \
+             aside (above); the next launch refuses until it is gone",
+            self.left.join(", ")
+        );
+    }
+
+    /// The next launch's refusal (and `--check`'s failure) while the project is held.
+    pub fn refusal(&self) -> Option<crate::policy::error::Fixable> {
+        (!self.left.is_empty()).then(|| {
+            crate::policy::error::Fixable::new(
+                format!(
+                    "the exit review of an earlier session could not look into or move aside \
+                     {}, so the project is held",
+                    self.left.join(", ")
+                ),
+                "remove it by hand (or give it back to your user), then launch again: the \
+                 review runs again first",
+            )
+        })
+    }
+}
+
 /// The reviews that were missed: every pending record of the project that no running
-/// launcher holds. Returns how many entries were moved.
-pub fn missed(st: &ProjectState, err: &mut dyn Write) -> usize {
+/// launcher holds (a killed launcher's, or a held review's, kept). `project`: the
+/// project's own target, reviewed whole (everything counts as changed) for a record that
+/// cannot be read; without one such a record holds the project.
+pub fn missed(st: &ProjectState, project: Option<&Target>, err: &mut dyn Write) -> Outcome {
+    let mut out = Outcome::default();
     let Ok(dir) = walk::open_dir(None, &st.review_pending()) else {
-        return 0;
+        return out;
     };
     let Ok(names) = std::fs::read_dir(st.review_pending()) else {
-        return 0;
+        return out;
     };
-    let mut moved = 0;
     for e in names.flatten() {
         let name = e.file_name();
         if name.as_bytes().starts_with(b".") {
@@ -301,34 +356,64 @@ pub fn missed(st: &ProjectState, err: &mut dyn Write) -> usize {
             continue;
         };
         let mut bytes = Vec::new();
-        let _ = (&mut *lock).take(64 * 1024).read_to_end(&mut bytes);
-        if let Ok(target) = serde_json::from_slice::<Target>(&bytes) {
-            let _ = writeln!(
-                err,
-                "claudebox: review: a sandbox of this project ended without its exit review \
-                 (its claudebox was killed); reviewing now"
+        let read = (&mut *lock).take(64 * 1024).read_to_end(&mut bytes);
+        let parsed = read
+            .ok()
+            .and_then(|_| serde_json::from_slice::<Target>(&bytes).ok());
+        let o = match (parsed, project) {
+            (Some(target), _) => {
+                let _ = writeln!(
+                    err,
+                    "claudebox: review: a sandbox of this project ended without its exit \
+                     review (its claudebox was killed, or the review was held); reviewing now"
+                );
+                run(st, &target, Since::of(&meta), err)
+            }
+            _ if walk::gives_up() => Outcome::default(),
+            (None, Some(target)) => {
+                let _ = writeln!(
+                    err,
+                    "claudebox: review: a pending review's record cannot be read ({}); \
+                     reviewing the whole project as if everything in it had changed",
+                    st.review_pending().join(&name).shown()
+                );
+                run(st, target, Since { sec: 0, nsec: 0 }, err)
+            }
+            (None, None) => Outcome {
+                moved: 0,
+                left: vec![format!(
+                    "the project (its pending review's record {} cannot be read; `claudebox \
+                     --check` in the project reviews it whole)",
+                    st.review_pending().join(&name).shown()
+                )],
+            },
+        };
+        if o.left.is_empty() || walk::gives_up() {
+            let _ = nix::unistd::unlinkat(
+                Some(dir.as_raw_fd()),
+                name.as_os_str(),
+                UnlinkatFlags::NoRemoveDir,
             );
-            moved += run(st, &target, Since::of(&meta), err);
         }
-        let _ = nix::unistd::unlinkat(
-            Some(dir.as_raw_fd()),
-            name.as_os_str(),
-            UnlinkatFlags::NoRemoveDir,
-        );
+        out.add(o);
     }
-    moved
+    out
 }
 
 /// One review: finds what changed at or after `since`, moves it aside, prints a line per
-/// entry. Returns how many were moved.
-pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write) -> usize {
+/// entry. Returns how many were moved and what was left.
+pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write) -> Outcome {
     let work_tree = path(&target.work_tree);
     let mut q = Quarantine::new(st);
-    let mut moved = 0;
+    let mut out = Outcome::default();
     let mut unread = Vec::new();
     {
         let mut on_found = |f: Found<'_>| {
-            moved += usize::from(q.take(&f, &work_tree, err));
+            if q.take(&f, &work_tree, err) {
+                out.moved += 1;
+            } else {
+                out.left.push(shown_in(&f.dir.join(f.name), &work_tree));
+            }
         };
         // The common dir's modules/ and worktrees/: git dirs judged by walk::git_dir, so
         // a gitlink file naming one is not judged twice.
@@ -388,14 +473,36 @@ pub fn run(st: &ProjectState, target: &Target, since: Since, err: &mut dyn Write
             }
         }
     }
-    for Unread { path, error } in unread {
-        let _ = writeln!(
-            err,
-            "claudebox: review: warning: could not look into {} ({error}); check it by hand",
-            path.shown()
-        );
+    for Unread { path, error, holds } in unread {
+        if holds && !walk::gives_up() {
+            let _ = writeln!(
+                err,
+                "claudebox: review: could not look into {} ({error})",
+                path.shown()
+            );
+            out.left.push(shown_in(&path, &work_tree));
+        } else if holds {
+            let _ = writeln!(
+                err,
+                "claudebox: review: warning: could not look into {} ({error}); check it by hand",
+                path.shown()
+            );
+        } else {
+            let _ = writeln!(
+                err,
+                "claudebox: review: not looked into {} ({error}): your user cannot enter it, \
+                 so nothing below it is reachable to your host tools (nor was to the sandbox)",
+                path.shown()
+            );
+        }
     }
-    moved
+    out
+}
+
+/// A path as the review's lines show it: relative to the work tree when in it, escaped.
+fn shown_in(full: &Path, work_tree: &Path) -> String {
+    full.strip_prefix(work_tree)
+        .map_or_else(|_| full.shown(), |r| r.shown())
 }
 
 /// The running launcher's inotify watch of the main git dir, removed when the sandbox ends.
@@ -641,21 +748,48 @@ impl Quarantine {
             }
         };
         let mut in_place = None;
-        match fcntl::renameat(Some(f.dirfd), f.name, Some(idfd.as_raw_fd()), ENTRY) {
-            Ok(()) => {}
-            Err(Errno::EXDEV) => {
+        let beside = || {
+            let mut n = f.name.to_os_string();
+            n.push(IN_PLACE_INFIX);
+            n.push(&id);
+            n
+        };
+        // Rights given to move it (its directory's, its own), put back after.
+        let mut granted = Granted::default();
+        let mut tried = 0;
+        let moved = loop {
+            let e = match fcntl::renameat(Some(f.dirfd), f.name, Some(idfd.as_raw_fd()), ENTRY) {
+                Ok(()) => break Ok(()),
+                Err(e) => e,
+            };
+            match e {
                 // The state lives on another file system: an inert name beside it.
-                let mut n = f.name.to_os_string();
-                n.push(IN_PLACE_INFIX);
-                n.push(&id);
-                fcntl::renameat(Some(f.dirfd), f.name, Some(f.dirfd), n.as_os_str())
-                    .context("cannot rename it")?;
-                in_place = Some(n.into_vec());
+                Errno::EXDEV => {}
+                // The agent's `chmod 0555` on its directory, or on itself (a directory
+                // moved to another one needs its own write right, for `..`): its owner's
+                // rights given, as for listing; then an inert name beside it, which
+                // needs neither its own right nor the quarantine.
+                Errno::EACCES | Errno::EPERM if tried == 0 && !walk::gives_up() => {
+                    tried += 1;
+                    granted.give(f.dirfd, f.name);
+                    continue;
+                }
+                Errno::EACCES | Errno::EPERM if tried == 1 && !walk::gives_up() => {}
+                e => break Err(e),
             }
-            Err(e) => {
-                let _ = nix::unistd::unlinkat(Some(q), id.as_str(), UnlinkatFlags::RemoveDir);
-                return Err(e).context("cannot move it");
+            let n = beside();
+            match fcntl::renameat(Some(f.dirfd), f.name, Some(f.dirfd), n.as_os_str()) {
+                Ok(()) => {
+                    in_place = Some(n.into_vec());
+                    break Ok(());
+                }
+                Err(e) => break Err(e),
             }
+        };
+        granted.put_back();
+        if let Err(e) = moved {
+            let _ = nix::unistd::unlinkat(Some(q), id.as_str(), UnlinkatFlags::RemoveDir);
+            return Err(e).context("cannot move it");
         }
         let rec = Record {
             dir: f.dir.as_os_str().as_bytes().to_vec(),
@@ -672,6 +806,54 @@ impl Quarantine {
         )?;
         file.write_all(&serde_json::to_vec(&rec)?)?;
         Ok(id)
+    }
+}
+
+/// The owner's rights the review gave to move an entry aside, to put back after: its
+/// directory's (`u+wx`, through the descriptor the walk holds) and, for a directory, its
+/// own (`u+w`, through an `O_PATH` descriptor opened without following a symlink, which
+/// still names it once moved).
+#[derive(Default)]
+struct Granted {
+    parent: Option<(RawFd, u32)>,
+    entry: Option<(OwnedFd, u32)>,
+}
+
+impl Granted {
+    fn give(&mut self, dirfd: RawFd, name: &OsStr) {
+        if let Ok(st) = nix::sys::stat::fstat(dirfd) {
+            let old = st.st_mode & 0o7777;
+            if walk::lacks(&st, 0o300)
+                && nix::sys::stat::fchmod(dirfd, Mode::from_bits_truncate(old | 0o700)).is_ok()
+            {
+                self.parent = Some((dirfd, old));
+            }
+        }
+        let flags = OFlag::O_PATH | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+        let Ok(fd) = fcntl::openat(Some(dirfd), name, flags, Mode::empty()) else {
+            return;
+        };
+        // SAFETY: openat just returned this descriptor.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let Ok(st) = nix::sys::stat::fstat(fd.as_raw_fd()) else {
+            return;
+        };
+        let old = st.st_mode & 0o7777;
+        if st.st_mode & nix::libc::S_IFMT == nix::libc::S_IFDIR
+            && walk::lacks(&st, 0o200)
+            && walk::chmod_fd(fd.as_raw_fd(), old | 0o700).is_ok()
+        {
+            self.entry = Some((fd, old));
+        }
+    }
+
+    fn put_back(self) {
+        if let Some((fd, mode)) = self.parent {
+            let _ = nix::sys::stat::fchmod(fd, Mode::from_bits_truncate(mode));
+        }
+        if let Some((fd, mode)) = self.entry {
+            let _ = walk::chmod_fd(fd.as_raw_fd(), mode);
+        }
     }
 }
 
@@ -770,4 +952,150 @@ fn rename_noreplace(from: RawFd, a: &OsStr, to: RawFd, b: &OsStr) -> nix::Result
         )
     };
     Errno::result(r).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn set_mode(p: &Path, m: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    fn mode(p: &Path) -> u32 {
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    /// A work tree and a project state beside it in a temporary directory.
+    fn setup() -> (tempfile::TempDir, PathBuf, ProjectState, Target) {
+        let t = tempfile::tempdir().unwrap();
+        let wt = t.path().join("proj");
+        std::fs::create_dir_all(&wt).unwrap();
+        let st = ProjectState {
+            dir: t.path().join("state/projects/0123456789abcdef"),
+        };
+        std::fs::create_dir_all(&st.dir).unwrap();
+        let target = Target {
+            work_tree: wt.as_os_str().as_bytes().to_vec(),
+            common_dir: None,
+            git_dir: None,
+            writable: Vec::new(),
+            covered: Vec::new(),
+        };
+        (t, wt, st, target)
+    }
+
+    const EPOCH: Since = Since { sec: 0, nsec: 0 };
+
+    /// A project outside git at `wt`.
+    fn plain(wt: &Path) -> Project {
+        Project {
+            root: wt.to_path_buf(),
+            work_tree: wt.to_path_buf(),
+            git_dir: None,
+            common_dir: None,
+            cwd: wt.to_path_buf(),
+        }
+    }
+
+    /// Plants in a directory the agent made `0555` (a file, and a directory itself
+    /// `0555`, which a move to another directory needs the write right of): moved aside,
+    /// every mode put back (also the moved directory's, in the quarantine), restorable.
+    #[test]
+    fn plants_in_a_0555_directory_are_moved_and_modes_put_back() {
+        let (_t, wt, st, target) = setup();
+        let ro = wt.join("ro");
+        std::fs::create_dir_all(ro.join(".husky")).unwrap();
+        std::fs::write(ro.join(".envrc"), "x").unwrap();
+        std::fs::write(ro.join(".husky/pre-commit"), "x").unwrap();
+        std::fs::write(ro.join("keep.txt"), "x").unwrap();
+        set_mode(&ro.join(".husky"), 0o555);
+        set_mode(&ro, 0o555);
+        let mut err = Vec::new();
+        let out = run(&st, &target, EPOCH, &mut err);
+        let err = String::from_utf8_lossy(&err);
+        assert_eq!((out.moved, out.left.len()), (2, 0), "{err}");
+        assert!(
+            !ro.join(".envrc").exists() && !ro.join(".husky").exists(),
+            "{err}"
+        );
+        assert!(ro.join("keep.txt").exists());
+        assert_eq!(mode(&ro), 0o555);
+        let q: Vec<_> = std::fs::read_dir(st.quarantine())
+            .unwrap()
+            .flatten()
+            .collect();
+        let husky = q
+            .iter()
+            .map(|e| e.path().join(ENTRY))
+            .find(|p| p.is_dir())
+            .unwrap();
+        assert_eq!(mode(&husky), 0o555);
+        set_mode(&ro, 0o755);
+        set_mode(&husky, 0o755);
+    }
+
+    /// What the review cannot move aside holds the project: the launch's record is kept,
+    /// the next review (the next launch's) names it, and once it is gone the record goes.
+    /// (The quarantine cannot be made here: a file stands where it would be.)
+    #[test]
+    fn what_cannot_be_moved_holds_the_project_until_it_is_gone() {
+        let (_t, wt, st, target) = setup();
+        std::fs::write(st.quarantine(), "in the way").unwrap();
+        std::fs::write(wt.join(".envrc"), "x").unwrap();
+        let project = plain(&wt);
+        let pending = begin(&st, &project, "i1", &Writable::default()).unwrap();
+        let mut err = Vec::new();
+        let out = pending.finish(&st, false, &mut err);
+        let text = String::from_utf8_lossy(&err);
+        assert_eq!(out.left, [".envrc"], "{text}");
+        assert!(text.contains("holding the project"), "{text}");
+        let records = || std::fs::read_dir(st.review_pending()).unwrap().count();
+        assert_eq!(records(), 1);
+        // The next launch: still there, still held (its refusal names it).
+        let out = missed(&st, Some(&target), &mut Vec::new());
+        let refusal = out.refusal().unwrap().to_string();
+        assert!(refusal.contains(".envrc"), "{refusal}");
+        assert_eq!(records(), 1);
+        // Gone: the review holds nothing, and its record goes.
+        std::fs::remove_file(wt.join(".envrc")).unwrap();
+        let out = missed(&st, Some(&target), &mut Vec::new());
+        assert!(out.refusal().is_none(), "{:?}", out.left);
+        assert_eq!(records(), 0);
+    }
+
+    /// A pending record that cannot be read (truncated after a killed launch) is "review
+    /// everything": the project's host-run files are moved aside whatever their age.
+    /// Without the project's target, it holds the project. The near miss: an intact
+    /// record reviews only what changed since its launch.
+    #[test]
+    fn an_unreadable_record_means_reviewing_everything() {
+        let (_t, wt, st, target) = setup();
+        std::fs::write(wt.join(".envrc"), "planted before the record").unwrap();
+        std::fs::write(wt.join("main.rs"), "x").unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let intact = || {
+            let p = begin(&st, &plain(&wt), "i1", &Writable::default()).unwrap();
+            drop(p); // killed: not finished, not cancelled
+        };
+        intact();
+        let out = missed(&st, Some(&target), &mut Vec::new());
+        assert_eq!(out.moved, 0);
+        assert!(wt.join(".envrc").exists());
+        // Truncated.
+        intact();
+        let rec = st.review_pending().join("i1.json");
+        std::fs::write(&rec, "{\"work_tr").unwrap();
+        let out = missed(&st, None, &mut Vec::new());
+        assert!(out.refusal().is_some());
+        assert!(rec.exists() && wt.join(".envrc").exists());
+        let mut err = Vec::new();
+        let out = missed(&st, Some(&target), &mut err);
+        let text = String::from_utf8_lossy(&err);
+        assert_eq!((out.moved, out.left.len()), (1, 0), "{text}");
+        assert!(text.contains("cannot be read"), "{text}");
+        assert!(!wt.join(".envrc").exists() && wt.join("main.rs").exists());
+        assert!(!rec.exists());
+    }
 }

@@ -56,11 +56,104 @@ pub struct Found<'a> {
     pub reason: String,
 }
 
-/// What the walk could not look at (a directory it could not open): reported, never
-/// silently skipped.
+/// What the walk could not look at (a directory it could not open, even after giving its
+/// owner the rights to): reported, never silently skipped.
 pub struct Unread {
     pub path: PathBuf,
     pub error: Errno,
+    /// Whether what lies below could hold what a host tool runs: the review then holds the
+    /// project. False for a directory this user cannot enter at all (nothing below is
+    /// reachable to the user's host tools, nor was to the sandbox, which runs as the
+    /// user), and for one gone meanwhile.
+    pub holds: bool,
+}
+
+/// The escape suite's control, in debug builds only: `CLAUDEBOX_TEST_REVIEW_GIVES_UP`
+/// makes the review as it was before it failed closed: it does not make its way into a
+/// directory it cannot list or move from, warns and keeps what it cannot move, and takes
+/// an unreadable pending-review record for no review at all.
+pub fn gives_up() -> bool {
+    crate::host::test_switch::on("CLAUDEBOX_TEST_REVIEW_GIVES_UP")
+}
+
+/// Changes the mode of the inode `fd` stands for (an `O_PATH` descriptor too: `fchmod`
+/// refuses one, its magic link names exactly that inode; never a symlink's target).
+pub fn chmod_fd(fd: RawFd, mode: u32) -> nix::Result<()> {
+    let link = format!("/proc/self/fd/{fd}");
+    stat::fchmodat(
+        None,
+        link.as_str(),
+        Mode::from_bits_truncate(mode),
+        stat::FchmodatFlags::FollowSymlink,
+    )
+}
+
+/// Whether this process's user, the file's owner, lacks the owner's rights `want` (bits of
+/// 0o700) on a file of status `st`: root needs none (it passes permission bits); on
+/// another user's file the owner's bits are not this user's (its rights there cannot be
+/// given, and are not asked for).
+pub fn lacks(st: &FileStat, want: u32) -> bool {
+    let me = nix::unistd::geteuid();
+    !me.is_root() && st.st_uid == me.as_raw() && st.st_mode & want != want
+}
+
+/// Opens the directory `name` in `dirfd` as [`open_dir`] does; one its owner (this user)
+/// cannot list or search (the agent's `chmod 0111`, `0000`, `0444`) is first given
+/// `u+rwx` through an `O_PATH` descriptor opened without following a symlink, as `--gc`
+/// does. Returns its mode before, to put back when the review is done with it (`None`:
+/// unchanged), and its status before (its ctime not yet the review's). A directory
+/// another user owns, or one whose mode cannot change, is an error (`EACCES`).
+pub fn open_dir_in(dirfd: RawFd, name: &OsStr) -> nix::Result<(OwnedFd, Option<u32>, FileStat)> {
+    let first = open_dir(Some(dirfd), name);
+    if gives_up() {
+        let fd = first?;
+        let st = stat::fstat(fd.as_raw_fd())?;
+        return Ok((fd, None, st));
+    }
+    match first {
+        Ok(fd) => {
+            let st = stat::fstat(fd.as_raw_fd())?;
+            if !lacks(&st, 0o500) {
+                return Ok((fd, None, st));
+            }
+            let old = st.st_mode & 0o7777;
+            stat::fchmod(fd.as_raw_fd(), Mode::from_bits_truncate(old | 0o700))
+                .map_err(|_| Errno::EACCES)?;
+            Ok((fd, Some(old), st))
+        }
+        Err(Errno::EACCES) => {
+            let flags = OFlag::O_PATH | OFlag::O_DIRECTORY | OFlag::O_NOFOLLOW | OFlag::O_CLOEXEC;
+            let p = fcntl::openat(Some(dirfd), name, flags, Mode::empty())?;
+            // SAFETY: openat just returned this descriptor.
+            let p = unsafe { OwnedFd::from_raw_fd(p) };
+            let st = stat::fstat(p.as_raw_fd())?;
+            let old = st.st_mode & 0o7777;
+            chmod_fd(p.as_raw_fd(), old | 0o700).map_err(|_| Errno::EACCES)?;
+            match open_dir(Some(dirfd), name) {
+                // The same directory (not one swapped in by name meanwhile).
+                Ok(fd) if stat::fstat(fd.as_raw_fd()).is_ok_and(|s| ino(&s) == ino(&st)) => {
+                    Ok((fd, Some(old), st))
+                }
+                other => {
+                    let _ = chmod_fd(p.as_raw_fd(), old);
+                    Err(other.err().unwrap_or(Errno::EAGAIN))
+                }
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether this user can search the directory `name` in `dirfd` (reach what lies below it
+/// by name).
+fn searchable(dirfd: RawFd, name: &OsStr) -> bool {
+    nix::unistd::faccessat(
+        Some(dirfd),
+        name,
+        nix::unistd::AccessFlags::X_OK,
+        nix::fcntl::AtFlags::AT_EACCESS | nix::fcntl::AtFlags::AT_SYMLINK_NOFOLLOW,
+    )
+    .is_ok()
 }
 
 const DIR_FLAGS: OFlag = OFlag::O_RDONLY
@@ -206,15 +299,39 @@ pub fn work_tree(
         found,
         unread,
     };
-    match open_dir(None, root) {
-        Ok(fd) => {
-            w.top = stat::fstat(fd.as_raw_fd()).ok().map(|st| ino(&st));
-            w.walk(fd, root.to_path_buf());
+    match open_top(root) {
+        Ok((fd, restore, before)) => {
+            w.top = Some(ino(&before));
+            w.walk(fd, restore, &before, root.to_path_buf());
         }
         Err(error) => w.unread.push(Unread {
             path: root.to_path_buf(),
+            holds: error != Errno::ENOENT,
             error,
         }),
+    }
+}
+
+/// Opens a directory the review starts from (the work tree, a git dir) by its path, making
+/// its way in as [`open_dir_in`] does (through its parent's descriptor).
+pub fn open_top(root: &Path) -> nix::Result<(OwnedFd, Option<u32>, FileStat)> {
+    match (root.parent(), root.file_name()) {
+        (Some(parent), Some(name)) => {
+            let pfd = open_dir(None, parent)?;
+            open_dir_in(pfd.as_raw_fd(), name)
+        }
+        _ => {
+            let fd = open_dir(None, root)?;
+            let st = stat::fstat(fd.as_raw_fd())?;
+            Ok((fd, None, st))
+        }
+    }
+}
+
+/// Puts back a directory's mode [`open_dir_in`] changed.
+pub fn restore_mode(fd: &OwnedFd, restore: Option<u32>) {
+    if let Some(mode) = restore {
+        let _ = stat::fchmod(fd.as_raw_fd(), Mode::from_bits_truncate(mode));
     }
 }
 
@@ -262,19 +379,35 @@ struct Frame {
     /// files a `Pattern::Under` chain through it leads to, count as new whatever their own
     /// ctime (a whole old directory moved into place).
     new: bool,
+    /// Its mode before the review gave its owner the rights to list and search it: put
+    /// back when the walk leaves it.
+    restore: Option<u32>,
     rest: std::vec::IntoIter<(OsString, Option<Type>)>,
+}
+
+impl Drop for Frame {
+    fn drop(&mut self) {
+        if let Some(mode) = self.restore {
+            let _ = stat::fchmod(self.fd.as_raw_fd(), Mode::from_bits_truncate(mode));
+        }
+    }
 }
 
 impl Walk<'_> {
     /// Depth first with a stack of its own (a recursive walk overflowed the thread's stack
     /// at 5,000 levels, and the review, every later one too, aborted before the rest of
     /// the tree and the git dirs).
-    fn walk(&mut self, fd: OwnedFd, path: PathBuf) {
+    fn walk(&mut self, fd: OwnedFd, restore: Option<u32>, before: &FileStat, path: PathBuf) {
         let since = self.since;
-        let mut stack = match self.enter(fd, path.clone(), OsString::new(), 0) {
+        let new = since.precedes(before);
+        let mut stack = match self.enter(fd, restore, new, path.clone(), OsString::new(), 0) {
             Ok(frame) => vec![frame],
             Err(error) => {
-                self.unread.push(Unread { path, error });
+                self.unread.push(Unread {
+                    path,
+                    error,
+                    holds: true,
+                });
                 return;
             }
         };
@@ -297,21 +430,24 @@ impl Walk<'_> {
                 .map(|f| f.name.as_os_str())
                 .collect();
             if let Some(rule) = review::work_tree_rule(&name, depth, &dirs) {
+                let as_rule = |reason: String| (rule.severity, reason);
                 let hit = match rule.pattern {
-                    review::Pattern::NestedGit => nested_git(raw, &name, since, self.judged_there)
-                        .map(|why| review::nested_reason(&why)),
-                    review::Pattern::InClaudeDir(_) => {
-                        (top.new || changed(raw, &name, since)).then(|| rule.reason.to_string())
+                    // As severe as what was found in its git dir.
+                    review::Pattern::NestedGit => {
+                        nested_git(raw, &name, since, self.judged_there, self.top)
+                            .map(|(severity, why)| (severity, review::nested_reason(&why)))
                     }
+                    review::Pattern::InClaudeDir(_) => (top.new || changed(raw, &name, since))
+                        .then(|| as_rule(rule.reason.to_string())),
                     review::Pattern::Under(chain, ..) => {
                         (stack.iter().rev().take(chain.len()).any(|f| f.new)
                             || changed(raw, &name, since))
-                        .then(|| rule.reason.to_string())
+                        .then(|| as_rule(rule.reason.to_string()))
                     }
-                    _ => changed(raw, &name, since).then(|| rule.reason.to_string()),
+                    _ => changed(raw, &name, since).then(|| as_rule(rule.reason.to_string())),
                 };
-                if let Some(reason) = hit {
-                    self.report(raw, &top.path, &name, rule.severity, reason);
+                if let Some((severity, reason)) = hit {
+                    self.report(raw, &top.path, &name, severity, reason);
                 }
                 // A matched entry is not walked (a nested .git's files are git's).
                 continue;
@@ -351,8 +487,11 @@ impl Walk<'_> {
                 }
                 continue;
             }
-            let opened = open_dir(Some(raw), name.as_os_str())
-                .and_then(|child| self.enter(child, top.path.join(&name), name.clone(), depth + 1));
+            let opened = open_dir_in(raw, name.as_os_str()).and_then(|(child, restore, st)| {
+                let new = since.precedes(&st);
+                let path = top.path.join(&name);
+                self.enter(child, restore, new, path, name.clone(), depth + 1)
+            });
             match opened {
                 Ok(frame) => stack.push(frame),
                 // Replaced by a non-directory or removed meanwhile: nothing to walk.
@@ -370,8 +509,21 @@ impl Walk<'_> {
                         review::too_deep_to_walk_reason(),
                     );
                 }
+                // Not to be listed even with its owner's rights given (another user's, an
+                // immutable one): moved aside whole when this user can reach what lies below
+                // it by name (as the sandbox could), else nothing below is reachable.
+                Err(Errno::EACCES | Errno::EPERM) if !gives_up() && searchable(raw, &name) => {
+                    self.report(
+                        raw,
+                        &top.path,
+                        &name,
+                        Severity::High,
+                        review::unlisted_reason(),
+                    );
+                }
                 Err(error) => self.unread.push(Unread {
                     path: top.path.join(&name),
+                    holds: !matches!(error, Errno::EACCES | Errno::EPERM) || gives_up(),
                     error,
                 }),
             }
@@ -401,14 +553,21 @@ impl Walk<'_> {
     fn enter(
         &mut self,
         fd: OwnedFd,
+        restore: Option<u32>,
+        new: bool,
         path: PathBuf,
         name: OsString,
         depth: usize,
     ) -> nix::Result<Frame> {
         let since = self.since;
-        let list = entries(&fd)?;
+        let list = match entries(&fd) {
+            Ok(l) => l,
+            Err(e) => {
+                restore_mode(&fd, restore);
+                return Err(e);
+            }
+        };
         let raw = fd.as_raw_fd();
-        let new = stat::fstat(raw).is_ok_and(|st| since.precedes(&st));
         // A directory git's discovery takes for a bare repository (the top too: git looks
         // there when the main .git is no valid git dir): judged as a nested git dir.
         if review::bare_repo_shaped(|n| list.iter().any(|(x, _)| x == n)) {
@@ -427,6 +586,7 @@ impl Walk<'_> {
             name,
             depth,
             new,
+            restore,
             rest: list.into_iter(),
         })
     }
@@ -661,14 +821,23 @@ fn report_hits(fd: RawFd, root: &Path, hits: Vec<Hit>, found: &mut dyn FnMut(Fou
 /// judged as a nested repository's git dir (every file the table names when the `.git`
 /// itself is new or was moved in, otherwise those changed during the session); a gitlink
 /// file made during the session is judged through the git dir it names, unless that is
-/// one of `judged_there` (the common dir's `modules/`, `worktrees/`: judged there);
-/// anything else new in its place (a symlink git would follow) is moved aside.
-fn nested_git(dirfd: RawFd, name: &OsStr, since: Since, judged_there: &[Ino]) -> Option<String> {
+/// one of `judged_there` (the common dir's `modules/`, `worktrees/`: judged there), or
+/// moved aside when it lies outside the work tree `top` (git there would work on another
+/// repository); anything else new in its place (a symlink git would follow) is moved
+/// aside. With its severity: as grave as the gravest finding.
+fn nested_git(
+    dirfd: RawFd,
+    name: &OsStr,
+    since: Since,
+    judged_there: &[Ino],
+    top: Option<Ino>,
+) -> Option<(Severity, String)> {
     let st = lstat_at(dirfd, name).ok()?;
     let new = since.precedes(&st);
+    let unjudged = |what: &str| (Severity::High, review::unjudged(".git", what));
     if is_dir(&st) {
-        let Ok(fd) = open_dir(Some(dirfd), name) else {
-            return new.then(|| review::unjudged(".git", "it cannot be opened"));
+        let Ok((fd, restore, _)) = open_dir_in(dirfd, name) else {
+            return (new || !gives_up()).then(|| unjudged("it cannot be opened"));
         };
         let hits = judge(
             fd.as_raw_fd(),
@@ -676,7 +845,12 @@ fn nested_git(dirfd: RawFd, name: &OsStr, since: Since, judged_there: &[Ino]) ->
             true,
             (!new).then_some(since),
         );
-        return hits.into_iter().next().map(|h| h.reason);
+        restore_mode(&fd, restore);
+        // The gravest finding's reason (a core.fsmonitor the next git status runs).
+        return hits
+            .into_iter()
+            .min_by_key(|h| h.severity != Severity::Critical)
+            .map(|h| (h.severity, h.reason));
     }
     if !new {
         return None;
@@ -684,7 +858,7 @@ fn nested_git(dirfd: RawFd, name: &OsStr, since: Since, judged_there: &[Ino]) ->
     let bytes = match read_at(dirfd, name) {
         Content::Bytes(b) => b,
         Content::Missing => return None,
-        Content::Unjudged(what) => return Some(review::unjudged(".git", what)),
+        Content::Unjudged(what) => return Some(unjudged(what)),
     };
     // What git does not read as a gitlink file makes git stop: nothing runs.
     let target = bytes.trim_ascii().strip_prefix(b"gitdir:")?.trim_ascii();
@@ -693,19 +867,28 @@ fn nested_git(dirfd: RawFd, name: &OsStr, since: Since, judged_there: &[Ino]) ->
         Ok(fd) => fd,
         Err(Errno::ENOENT | Errno::ENOTDIR) => return None,
         Err(_) => {
-            return Some(review::unjudged(
-                "the git dir its .git file names",
-                "it cannot be opened without following a symlink",
+            return Some((
+                Severity::High,
+                review::unjudged(
+                    "the git dir its .git file names",
+                    "it cannot be opened without following a symlink",
+                ),
             ))
         }
     };
     if beneath(&gd, judged_there) {
         return None;
     }
+    if top.is_some_and(|t| !beneath(&gd, &[t])) {
+        return Some((Severity::High, review::GITLINK_OUTSIDE_WHY.to_string()));
+    }
     let hits = judge(gd.as_raw_fd(), GitDirKind::Nested, true, None);
     hits.into_iter()
-        .next()
-        .map(|h| format!("the git dir its .git file names: {}", h.reason))
+        .min_by_key(|h| h.severity != Severity::Critical)
+        .map(|h| {
+            let why = format!("the git dir its .git file names: {}", h.reason);
+            (h.severity, why)
+        })
 }
 
 /// Opens the directory `p` (relative to `dirfd` unless absolute) one component at a
@@ -744,16 +927,28 @@ pub fn git_dir(
     found: &mut dyn FnMut(Found<'_>),
     unread: &mut Vec<Unread>,
 ) {
-    let fd = match open_dir(None, root) {
-        Ok(fd) => fd,
+    let (fd, restore) = match open_top(root) {
+        Ok((fd, restore, _)) => (fd, restore),
         Err(error) => {
             unread.push(Unread {
                 path: root.to_path_buf(),
+                holds: error != Errno::ENOENT,
                 error,
             });
             return;
         }
     };
+    git_dir_in(&fd, root, linked, since, found);
+    restore_mode(&fd, restore);
+}
+
+fn git_dir_in(
+    fd: &OwnedFd,
+    root: &Path,
+    linked: bool,
+    since: Since,
+    found: &mut dyn FnMut(Found<'_>),
+) {
     let raw = fd.as_raw_fd();
     let kind = if linked {
         GitDirKind::Linked
@@ -988,6 +1183,134 @@ mod tests {
         assert_eq!(names, ["to-git", "to-git-top", "to-nested"]);
         assert!(found.iter().all(|(_, why)| why == review::INTO_GIT_DIR_WHY));
         assert!(found_in(&proj, &row(&[])).is_empty());
+    }
+
+    fn mode(p: &Path) -> u32 {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+    }
+
+    fn set_mode(p: &Path, m: u32) {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    /// Directories the agent made unlistable (`0111`, `0000`, `0444`) or unwritable
+    /// (`0555`): the walk makes its way in (as the ordinary user; root needs not) and finds
+    /// what lies there, a staged nested repository's `core.fsmonitor` as CRITICAL, and puts
+    /// each mode back. Near misses there stay. (The control, the same walk giving up, is
+    /// the integration test's: `CLAUDEBOX_TEST_REVIEW_GIVES_UP`.)
+    #[test]
+    fn directories_made_unlistable_are_walked_and_their_modes_put_back() {
+        let t = tempfile::tempdir().unwrap();
+        let top = t.path().join("project");
+        let nested = top.join("x111/nested");
+        std::fs::create_dir_all(&nested).unwrap();
+        let git = |args: &[&str]| {
+            let ok = std::process::Command::new("git")
+                .arg("-C")
+                .arg(&nested)
+                .args(args)
+                .output()
+                .unwrap()
+                .status
+                .success();
+            assert!(ok, "{args:?}");
+        };
+        git(&["init", "-q"]);
+        git(&["config", "core.fsmonitor", "touch /tmp/never"]);
+        for (d, f) in [
+            ("x000/.claude", "settings.json"),
+            ("x444", ".mcp.json"),
+            ("x555", ".envrc"),
+            ("x555", "notes.txt"),
+            ("x111/deep", "README"),
+        ] {
+            std::fs::create_dir_all(top.join(d)).unwrap();
+            std::fs::write(top.join(d).join(f), "x").unwrap();
+        }
+        let modes = [
+            ("x111", 0o111),
+            ("x000", 0o000),
+            ("x444", 0o444),
+            ("x555", 0o555),
+        ];
+        for (d, m) in modes {
+            set_mode(&top.join(d), m);
+        }
+        let mut found = Vec::new();
+        let mut unread = Vec::new();
+        work_tree(
+            &top,
+            Since { sec: 0, nsec: 0 },
+            &[],
+            &[],
+            &mut |f| {
+                let rel = f.dir.join(f.name);
+                let rel = rel
+                    .strip_prefix(&top)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                found.push((rel, f.severity));
+            },
+            &mut unread,
+        );
+        for (d, m) in modes {
+            assert_eq!(mode(&top.join(d)), m, "{d}");
+            set_mode(&top.join(d), 0o755);
+        }
+        assert!(
+            unread.is_empty(),
+            "{:?}",
+            unread.iter().map(|u| &u.path).collect::<Vec<_>>()
+        );
+        found.sort_by(|a, b| a.0.cmp(&b.0));
+        assert_eq!(
+            found,
+            [
+                ("x000/.claude/settings.json".into(), Severity::High),
+                ("x111/nested/.git".into(), Severity::Critical),
+                ("x444/.mcp.json".into(), Severity::High),
+                ("x555/.envrc".into(), Severity::High),
+            ]
+        );
+    }
+
+    /// A nested `.git` file made in the session naming a git dir outside the project is
+    /// taken (measured, git 2.47: `git log` and `git commit` there worked on the other
+    /// repository); near misses: one naming a benign git dir inside the project, one
+    /// naming nothing (git stops), a `.git` directory with a benign config.
+    #[test]
+    fn a_gitlink_naming_a_git_dir_outside_the_project() {
+        let t = tempfile::tempdir().unwrap();
+        let top = t.path().join("project");
+        let other = t.path().join("other");
+        for d in [
+            top.join("vend"),
+            top.join("inside/.git"),
+            top.join("near"),
+            top.join("gone"),
+            top.join("plain/.git"),
+            other.join(".git"),
+        ] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let gitfile = |at: &str, to: &Path| {
+            let line = format!("gitdir: {}\n", to.display());
+            std::fs::write(top.join(at).join(".git"), line).unwrap();
+        };
+        gitfile("vend", &other.join(".git"));
+        gitfile("near", &top.join("inside/.git"));
+        gitfile("gone", &t.path().join("missing/.git"));
+        let found = found_in(&top, &[]);
+        assert_eq!(
+            found,
+            [(
+                ".git".to_string(),
+                review::nested_reason(review::GITLINK_OUTSIDE_WHY)
+            )]
+        );
     }
 
     /// A chain of 30,000 directories (an agent's, in the project): the review finds the

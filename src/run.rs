@@ -75,7 +75,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
         Mode::Cross { way, uuid } => cross(way, uuid),
         Mode::Restore(id) => {
             let home = host::home_dir()?;
-            let to = state::review::restore(&state::StateHome::from_env(&home), id)?;
+            let to = state::review::restore(&state::StateHome::from_env(&home)?, id)?;
             eprintln!(
                 "claudebox: restored {}",
                 crate::policy::escape::Shown::shown(&to)
@@ -100,7 +100,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
 /// `--forget NAME`: run and exit without a sandbox.
 fn forget(name: &OsStr, dry_run: bool) -> anyhow::Result<ExitCode> {
     let home = host::home_dir()?;
-    let state_home = state::StateHome::from_env(&home);
+    let state_home = state::StateHome::from_env(&home)?;
     let project = project::discover(&host::current_dir()?)?;
     let state = state_home.project(&project.id());
     eprintln!("claudebox: {}", sessions::forget(&state, name, dry_run)?);
@@ -111,7 +111,7 @@ fn forget(name: &OsStr, dry_run: bool) -> anyhow::Result<ExitCode> {
 /// directory between bare claude and the project's state, without a sandbox.
 fn cross(way: state::crossing::Way, uuid: Option<&str>) -> anyhow::Result<ExitCode> {
     let (home, _) = host::home::resolve(&host::home_dir()?, host::SYSTEM_PATHS);
-    let state_home = state::StateHome::from_env(&home);
+    let state_home = state::StateHome::from_env(&home)?;
     let project = project::discover(&host::current_dir()?)?;
     let st = state_home.project(&project.id());
     // Registered as a launch for the copy's length: --gc leaves the project alone, and

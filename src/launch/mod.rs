@@ -56,7 +56,7 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     } else {
         Command::Claude(cli.args.clone())
     };
-    let state_home = StateHome::from_env(&home);
+    let state_home = StateHome::from_env(&home)?;
     let state = state_home.project(&project.id());
     let config_file = config::location(&home);
     let settings = settings::resolve(
@@ -558,7 +558,15 @@ fn exec_registered(
             Some(Ended::Ran(status)) => break status,
             Some(Ended::SetupFailed(status, text)) => match host_race(&text, &opened) {
                 None => {
-                    let _ = std::io::Write::write_all(&mut std::io::stderr(), &text);
+                    // A cause the kernel's settings explain (user namespaces off or used up,
+                    // AppArmor's restriction, a container): one line with its fix, as
+                    // --check says it; any other text unchanged.
+                    match setup_cause(&text, &inp.bwrap) {
+                        Some(line) => eprintln!("{line}"),
+                        None => {
+                            let _ = std::io::Write::write_all(&mut std::io::stderr(), &text);
+                        }
+                    }
                     break status;
                 }
                 Some(file) if tries >= HOST_RACE_TRIES => {
@@ -687,6 +695,40 @@ fn host_race(text: &[u8], opened: &sources::Opened) -> Option<std::path::PathBuf
         .or(opened.replaced().first().copied())
         .map(Path::to_path_buf)
         .or_else(|| Some(std::path::PathBuf::from("a file mounted into the sandbox")))
+}
+
+/// The one line for a bwrap setup failure whose cause `host::diagnose` knows from the
+/// kernel's settings (None: bwrap's own text is printed).
+fn setup_cause(text: &[u8], bwrap: &Path) -> Option<String> {
+    use crate::host::diagnose::{classify, Cause, Facts};
+    let text = String::from_utf8_lossy(text);
+    let dg = classify(&text, &Facts::probe(bwrap), false);
+    let known = matches!(
+        dg.cause,
+        Cause::AppArmor
+            | Cause::UsernsCloneOff
+            | Cause::MaxUserNamespaces
+            | Cause::NoUserNamespaces
+            | Cause::Container
+            | Cause::UnexpectedCapabilities
+            | Cause::OldBwrap
+    );
+    let bwrap_said = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("bwrap:"))
+        .map(|l| crate::policy::escape::shown(l.trim()))?;
+    let said = if dg.text.contains(bwrap_said.trim_start_matches("bwrap: ")) {
+        String::new()
+    } else {
+        format!(" ({bwrap_said})")
+    };
+    known.then(|| {
+        format!(
+            "claudebox: the sandbox cannot start: {}{said}; {}",
+            dg.text, dg.fix
+        )
+    })
 }
 
 /// bwrap's text says a source was replaced under it: `Some`, with the descriptor it names

@@ -83,7 +83,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Mode::Launch { dry_run: true } => {
-            let prepared = launch::prepare(cli)?;
+            let prepared = launch::prepare(cli, false)?;
             if let Some(s) = &prepared.inputs.session {
                 let (state, cwd) = (&prepared.inputs.state, &prepared.inputs.project.cwd);
                 eprintln!("claudebox: {}", sessions::dry_run_note(state, s, cwd));
@@ -93,7 +93,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        Mode::Launch { dry_run: false } => match launch::exec(&launch::prepare(cli)?)? {},
+        Mode::Launch { dry_run: false } => match launch::exec(&launch::prepare(cli, true)?)? {},
     }
 }
 

@@ -37,7 +37,10 @@ pub struct Prepared {
     pub plan: Plan,
 }
 
-pub fn prepare(cli: &Cli) -> Result<Prepared> {
+/// `launching`: the launch itself (not `--dry-run`), which first does the exit review a
+/// killed sandbox of the project missed: before the protected paths are probed, so that
+/// what the review moves aside (a `.envrc` the dead agent made) is not planned as a mount.
+pub fn prepare(cli: &Cli, launching: bool) -> Result<Prepared> {
     let cwd = host::current_dir()?;
     let (home, home_alias) = host::home::resolve(&host::home_dir()?, host::SYSTEM_PATHS);
     let project = project::discover(&cwd)?;
@@ -58,6 +61,12 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     };
     let state_home = StateHome::from_env(&home)?;
     let state = state_home.project(&project.id());
+    if launching {
+        // The plan below mounts each work-tree entry that exists; the review moves aside
+        // the entries a killed sandbox made (done again under the setup lock, for a
+        // sibling killed in between).
+        review::missed(&state, &mut std::io::stderr());
+    }
     let config_file = config::location(&home);
     let settings = settings::resolve(
         config::load(&config_file)?.as_ref(),

@@ -31,7 +31,8 @@ pub const LAYERS: &[(&str, &str)] = &[
          AppArmor's state and the label of the bwrap in use (`apparmor`), how the companions \
          are bound to bwrap's life (`companion`), the sandbox's limits (`limits`: the systemd \
          manager or a delegated cgroup v2 subtree, the sandbox's cgroup, read and removed \
-         after the wait), the supervising parent (`supervise`)",
+         after the wait), the supervising parent (`supervise`), the cause of a bwrap failure \
+         (`diagnose`: its text with the kernel's settings)",
     ),
     (
         "state",
@@ -70,8 +71,9 @@ pub const LAYERS: &[(&str, &str)] = &[
     ),
     (
         "maintenance",
-        "--list, --gc, --check (which runs a launch's preparation), the diagnosis of bwrap's \
-         failure texts (`diagnose`) and the AppArmor row's classifier (`apparmor`)",
+        "--list, --gc, --check (which runs a launch's preparation) and the AppArmor row's \
+         classifier (`apparmor`); the diagnosis of bwrap's failure texts is `host::diagnose` \
+         (a launch names the cause too)",
     ),
     (
         "run",

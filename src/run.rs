@@ -75,7 +75,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
         Mode::Cross { way, uuid } => cross(way, uuid),
         Mode::Restore(id) => {
             let home = host::home_dir()?;
-            let to = state::review::restore(&state::StateHome::from_env(&home), id)?;
+            let to = state::review::restore(&state::StateHome::from_env(&home)?, id)?;
             eprintln!(
                 "claudebox: restored {}",
                 crate::policy::escape::Shown::shown(&to)
@@ -83,7 +83,7 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Mode::Launch { dry_run: true } => {
-            let prepared = launch::prepare(cli)?;
+            let prepared = launch::prepare(cli, false)?;
             if let Some(s) = &prepared.inputs.session {
                 let (state, cwd) = (&prepared.inputs.state, &prepared.inputs.project.cwd);
                 eprintln!("claudebox: {}", sessions::dry_run_note(state, s, cwd));
@@ -93,14 +93,14 @@ fn run(cli: &cli::Cli) -> anyhow::Result<ExitCode> {
             out.flush()?;
             Ok(ExitCode::SUCCESS)
         }
-        Mode::Launch { dry_run: false } => match launch::exec(&launch::prepare(cli)?)? {},
+        Mode::Launch { dry_run: false } => match launch::exec(&launch::prepare(cli, true)?)? {},
     }
 }
 
 /// `--forget NAME`: run and exit without a sandbox.
 fn forget(name: &OsStr, dry_run: bool) -> anyhow::Result<ExitCode> {
     let home = host::home_dir()?;
-    let state_home = state::StateHome::from_env(&home);
+    let state_home = state::StateHome::from_env(&home)?;
     let project = project::discover(&host::current_dir()?)?;
     let state = state_home.project(&project.id());
     eprintln!("claudebox: {}", sessions::forget(&state, name, dry_run)?);
@@ -111,7 +111,7 @@ fn forget(name: &OsStr, dry_run: bool) -> anyhow::Result<ExitCode> {
 /// directory between bare claude and the project's state, without a sandbox.
 fn cross(way: state::crossing::Way, uuid: Option<&str>) -> anyhow::Result<ExitCode> {
     let (home, _) = host::home::resolve(&host::home_dir()?, host::SYSTEM_PATHS);
-    let state_home = state::StateHome::from_env(&home);
+    let state_home = state::StateHome::from_env(&home)?;
     let project = project::discover(&host::current_dir()?)?;
     let st = state_home.project(&project.id());
     // Registered as a launch for the copy's length: --gc leaves the project alone, and

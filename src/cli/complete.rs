@@ -25,7 +25,7 @@ pub fn print_session_names() -> ExitCode {
     let names = (|| -> anyhow::Result<Vec<String>> {
         let (home, _) = host::home::resolve(&host::home_dir()?, host::SYSTEM_PATHS);
         let project = project::discover(&host::current_dir()?)?;
-        let state = StateHome::from_env(&home).project(&project.id());
+        let state = StateHome::from_env(&home)?.project(&project.id());
         Ok(list::list(&state)?.into_iter().map(|s| s.name).collect())
     })()
     .unwrap_or_default();

@@ -4,6 +4,7 @@
 pub mod apparmor;
 pub mod bwrap_cve;
 pub mod companion;
+pub mod diagnose;
 pub mod exec;
 pub mod fd;
 pub mod gpu;
@@ -89,7 +90,7 @@ pub fn home_dir() -> Result<PathBuf> {
             )
             .at(&home));
         }
-        return Ok(home);
+        return system_home(home);
     }
     let user = nix::unistd::User::from_uid(nix::unistd::getuid())
         .ok()
@@ -110,9 +111,33 @@ pub fn home_dir() -> Result<PathBuf> {
         )
         .at(&user.dir));
     }
+    let home = system_home(user.dir)?;
     // Called on the main thread before any other starts.
-    std::env::set_var("HOME", &user.dir);
-    Ok(user.dir)
+    std::env::set_var("HOME", &home);
+    Ok(home)
+}
+
+/// Refuses a home that is `/` or holds a system path (a service's `HOME=/`, `HOME=/usr`):
+/// the sandbox's empty home is mounted over it, which would hide the system (bwrap then
+/// fails with "execvp ...: No such file or directory").
+fn system_home(home: PathBuf) -> Result<PathBuf> {
+    let real = fs::canonicalize(&home).unwrap_or_else(|_| home.clone());
+    if let Some(sys) = SYSTEM_PATHS
+        .iter()
+        .map(Path::new)
+        .find(|s| s.starts_with(&real))
+    {
+        bail!(Fixable::new(
+            format!(
+                "HOME is {}, which holds the system ({}): the sandbox's empty home would be \
+                 mounted over it",
+                crate::policy::escape::shown(&home),
+                crate::policy::escape::shown(sys)
+            ),
+            "set HOME to a directory of your own (e.g. HOME=/var/lib/NAME for a service)"
+        ));
+    }
+    Ok(home)
 }
 
 /// Longest path bwrap can mount or enter: it prefixes `/newroot` (or `/oldroot`) to each,

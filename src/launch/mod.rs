@@ -37,7 +37,10 @@ pub struct Prepared {
     pub plan: Plan,
 }
 
-pub fn prepare(cli: &Cli) -> Result<Prepared> {
+/// `launching`: the launch itself (not `--dry-run`), which first does the exit review a
+/// killed sandbox of the project missed: before the protected paths are probed, so that
+/// what the review moves aside (a `.envrc` the dead agent made) is not planned as a mount.
+pub fn prepare(cli: &Cli, launching: bool) -> Result<Prepared> {
     let cwd = host::current_dir()?;
     let (home, home_alias) = host::home::resolve(&host::home_dir()?, host::SYSTEM_PATHS);
     let project = project::discover(&cwd)?;
@@ -55,8 +58,19 @@ pub fn prepare(cli: &Cli) -> Result<Prepared> {
     } else {
         Command::Claude(cli.args.clone())
     };
-    let state_home = StateHome::from_env(&home);
+    let state_home = StateHome::from_env(&home)?;
     let state = state_home.project(&project.id());
+    if launching {
+        // The plan below mounts each work-tree entry that exists; the review moves aside
+        // the entries a killed sandbox made (done again under the setup lock, for a
+        // sibling killed in between).
+        // Held: refused here as below. An unreadable record: the project reviewed whole
+        // (the --rw paths the killed launch bound are in its record, when it is readable).
+        let whole = review::Target::of(&project, &Default::default());
+        if let Some(held) = review::missed(&state, Some(&whole), &mut std::io::stderr()).refusal() {
+            return Err(held.into());
+        }
+    }
     let config_file = config::location(&home);
     let settings = settings::resolve(
         config::load(&config_file)?.as_ref(),
@@ -617,7 +631,15 @@ fn exec_registered(
             Some(Ended::Ran(status)) => break status,
             Some(Ended::SetupFailed(status, text)) => match host_race(&text, &opened) {
                 None => {
-                    let _ = std::io::Write::write_all(&mut std::io::stderr(), &text);
+                    // A cause the kernel's settings explain (user namespaces off or used up,
+                    // AppArmor's restriction, a container): one line with its fix, as
+                    // --check says it; any other text unchanged.
+                    match setup_cause(&text, &inp.bwrap) {
+                        Some(line) => eprintln!("{line}"),
+                        None => {
+                            let _ = std::io::Write::write_all(&mut std::io::stderr(), &text);
+                        }
+                    }
                     break status;
                 }
                 Some(file) if tries >= HOST_RACE_TRIES => {
@@ -731,8 +753,10 @@ fn resume_line(inp: &Inputs, started: std::time::SystemTime) -> Option<String> {
 }
 
 /// How many times a launch opens its sources and starts bwrap when the host keeps
-/// replacing one of them meanwhile.
-const HOST_RACE_TRIES: u32 = 5;
+/// replacing one of them meanwhile. Under load a try is long, and a host renaming every
+/// 50 ms wins most of them: beside tests/integration/host_renames.rs's loop at load 29
+/// (20 busy loops), 5 tries lost 62 of 100 launches, 20 lost 8 (issue 35).
+const HOST_RACE_TRIES: u32 = 20;
 
 /// bwrap's setup failed because a source was replaced on the host after claudebox opened
 /// it (bwrap 0.8 reaches a descriptor's file by its name: "Can't find source path
@@ -746,6 +770,40 @@ fn host_race(text: &[u8], opened: &sources::Opened) -> Option<std::path::PathBuf
         .or(opened.replaced().first().copied())
         .map(Path::to_path_buf)
         .or_else(|| Some(std::path::PathBuf::from("a file mounted into the sandbox")))
+}
+
+/// The one line for a bwrap setup failure whose cause `host::diagnose` knows from the
+/// kernel's settings (None: bwrap's own text is printed).
+fn setup_cause(text: &[u8], bwrap: &Path) -> Option<String> {
+    use crate::host::diagnose::{classify, Cause, Facts};
+    let text = String::from_utf8_lossy(text);
+    let dg = classify(&text, &Facts::probe(bwrap), false);
+    let known = matches!(
+        dg.cause,
+        Cause::AppArmor
+            | Cause::UsernsCloneOff
+            | Cause::MaxUserNamespaces
+            | Cause::NoUserNamespaces
+            | Cause::Container
+            | Cause::UnexpectedCapabilities
+            | Cause::OldBwrap
+    );
+    let bwrap_said = text
+        .lines()
+        .rev()
+        .find(|l| l.starts_with("bwrap:"))
+        .map(|l| crate::policy::escape::shown(l.trim()))?;
+    let said = if dg.text.contains(bwrap_said.trim_start_matches("bwrap: ")) {
+        String::new()
+    } else {
+        format!(" ({bwrap_said})")
+    };
+    known.then(|| {
+        format!(
+            "claudebox: the sandbox cannot start: {}{said}; {}",
+            dg.text, dg.fix
+        )
+    })
 }
 
 /// bwrap's text says a source was replaced under it: `Some`, with the descriptor it names

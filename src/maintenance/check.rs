@@ -19,8 +19,8 @@ use std::os::unix::process::CommandExt;
 use anyhow::{Context, Result};
 
 use crate::host;
+use crate::host::diagnose::{self, Facts};
 use crate::host::exec::{run_with_timeout, Ran};
-use crate::maintenance::diagnose::{self, Facts};
 use crate::policy::facts::{project_id, Project};
 use crate::policy::facts::{ClaudeInstall, HostFacts};
 use crate::policy::plan::{self, Command, Inputs, NAMESPACE_FLAGS};
@@ -155,7 +155,13 @@ fn checks() -> Result<Vec<Row>> {
     }
     rows.extend(claude_home_rows(&home));
     rows.push(credentials_row(&home));
-    rows.push(state_row(&StateHome::from_env(&home)));
+    rows.push(match StateHome::from_env(&home) {
+        Ok(st) => state_row(&st),
+        Err(e) => {
+            let (detail, fix) = parts(&e, "set CLAUDEBOX_HOME to an absolute path");
+            fail("state dir", detail, fix)
+        }
+    });
     rows.push(config_row(&home));
     rows.push(limits_row(&crate::host::limits::probe()));
     rows.push(supervisor_row());
@@ -264,7 +270,7 @@ fn settings_here(
 ) -> Result<crate::policy::settings::Settings> {
     let cwd = host::current_dir()?;
     let project = crate::host::project::discover(&cwd)?;
-    let state_home = StateHome::from_env(home);
+    let state_home = StateHome::from_env(home)?;
     let state = state_home.project(&project.id());
     crate::config::settings::resolve(
         file,
@@ -905,7 +911,9 @@ fn missed_review() -> Option<Row> {
         return None;
     };
     let p = crate::host::project::discover(&cwd).ok()?;
-    let st = crate::state::StateHome::from_env(&home).project(&p.id());
+    let st = crate::state::StateHome::from_env(&home)
+        .ok()?
+        .project(&p.id());
     let whole = crate::state::review::Target::of(&p, &Default::default());
     let held = crate::state::review::missed(&st, Some(&whole), &mut std::io::stderr()).refusal()?;
     Some(fail("exit review", held.what, held.fix))

@@ -183,7 +183,7 @@ enum Outcome {
 
 pub fn run(dry_run: bool, margin_flag: Option<&str>) -> Result<ExitCode> {
     let margin = margin(margin_flag)?;
-    let home = StateHome::from_env(&host::home_dir()?);
+    let home = StateHome::from_env(&host::home_dir()?)?;
     let detail = Detail {
         size: false,
         running: false,

@@ -74,7 +74,7 @@ fn last_conversation(e: &ProjectEntry) -> Option<LastConversation> {
 pub fn run(json: bool, margin_flag: Option<&str>, sizes: bool) -> Result<ExitCode> {
     let margin = gc::margin(margin_flag)?.value;
     let now = SystemTime::now();
-    let home = StateHome::from_env(&host::home_dir()?);
+    let home = StateHome::from_env(&host::home_dir()?)?;
     let detail = Detail {
         size: sizes,
         running: true,

@@ -4,6 +4,5 @@
 
 pub mod apparmor;
 pub mod check;
-pub mod diagnose;
 pub mod gc;
 pub mod list;

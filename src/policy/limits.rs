@@ -503,7 +503,11 @@ pub fn event_count(text: &str, key: &str) -> u64 {
 pub const MEMORY_EXIT: i32 = 137;
 
 /// The one line after a sandbox a limit ended or held, and the exit status it must have
-/// (None: the agent's own).
+/// (None: the agent's own). An OOM kill with no memory limit in force (the cgroup's
+/// `oom_kill` counts every OOM kill of its processes, the kernel's global one too, and a
+/// systemd scope records it as its result alike) was the machine running out of memory:
+/// said so, and the agent's own status stays (the agent may have survived the kill of a
+/// child and exited 0).
 pub fn ended_line(d: &Decided, hits: Hits) -> Option<(String, Option<i32>)> {
     let value = |k: Kind| {
         d.limits
@@ -512,6 +516,25 @@ pub fn ended_line(d: &Decided, hits: Hits) -> Option<(String, Option<i32>)> {
             .map(|a| shown(k, a.setting))
             .unwrap_or_else(|| "?".into())
     };
+    let memory_limited = d
+        .limits
+        .iter()
+        .any(|a| a.kind == Kind::Memory && matches!(a.setting, Setting::Value(_)));
+    if hits.oom_kills > 0 && !memory_limited {
+        return Some((
+            format!(
+                "claudebox: the kernel's out-of-memory killer killed {} in the sandbox: the \
+                 machine ran short of memory (no memory limit was set; --memory SIZE or \
+                 `memory` in the config file keeps the sandbox within SIZE)",
+                if hits.oom_kills == 1 {
+                    "a process".to_string()
+                } else {
+                    format!("{} processes", hits.oom_kills)
+                }
+            ),
+            None,
+        ));
+    }
     if hits.oom_kills > 0 {
         return Some((
             format!(
@@ -754,5 +777,30 @@ mod tests {
             "{line}"
         );
         assert_eq!(status, None);
+        // No memory limit in force (the default pids limit alone): an OOM kill was the
+        // machine's, the agent's own status stays, and no "--memory ?" is printed.
+        let mut r = Requested::default();
+        r.set(asked(Kind::Pids, Setting::Value(4096), Origin::CommandLine));
+        let pids_only = decide(&r, &all).unwrap();
+        let mut r = Requested::default();
+        r.set(asked(Kind::Memory, Setting::Max, Origin::CommandLine));
+        let memory_max = decide(&r, &all).unwrap();
+        for d in [&pids_only, &memory_max, &Decided::default()] {
+            let (line, status) = ended_line(
+                d,
+                Hits {
+                    oom_kills: 2,
+                    pids_max: 0,
+                },
+            )
+            .unwrap();
+            assert!(
+                line.contains("out-of-memory killer killed 2 processes"),
+                "{line}"
+            );
+            assert!(line.contains("no memory limit was set"), "{line}");
+            assert!(!line.contains('?') && !line.contains("137"), "{line}");
+            assert_eq!(status, None);
+        }
     }
 }

@@ -65,13 +65,21 @@ pub struct StateHome {
 }
 
 impl StateHome {
-    /// `$CLAUDEBOX_HOME`, or `~/.claudebox`.
-    pub fn from_env(home: &Path) -> StateHome {
+    /// `$CLAUDEBOX_HOME`, or `~/.claudebox`. A relative `CLAUDEBOX_HOME` is refused: it
+    /// would name another state directory in every directory claudebox is started from.
+    pub fn from_env(home: &Path) -> Result<StateHome> {
         let dir = match std::env::var_os("CLAUDEBOX_HOME") {
             Some(d) if !d.is_empty() => PathBuf::from(d),
             _ => home.join(".claudebox"),
         };
-        StateHome { dir }
+        if !dir.is_absolute() {
+            bail!(Fixable::new(
+                format!("CLAUDEBOX_HOME is a relative path ({})", dir.shown()),
+                "set CLAUDEBOX_HOME to an absolute path (e.g. CLAUDEBOX_HOME=$PWD/NAME), or \
+                 unset it for ~/.claudebox"
+            ));
+        }
+        Ok(StateHome { dir })
     }
 
     pub fn projects(&self) -> PathBuf {

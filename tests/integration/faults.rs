@@ -948,7 +948,9 @@ print("FLOOD-DONE")
 
 /// Issue 15, HOME: a relative HOME and a HOME that does not exist are refused with one
 /// line and nothing created; an unset HOME takes the password database's home and the
-/// sandbox gets it as HOME.
+/// sandbox gets it as HOME. Issue 35: `HOME=/` (a service's) and a HOME holding a system
+/// path, and a relative CLAUDEBOX_HOME, are refused with one line naming the cause (they
+/// gave bwrap's "execvp ...: No such file or directory" and a message with an empty path).
 #[test]
 fn odd_homes_are_refused_or_completed_before_anything_is_made() {
     let w = World::heavy(BIN);
@@ -962,6 +964,8 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
             "/nonexistent-claudebox-home/x",
             "HOME is /nonexistent-claudebox-home/x, which is not an existing directory",
         ),
+        ("/", "HOME is /, which holds the system (/usr)"),
+        ("/usr/", "HOME is /usr/, which holds the system (/usr)"),
     ] {
         let mut c = w.cmd(&dir);
         base(&mut c);
@@ -976,6 +980,32 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
         assert!(err.contains(expect), "{err}");
         assert!(!dir.join("rel").exists() && !Path::new("/nonexistent-claudebox-home").exists());
     }
+    // A relative CLAUDEBOX_HOME: refused by name, nothing made where it would lead.
+    for args in [&["--exec", "true"][..], &["--list"], &["--gc", "--dry-run"]] {
+        let out = w
+            .cmd(&dir)
+            .env("CLAUDEBOX_HOME", "rel-state")
+            .args(args)
+            .output()
+            .unwrap();
+        let err = stderr(&out);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(
+            err.contains("CLAUDEBOX_HOME is a relative path (rel-state); set CLAUDEBOX_HOME to an absolute path"),
+            "{args:?}: {err}"
+        );
+        assert!(!dir.join("rel-state").exists());
+    }
+    // Control: the same state directory named absolutely launches.
+    let out = w
+        .cmd(&dir)
+        .env("CLAUDEBOX_HOME", w.root().join("rel-state"))
+        .args(["--exec", "true"])
+        .output()
+        .unwrap();
+    ok(&out);
+    assert!(w.root().join("rel-state/projects").is_dir());
     let passwd = nix::unistd::User::from_uid(nix::unistd::getuid())
         .unwrap()
         .unwrap()
@@ -999,6 +1029,61 @@ fn odd_homes_are_refused_or_completed_before_anything_is_made() {
     assert!(
         text.contains(&format!("HOME-INSIDE={}\n", passwd.display())),
         "{text}"
+    );
+}
+
+/// Issue 35: with no user namespaces left (`user.max_user_namespaces` 0, here in a user
+/// namespace of the test's own, whose limit the launch's bwrap meets as it would the
+/// host's), a launch says the cause and the sysctl in one line instead of bwrap's raw
+/// "Creating new namespace failed". Control: the same launch in the same kind of
+/// namespace with its limit untouched starts.
+#[test]
+fn no_user_namespaces_get_one_line_with_the_fix() {
+    let w = World::heavy(BIN);
+    let dir = w.dir("p");
+    let run = |limit: &str| {
+        let script = format!("{limit}exec \"$0\" --exec sh -c 'echo started-inside'",);
+        let mut c = Command::new("unshare");
+        c.current_dir(&dir)
+            .env_clear()
+            .env("HOME", w.home())
+            .env("PATH", w.path_var())
+            .env("LANG", "C.UTF-8")
+            .args(["-U", "-r", "sh", "-c", &script])
+            .arg(BIN);
+        c.output().unwrap()
+    };
+    let probe = Command::new("unshare")
+        .args(["-U", "-r", "true"])
+        .output()
+        .unwrap();
+    if !probe.status.success() {
+        lab::figure!(
+            "SKIP no user namespaces: `unshare -U -r` fails here ({})",
+            stderr(&probe).trim()
+        );
+        return;
+    }
+    let control = run("");
+    assert!(ok(&control).contains("started-inside"));
+    let out = run("echo 0 > /proc/sys/user/max_user_namespaces || exit 9; ");
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let ours: Vec<&str> = err
+        .lines()
+        .filter(|l| !l.contains("limits: warning"))
+        .collect();
+    assert_eq!(ours.len(), 1, "{err}");
+    assert!(
+        ours[0].starts_with(
+            "claudebox: the sandbox cannot start: user.max_user_namespaces is 0: the kernel \
+             allows no user namespaces (bwrap: Creating new namespace failed"
+        ),
+        "{err}"
+    );
+    assert!(
+        ours[0].contains("sudo sysctl -w user.max_user_namespaces=15000"),
+        "{err}"
     );
 }
 

@@ -547,3 +547,64 @@ fn a_sigterm_in_bwrap_s_first_milliseconds_is_not_lost() {
     );
     assert!(lost.is_empty(), "{lost:?}");
 }
+
+/// Issue 35: a launch killed after its agent made work-tree entries the host runs code
+/// from (`.envrc`, `.vscode`, `.mcp.json`, missing at its start, so not mounted over) left
+/// its exit review undone; the next launch does it, and it must do it before it plans
+/// its mounts: the first relaunch failed "cannot open .../.envrc to mount it" (planned
+/// as present, then moved aside by the missed review). The relaunch now starts at once,
+/// with the entries moved aside. Control: the entries were there when it started.
+#[test]
+fn a_relaunch_after_a_kill_with_new_entries_starts_at_once() {
+    let _heavy = lab::heavy();
+    let w = World::new(BIN);
+    let dir = w.dir("p");
+    lab::init_repo(&dir);
+    let made = dir.join(".made");
+    let mut c = w.cmd(&dir);
+    c.args([
+        "--exec",
+        "sh",
+        "-c",
+        "echo 'echo hi' > .envrc && mkdir .vscode && echo '{}' > .vscode/tasks.json \
+         && echo '{}' > .mcp.json && touch .made && exec sleep 60",
+    ])
+    .stdin(Stdio::null())
+    .stdout(Stdio::null())
+    .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    // Bounded wait for the agent's entries (no fixed sleep: polled, at most 60 s).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !made.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the agent never made its entries"
+        );
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the launch ended early"
+        );
+        thread::sleep(Duration::from_millis(20));
+    }
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    child.wait().unwrap();
+    for e in [".envrc", ".vscode", ".mcp.json"] {
+        assert!(
+            dir.join(e).exists(),
+            "control: {e} was made by the killed agent"
+        );
+    }
+    let out = w
+        .cmd(&dir)
+        .args(["--exec", "sh", "-c", "echo relaunched"])
+        .output()
+        .unwrap();
+    let err = lab::stderr(&out);
+    assert!(out.status.success(), "the first relaunch failed: {err}");
+    assert!(lab::stdout(&out).contains("relaunched"), "{err}");
+    assert!(err.contains("ended without its exit review"), "{err}");
+    assert!(!err.contains("to mount it"), "{err}");
+    for e in [".envrc", ".vscode", ".mcp.json"] {
+        assert!(!dir.join(e).exists(), "{e} was not moved aside: {err}");
+    }
+}

@@ -10,10 +10,17 @@
 # an installed machine has them) and kept as a tarball in the CI cache
 # ($CLAUDEBOX_CI_CACHE, default /var/cache/claudebox-ci, dir readme-install/); every run
 # unpacks a fresh copy. Ubuntu's keyring comes from Debian's archive (signature checked),
-# as tests/vm/lib.sh fetches it. Rust cannot be downloaded here, so the host's toolchain
-# (rustc --print sysroot: cargo and rustc) is bound read-only at /opt/rust in place of the
-# README's rustup line; everything else is the README's own commands, read from README.md
-# (the lines marked `# install` in its install block), run by `user` (uid 1000, with sudo).
+# as tests/vm/lib.sh fetches it. The README's install block (the lines marked `# install`,
+# read from README.md) runs as written, in order, in one shell of `user` (uid 1000, with
+# sudo): its `sudo` lines first as root, then the rest as one script, so that `. ~/.cargo/env`
+# and `cd` carry on as in the user's terminal. Two endpoints it names are out of reach
+# here and get local stand-ins, each said in the log: rustup's installer (a `curl` first
+# on PATH answers https://sh.rustup.rs alone, with a script that links the host's
+# toolchain, rustc --print sysroot bound read-only at /opt/rust, into ~/.cargo/bin and
+# writes ~/.cargo/env as rustup does; any other URL goes to the real curl), and the
+# repository (`$REPO` is a git repository of the checkout's files, cloned by the README's
+# own `git clone`). The block's order is checked too: git and curl installed before the
+# lines that use them.
 # crates.io's downloads and each root's build are cached beside the tarballs, so a second
 # run does not rebuild. The root is entered with bwrap as root (a mount namespace and
 # pivot_root, not chroot(2): the kernel refuses a user namespace to a chrooted process, and
@@ -42,6 +49,23 @@ mapfile -t readme < <(sed -n '/^## Install/,/^## /p' "$ROOT/README.md" |
     sed -n '/^```sh$/,/^```$/p' | grep -E '# install$' | sed 's/ *# install$//')
 [[ ${#readme[@]} -ge 2 ]] || die "README.md's install block has no '# install' lines"
 log "the README's commands: $(printf '[%s] ' "${readme[@]}")"
+# The block runs top to bottom on a fresh machine: root's lines first, git and curl
+# installed before any line uses them, rustup's env read before cargo.
+seen_user=0 have=""
+for c in "${readme[@]}"; do
+    case "$c" in
+        "sudo "*) [[ $seen_user -eq 0 ]] || die "README: a sudo line after a user's line: $c"
+            have="$have $c" ;;
+        *) seen_user=1
+            for tool in git curl; do
+                [[ "$c" != "$tool "* && "$c" != *"| $tool "* ]] || [[ "$have" == *" $tool"* ]] ||
+                    die "README: '$c' uses $tool before the block installs it"
+            done
+            [[ "$c" != cargo* ]] || [[ "$have" == *".cargo/env"* ]] ||
+                die "README: '$c' runs before rustup's ~/.cargo/env is read"
+            have="$have $c" ;;
+    esac
+done
 
 # Ubuntu's archive keyring, from Debian's archive (its own signature checked by apt).
 ubuntu_keyring() {
@@ -116,12 +140,36 @@ check_one() {
     tar -C "$r" -xzf "$cache/$name-updated.tar.gz"
     chroot "$r" useradd -m -u 1000 -s /bin/bash user
     printf 'user ALL=(ALL) NOPASSWD: ALL\n' >"$r/etc/sudoers.d/user"
-    # The checkout, as a fresh clone would have it (tracked files, no build).
-    mkdir "$r/home/user/claudebox"
+    # The repository the README's `git clone "$REPO"` clones: the checkout's files (tracked
+    # and new, as they are now) committed into a repository of their own.
+    mkdir -p "$r/srv/claudebox"
     (cd "$ROOT" && git ls-files -z --cached --others --exclude-standard |
-        tar --null -T - -cf -) | tar -C "$r/home/user/claudebox" -xf -
+        tar --null -T - -cf -) | tar -C "$r/srv/claudebox" -xf -
+    git -C "$r/srv/claudebox" init -q -b main
+    git -C "$r/srv/claudebox" add -A
+    git -C "$r/srv/claudebox" -c user.name=t -c user.email=t@t commit -q -m checkout
+    # rustup's stand-in: a curl that answers the installer's URL alone.
+    mkdir -p "$r/usr/local/bin"
+    cat >"$r/usr/local/bin/curl" <<'CURL'
+#!/bin/sh
+case " $* " in
+*" https://sh.rustup.rs "*)
+    echo "readme-install: stand-in for rustup's installer (the host's toolchain)" >&2
+    cat <<'RUSTUP'
+set -e
+[ "$1 $2" = "-- -y" ] || [ "$1" = "-y" ] || { echo "rustup stand-in: expected -y" >&2; exit 1; }
+mkdir -p "$HOME/.cargo/bin"
+for t in cargo rustc rustdoc; do ln -sf /opt/rust/bin/$t "$HOME/.cargo/bin/$t"; done
+printf '%s\n' 'export PATH="$HOME/.cargo/bin:$PATH"' >"$HOME/.cargo/env"
+echo "Rust is installed now (stand-in)."
+RUSTUP
+    ;;
+*) exec /usr/bin/curl "$@" ;;
+esac
+CURL
+    chmod 755 "$r/usr/local/bin/curl"
     mkdir -p "$r/home/user/proj" "$r/opt/rust"
-    chroot "$r" chown -R user:user /home/user
+    chroot "$r" chown -R user:user /home/user /srv/claudebox
     # Caches: crates.io's downloads (shared) and this root's build.
     mkdir -p "$cache/cargo-registry" "$cache/target-$name"
     chown 1000:1000 "$cache/cargo-registry" "$cache/target-$name"
@@ -129,34 +177,44 @@ check_one() {
     chown 1000:1000 "$r/home/user/.cargo" "$r/home/user/.cargo/registry" "$r/var/tmp/target"
     cp -L /etc/resolv.conf "$r/etc/resolv.conf"
 
-    # bwrap sets no_new_privs, so sudo cannot gain root inside: a README line that starts
-    # with `sudo ` runs as root without it (the root is the test's own), the rest as user.
+    # bwrap sets no_new_privs, so sudo cannot gain root inside: the block's `sudo ` lines
+    # (all before any other, checked above) run as root without it (the root is the
+    # test's own); the rest is one script the user runs from the home, each line as
+    # written, timed.
+    local c q root_lines=()
+    {
+        echo 'set -e'
+        for c in "${readme[@]}"; do
+            [[ "$c" == "sudo "* ]] && continue
+            printf -v q '%q' "$c"
+            printf 'printf "$ %%s\n" %s; start=$(date +%%s)\n%s\necho "took $(( $(date +%%s) - start )) s"\n' "$q" "$c"
+        done
+        echo 'command -v claudebox'
+    } >"$r/home/user/.readme-block.sh"
+    for c in "${readme[@]}"; do [[ "$c" == "sudo "* ]] && root_lines+=("$c"); done
     local script='set -e
 as_user() { runuser -u user -- env -i HOME=/home/user USER=user LOGNAME=user LANG=C.UTF-8 \
-    TERM=dumb PATH=/home/user/.cargo/bin:/opt/rust/bin:${CLAUDE_BIN:+$CLAUDE_BIN:}/usr/local/bin:/usr/bin:/bin \
-    CARGO_TARGET_DIR=/var/tmp/target bash -ec "$1"; }
+    TERM=dumb PATH=${CLAUDE_BIN:+$CLAUDE_BIN:}/usr/local/bin:/usr/bin:/bin \
+    REPO=/srv/claudebox CARGO_TARGET_DIR=/var/tmp/target bash -ec "$1"; }
 for c in "$@"; do
     printf "\$ %s\n" "$c"; start=$(date +%s)
-    case "$c" in
-        "sudo "*) (cd /home/user/claudebox && DEBIAN_FRONTEND=noninteractive bash -ec "${c#sudo }") ;;
-        *) as_user "cd ~/claudebox && $c" ;;
-    esac
+    (cd /home/user && DEBIAN_FRONTEND=noninteractive bash -ec "${c#sudo }")
     echo "took $(( $(date +%s) - start )) s"
 done
-as_user "command -v claudebox"
-as_user "cd ~/proj && git init -q ."
-echo "--- claudebox --check (as user)"; as_user "cd ~/proj && claudebox --check" && echo CHECK-OK || echo "CHECK-RC=$?"
-echo "--- claudebox --exec true (as user)"; as_user "cd ~/proj && claudebox --exec true" && echo LAUNCH-OK
-as_user "cd ~/proj && claudebox --exec sh -c \"touch made-inside && id -un\""
+as_user "cd ~ && bash -e ~/.readme-block.sh"
+as_user ". ~/.cargo/env && cd ~/proj && git init -q ."
+echo "--- claudebox --check (as user)"; as_user ". ~/.cargo/env && cd ~/proj && claudebox --check" && echo CHECK-OK || echo "CHECK-RC=$?"
+echo "--- claudebox --exec true (as user)"; as_user ". ~/.cargo/env && cd ~/proj && claudebox --exec true" && echo LAUNCH-OK
+as_user ". ~/.cargo/env && cd ~/proj && claudebox --exec sh -c \"touch made-inside && id -un\""
 # The release build has no test switches (issue 34): no CLAUDEBOX_TEST_ name is in the
 # installed binary, and a launch with every switch src/ names set (from the checkout, so
 # a new one is in) goes as without them; the broker upstream CA switch naming a missing
 # file fails a debug build launch (its control: the test_switches_are_debug_only test).
 echo "--- test switches (release build)"
-as_user "! grep -aq CLAUDEBOX_TEST_ \"\$(command -v claudebox)\"" && echo NO-TEST-SWITCH-NAMES
+as_user ". ~/.cargo/env && ! grep -aq CLAUDEBOX_TEST_ \"\$(command -v claudebox)\"" && echo NO-TEST-SWITCH-NAMES
 switches=$(grep -rhoE "CLAUDEBOX_TEST_[A-Z0-9_]+" /home/user/claudebox/src | sort -u | sed "s/\$/=1/" | tr "\n" " ")
 echo "switches: $switches"
-as_user "cd ~/proj && env $switches CLAUDEBOX_TEST_BROKER_UPSTREAM_CA=/nonexistent ANTHROPIC_API_KEY=sk-ant-api03-x \
+as_user ". ~/.cargo/env && cd ~/proj && env $switches CLAUDEBOX_TEST_BROKER_UPSTREAM_CA=/nonexistent ANTHROPIC_API_KEY=sk-ant-api03-x \
     claudebox --login-broker --network none --exec sh -c \"touch switched-inside\"" && echo SWITCHES-IGNORED'
     log "$name: the README's install as user, then --check and --exec true"
     # The host's trust store, so that an egress proxy's CA this machine trusts holds inside.
@@ -183,7 +241,7 @@ as_user "cd ~/proj && env $switches CLAUDEBOX_TEST_BROKER_UPSTREAM_CA=/nonexiste
         --bind "$cache/target-$name" /var/tmp/target \
         --die-with-parent --chdir / --setenv PATH /usr/sbin:/usr/bin:/sbin:/bin \
         --setenv CLAUDE_BIN "$claude_bin" \
-        bash -c "$script" sh "${readme[@]}" </dev/null 2>&1 | tee "$work/out" | sed -u "s/^/[$name] /" >&2
+        bash -c "$script" sh "${root_lines[@]}" </dev/null 2>&1 | tee "$work/out" | sed -u "s/^/[$name] /" >&2
     rc=${PIPESTATUS[0]}
     set -e
     if [[ $rc -ne 0 ]] && grep -qE 'failed to (download|fetch|get)|Could not resolve host|index.crates.io' "$work/out" &&

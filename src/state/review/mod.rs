@@ -348,9 +348,16 @@ pub fn missed(st: &ProjectState, project: Option<&Target>, err: &mut dyn Write) 
         let Ok(f) = open_in(dir.as_raw_fd(), &name, OFlag::O_RDONLY, 0) else {
             continue;
         };
-        // Held: its launcher still runs and reviews at its own exit.
-        let Ok(mut lock) = Flock::lock(f, FlockArg::LockExclusiveNonblock) else {
-            continue;
+        // Held: its launcher still runs and reviews at its own exit; or it was killed and
+        // its keeper (a fork holding the record's lock) is still ending the sandbox: then
+        // waited for (bounded), so that a relaunch right after a kill plans its mounts
+        // after this review rather than before.
+        let mut lock = match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => lock,
+            Err((f, _)) => match ended_holder_gone(f, &st.review_pending().join(&name)) {
+                Some(lock) => lock,
+                None => continue,
+            },
         };
         let Ok(meta) = nix::sys::stat::fstat(lock.as_raw_fd()) else {
             continue;
@@ -544,6 +551,33 @@ fn commondir_watch(dirfd: RawFd) -> Result<&'static Inotify, Errno> {
         *w = Some((ino, wd));
     }
     Ok(ino)
+}
+
+/// How long a missed review waits for the keeper of a killed launcher to let go of its
+/// record (it kills bwrap and reaps the sandbox's processes first: milliseconds).
+const KEEPER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The record's lock once its holder, whose launcher is dead (`host::holders`: the taker
+/// of the flock no longer runs, or cannot be named here), lets go of it; `None` while
+/// the launcher runs, or when it is still held after [`KEEPER_WAIT`].
+fn ended_holder_gone(f: File, path: &Path) -> Option<Flock<File>> {
+    use crate::host::holders::{of_held, Holder};
+    let deadline = std::time::Instant::now() + KEEPER_WAIT;
+    let mut f = f;
+    loop {
+        match of_held(path) {
+            Some(Holder::Running) => return None,
+            Some(Holder::Free | Holder::Ended | Holder::Stuck(_)) | None => {}
+        }
+        match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+            Ok(lock) => return Some(lock),
+            Err((back, _)) => f = back,
+        }
+        if std::time::Instant::now() >= deadline {
+            return None;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
 }
 
 /// The watch's inotify instance, while there is one: the launch's keeper, forked with it,

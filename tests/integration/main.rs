@@ -14,6 +14,7 @@
 const BIN: &str = env!("CARGO_BIN_EXE_claudebox");
 
 mod apparmor;
+mod bypass_consent;
 mod check;
 mod claude_json_concurrency;
 mod claude_settings;
@@ -31,6 +32,7 @@ mod file_supervisor;
 mod first_contact;
 mod forward_ports;
 mod gc;
+mod git_status;
 mod golden;
 mod gpu;
 mod hardening;

@@ -1139,6 +1139,12 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
                 &p.path,
                 &why,
             ),
+            Guard::GitIgnore => Mount::new(
+                MountKind::Ro,
+                Some(&inp.state.claude_gitignore()),
+                &p.path,
+                &why,
+            ),
         });
     }
     if !inp.unprotected_missing.is_empty() {
@@ -1267,8 +1273,9 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
     );
     s.extend_from_slice(inp.project.work_tree.as_os_str().as_bytes());
     s.extend_from_slice(
-        b", ~/.claude (this project's own copy: the user's setup in it, settings, hooks, \
-          commands, agents, skills, plugins, CLAUDE.md, is read-only), ~/.claude.json (this \
+        b", ~/.claude (this project's own copy: the user's setup in it, hooks, commands, \
+          agents, skills, plugins, CLAUDE.md, is read-only; settings.json is a copy whose \
+          changes last until the sandbox exits), ~/.claude.json (this \
           project's copy), and the temporary /tmp and home directory (both discarded when \
           the sandbox exits). The rest of the system is read-only; the rest of the real \
           home directory (ssh keys, other projects) is not visible. Files you create \

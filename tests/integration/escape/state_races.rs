@@ -429,7 +429,7 @@ const MOUNTS: &str = "cat /proc/self/mountinfo";
 /// raced directory (the project's files, the system's, the bound files) fails (EXDEV).
 const UNSWAPPABLE: &str = r#"
 L="$CLAUDE_SECURESTORAGE_CONFIG_DIR"
-for f in "$HOME/.claude/history.jsonl" "$PWD/.claude/settings.local.json" "$L/.credentials.json"; do
+for f in "$HOME/.claude/history.jsonl" "$HOME/.claude/settings.json" "$PWD/.claude/settings.local.json" "$L/.credentials.json"; do
   [ -e "$f" ] || { echo "MISSING $f"; continue; }
   d=$(dirname "$f")
   echo x > "$d/cb-other" 2>/dev/null
@@ -441,7 +441,7 @@ for f in "$HOME/.claude/history.jsonl" "$PWD/.claude/settings.local.json" "$L/.c
   python3 -c 'import os,sys; os.rename(sys.argv[1], sys.argv[2])' "$f" "$d/cb-x" 2>/dev/null && echo "SWAPPED pyrename $f"
 done
 echo project > "$PWD/cb-file"
-for src in "$PWD/cb-file" /etc/hostname "$HOME/.claude/history.jsonl" "$L/.credentials.json" "$PWD/.claude/settings.local.json"; do
+for src in "$PWD/cb-file" /etc/hostname "$HOME/.claude/history.jsonl" "$HOME/.claude/settings.json" "$L/.credentials.json" "$PWD/.claude/settings.local.json"; do
   [ -e "$src" ] || continue
   for to in "$HOME/.claude" "$HOME/.claude/projects" "$L"; do
     ln "$src" "$to/cb-hardlink" 2>/dev/null && echo "LINKED $src into $to"
@@ -535,6 +535,7 @@ const RW_STATE: &[&str] = &[
     "<id>/claude-config",
     "<id>/claude-plugin-data",
     "<id>/claude-projects",
+    "<id>/claude-settings.json",
     "<id>/claude-settings.local.json",
     "<id>/history.jsonl",
     "login",

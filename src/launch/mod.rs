@@ -484,6 +484,9 @@ fn exec_registered(
     };
     // Less a margin: file times come from a coarser clock than this one.
     let started = std::time::SystemTime::now() - std::time::Duration::from_millis(20);
+    // Allowlist mode: where the denied log stood, to name this sandbox's denials at its end.
+    let allowlist = plan.proxy.as_ref().is_some_and(|x| x.http_proxy && !x.open);
+    let denied_mark = allowlist.then(|| state::denied::mark(&inp.state));
     let mut limits = None;
     let mut tries = 0;
     // The keeper keeps the commondir watch's inotify instance past this process's end.
@@ -626,6 +629,12 @@ fn exec_registered(
     };
     if let Some(p) = pending {
         p.finish(&inp.state, held, &mut std::io::stderr());
+    }
+    if let Some(m) = denied_mark {
+        let denied = state::denied::since(&inp.state, m);
+        if let Some(line) = state::denied::summary(&denied, &inp.state.denied_log()) {
+            eprintln!("claudebox: {line}");
+        }
     }
     // The Bypass Permissions answer given in this sandbox, kept for the next ones.
     if inp.agent == AgentId::Claude {

@@ -35,6 +35,7 @@ pub mod claude_home;
 pub mod codex_home;
 pub mod credsync;
 pub mod crossing;
+pub mod denied;
 pub mod du;
 pub mod inuse;
 pub mod inventory;

@@ -379,6 +379,7 @@ fn exec_registered(
     let setup = inuse::setup_lock(&inp.state)?;
     // The empty file stands in for hidden files and for setup files the user has none of.
     state::ensure_empty_file(&inp.state)?;
+    state::ensure_caches(&inp.state)?;
     if inp.agent == AgentId::Codex {
         state::ensure_empty_json(&inp.state)?;
     }

@@ -26,6 +26,8 @@ pub const EMPTY_JSON_FILE: &str = "empty.json";
 pub const DENIED_LOG: &str = "network-denied.log";
 /// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
 pub const LOCAL_SETTINGS_FILE: &str = "claude-settings.local.json";
+/// The project's package caches (see `caches::TABLE`).
+pub const CACHES_DIR: &str = "caches";
 /// The sandbox's `.claude/.gitignore` (see `protected::Guard::GitIgnore`).
 pub const CLAUDE_GITIGNORE_FILE: &str = "claude-dir.gitignore";
 /// The project's copy of the user's `settings.json` (see `ProjectState::user_settings`).
@@ -133,6 +135,10 @@ impl ProjectState {
     /// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
     pub fn local_settings(&self) -> PathBuf {
         self.dir.join(LOCAL_SETTINGS_FILE)
+    }
+    /// A package cache of the project (see `caches::TABLE`), mounted at its path.
+    pub fn cache(&self, name: &str) -> PathBuf {
+        self.dir.join(CACHES_DIR).join(name)
     }
     /// The sandbox's `.claude/.gitignore` (see `protected::Guard::GitIgnore`).
     pub fn claude_gitignore(&self) -> PathBuf {

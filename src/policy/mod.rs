@@ -4,6 +4,7 @@
 pub mod agent;
 pub mod apparmor;
 pub mod base_url;
+pub mod caches;
 pub mod claude_home;
 pub mod codex_home;
 pub mod confinement;

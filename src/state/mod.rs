@@ -125,6 +125,15 @@ pub fn ensure_empty_json(state: &ProjectState) -> Result<()> {
         .with_context(|| format!("cannot create {}", path.shown()))
 }
 
+/// Makes the project's package caches (`caches::TABLE`), empty, where they are missing.
+pub fn ensure_caches(state: &ProjectState) -> Result<()> {
+    mkdir_private(&state.dir.join(crate::policy::layout::CACHES_DIR))?;
+    for c in crate::policy::caches::TABLE {
+        mkdir_private(&state.cache(c.name))?;
+    }
+    Ok(())
+}
+
 /// Writes the scratch `.claude`'s stand-in `.gitignore` (`protected::CLAUDE_GITIGNORE`)
 /// to the state, read-only; looks first.
 pub fn ensure_claude_gitignore(state: &ProjectState) -> Result<()> {

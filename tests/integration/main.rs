@@ -15,6 +15,7 @@ const BIN: &str = env!("CARGO_BIN_EXE_claudebox");
 
 mod apparmor;
 mod bypass_consent;
+mod caches;
 mod check;
 mod claude_json_concurrency;
 mod claude_settings;

@@ -401,6 +401,7 @@ pub fn build(inp: &Inputs) -> Plan {
     installation(inp, &mut m, &mut notes);
     let broker = broker_login(inp);
     agent_home(inp, broker.as_ref(), &mut m, &mut notes);
+    caches(inp, &mut m);
     m.extend(extra_after);
     read_only_root(&mut m);
     let (flags, proxy) = network(inp, broker.as_ref(), &mut notes);
@@ -665,6 +666,39 @@ fn agent_home(
     }
 }
 
+/// The project's package caches (see `caches::TABLE`), each read-write at its path in the
+/// home, before the extras (a `--rw ~/.npm` of the user's wins). A cache whose path lies
+/// in the project (the home as the project) is left to the project's own files.
+fn caches(inp: &Inputs, m: &mut Vec<Mount>) {
+    for c in crate::policy::caches::TABLE {
+        let target = crate::policy::caches::target(&inp.home, c);
+        if target.starts_with(&inp.project.work_tree) {
+            continue;
+        }
+        m.push(Mount::new(
+            MountKind::Rw,
+            Some(&inp.state.cache(c.name)),
+            &target,
+            &format!("this project's package cache (claudebox state): {}", c.why),
+        ));
+    }
+}
+
+/// The variables that name the caches (see `caches::TABLE`), pointing at their mounts
+/// unless the user sets them (`--env`, the config file).
+fn cache_env(inp: &Inputs, env: &mut Vec<EnvOp>) {
+    for c in crate::policy::caches::TABLE {
+        let Some(var) = c.var else { continue };
+        let target = crate::policy::caches::target(&inp.home, c);
+        if target.starts_with(&inp.project.work_tree)
+            || inp.settings.env.iter().any(|e| e.name == var)
+        {
+            continue;
+        }
+        env.push(set(var, target.as_os_str()));
+    }
+}
+
 /// The last mount, after the extras (step 8): bwrap's root made read-only.
 fn read_only_root(m: &mut Vec<Mount>) {
     m.push(Mount::new(
@@ -784,6 +818,7 @@ fn environment(inp: &Inputs, proxy: Option<&ProxySpec>, broker: bool) -> Vec<Env
             env.push(set(name, OsStr::new(value)));
         }
     }
+    cache_env(inp, &mut env);
     if proxy.is_some_and(|p| p.http_proxy && !p.open) {
         for (k, v) in crate::policy::network::proxy_env() {
             env.push(set(k, OsStr::new(v)));

@@ -3,8 +3,9 @@
 //! The directories of the host a sandbox can write that claudebox itself writes in are the
 //! project's `claude-config`, `claude-projects` and `claude-plugin-data` and the shared
 //! `login` (checked below from inside: every read-write mount of the state is one of
-//! these; session records, the settings copy's directory, the denied log, quarantine and
-//! the rest of the state are mounted nowhere). What claudebox does there: it creates
+//! these, or one of the package caches, which claudebox only makes; session records, the
+//! settings copy's directory, the denied log, quarantine and the rest of the state are
+//! mounted nowhere). What claudebox does there: it creates
 //! files (the `.claude.json` merge, the conversation copies of `--import-conversation`,
 //! mount points), creates directories, renames and removes; it writes nothing in place
 //! there (the in-place writes, the settings copy and the credentials, go to single-file
@@ -541,6 +542,14 @@ const RW_STATE: &[&str] = &[
     "login",
 ];
 
+/// The project's package caches (`policy::caches::TABLE`), each bound read-write whole:
+/// claudebox only makes each one (`mkdir` in `caches/`, which no sandbox sees) and never
+/// writes in them (`--gc` removes them beneath its descriptor).
+fn is_cache(r: &str) -> bool {
+    r.strip_prefix("<id>/caches/")
+        .is_some_and(|n| !n.is_empty() && !n.contains('/'))
+}
+
 pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
     let mut v = Vec::new();
     for kind in KINDS {
@@ -562,7 +571,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
     let (rw, text) = state_mounts();
     let extra: Vec<_> = rw
         .iter()
-        .filter(|r| !RW_STATE.contains(&r.as_str()))
+        .filter(|r| !RW_STATE.contains(&r.as_str()) && !is_cache(r))
         .collect();
     if !extra.is_empty() {
         eprintln!("state mounted read-write beyond the raced directories: {extra:?}\n{text}");

@@ -309,11 +309,12 @@ pub const POLICY_LAYERS: &[(&[&str], &str)] = &[
             "protected",
             "confinement",
             "git_dir",
+            "caches",
         ],
         "shared types and tables, at the bottom so that every module above can name them: \
          the escaper, the error with its fix, where a setting came from (`origin`), a plan \
          mount and its kinds (`mount`), what the host was found to hold (`facts`), the \
-         state's layout, the IPC, protected-path and seccomp tables, what git reads",
+         state's layout, the IPC, protected-path and seccomp tables, what git reads, the package caches",
     ),
     (
         &[

@@ -156,8 +156,11 @@ pub fn probe(project: &Project, home: &Path) -> Result<Vec<Protected>> {
     let mut real_dirs = Vec::new();
     // The host's `.claude/settings.local.json` is never mounted (the state's copy goes in
     // its place in the scratch `.claude`, whose own path is checked): a symlink there is
-    // fine.
-    for p in out.iter().filter(|p| p.guard != Guard::LocalSettings) {
+    // fine. The stand-in `.gitignore` is made only where the host has none.
+    for p in out
+        .iter()
+        .filter(|p| !matches!(p.guard, Guard::LocalSettings | Guard::GitIgnore))
+    {
         check_no_symlink(&p.path, &mut real_dirs).map_err(|e| match &p.named_by {
             Some(f) => {
                 let look = format!(
@@ -299,14 +302,14 @@ fn claude_dir(out: &mut Vec<Protected>, wt: &Path) {
     let dir = wt.join(CLAUDE_DIR);
     let why = "the project's Claude Code settings, hooks, MCP servers, commands, agents: a \
                host claude runs them; the sandbox gets a scratch copy";
-    match fs::symlink_metadata(&dir) {
+    let host_names = match fs::symlink_metadata(&dir) {
         Ok(m) if !m.is_dir() => {
             push(out, dir, Guard::ReadOnly, why);
             return;
         }
         Ok(_) => {
             push(out, dir.clone(), Guard::Scratch, why);
-            claude_entries(out, &dir);
+            claude_entries(out, &dir)
         }
         // A work tree the user cannot write: bwrap could not make the mount point, and the
         // agent cannot make a `.claude` either.
@@ -319,8 +322,11 @@ fn claude_dir(out: &mut Vec<Protected>, wt: &Path) {
         {
             return
         }
-        Err(_) => push(out, dir.clone(), Guard::Scratch, why),
-    }
+        Err(_) => {
+            push(out, dir.clone(), Guard::Scratch, why);
+            Vec::new()
+        }
+    };
     push(
         out,
         dir.join(LOCAL_SETTINGS),
@@ -328,27 +334,37 @@ fn claude_dir(out: &mut Vec<Protected>, wt: &Path) {
         "claude saves \"always allow\" rules here: the project's copy in claudebox's state, \
          never the host's file",
     );
+    // The stand-in settings.local.json where the host has none: ignored inside (a
+    // `.gitignore` of the host's own is left as it is: see `Guard::GitIgnore`).
+    let has = |n: &str| host_names.iter().any(|h| h == n);
+    if !has(LOCAL_SETTINGS) && !has(".gitignore") {
+        push(
+            out,
+            dir.join(".gitignore"),
+            Guard::GitIgnore,
+            "git ignores the stand-in settings.local.json (and this file): git status \
+             inside shows what it shows on the host, git add -A commits neither",
+        );
+    }
 }
 
 /// The host's entries of an existing `.claude`, read-only in the scratch one (all but
-/// `settings.local.json`).
-fn claude_entries(out: &mut Vec<Protected>, dir: &Path) {
+/// `settings.local.json`); returns the names of all of them.
+fn claude_entries(out: &mut Vec<Protected>, dir: &Path) -> Vec<std::ffi::OsString> {
+    let mut names = Vec::new();
     if let Ok(rd) = fs::read_dir(dir) {
-        let mut entries: Vec<PathBuf> = rd
-            .filter_map(|e| e.ok())
-            .filter(|e| e.file_name() != LOCAL_SETTINGS)
-            .map(|e| e.path())
-            .collect();
-        entries.sort();
-        for e in entries {
+        names = rd.filter_map(|e| e.ok()).map(|e| e.file_name()).collect();
+        names.sort();
+        for n in names.iter().filter(|n| *n != LOCAL_SETTINGS) {
             push(
                 out,
-                e,
+                dir.join(n),
                 Guard::ReadOnly,
                 "the host's .claude entry, read-only in the scratch .claude",
             );
         }
     }
+    names
 }
 
 /// Git repositories nested in the work tree (not submodules, whose git dirs live in the

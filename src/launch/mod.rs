@@ -445,6 +445,10 @@ fn exec_registered(
     let setup = inuse::setup_lock(&inp.state)?;
     // The empty file stands in for hidden files and for setup files the user has none of.
     state::ensure_empty_file(&inp.state)?;
+    state::ensure_caches(&inp.state)?;
+    if inp.agent == AgentId::Codex {
+        state::ensure_empty_json(&inp.state)?;
+    }
     let overlays = crate::policy::claude_home::overlays(
         &inp.home,
         &inp.claude_home,
@@ -452,6 +456,18 @@ fn exec_registered(
         inp.writable_claude_setup,
     );
     claude_home::prepare_mount_points(&inp.home, &inp.claude_home, &inp.state, &overlays)?;
+    let settings_copy = inp.state.user_settings();
+    if overlays.iter().any(|o| {
+        matches!(o, crate::policy::claude_home::Overlay::Bind { source, .. } if *source == settings_copy)
+    }) {
+        let host_file = inp.claude_home.dir.join(crate::policy::claude_home::SETTINGS);
+        let on_host = inp
+            .claude_home
+            .entries
+            .iter()
+            .any(|(n, _)| n == crate::policy::claude_home::SETTINGS);
+        state::refresh_user_settings(&inp.state, on_host.then_some(host_file.as_path()))?;
+    }
     if let Some(b) = p.plan.proxy.as_ref().and_then(|x| x.broker.as_ref()) {
         if let Some(settings) = b.api_key_helper.as_ref().or(b.settings_api_key.as_ref()) {
             claude_home::write_broker_settings(settings, &inp.state, b.api_key_helper.is_some())?;
@@ -471,6 +487,13 @@ fn exec_registered(
             .find(|p| p.guard == crate::policy::protected::Guard::LocalSettings)
         {
             state::refresh_local_settings(&inp.state, &p.path)?;
+        }
+        if inp
+            .protected
+            .iter()
+            .any(|p| p.guard == crate::policy::protected::Guard::GitIgnore)
+        {
+            state::ensure_claude_gitignore(&inp.state)?;
         }
     }
     // A named session is decided again under its own lock; replan if that changed it.
@@ -531,6 +554,9 @@ fn exec_registered(
     };
     // Less a margin: file times come from a coarser clock than this one.
     let started = std::time::SystemTime::now() - std::time::Duration::from_millis(20);
+    // Allowlist mode: where the denied log stood, to name this sandbox's denials at its end.
+    let allowlist = plan.proxy.as_ref().is_some_and(|x| x.http_proxy && !x.open);
+    let denied_mark = allowlist.then(|| state::denied::mark(&inp.state));
     let mut limits = None;
     let mut tries = 0;
     // The keeper keeps the commondir watch's inotify instance past this process's end.
@@ -685,6 +711,16 @@ fn exec_registered(
     };
     if let Some(p) = pending {
         p.finish(&inp.state, held, &mut std::io::stderr());
+    }
+    if let Some(m) = denied_mark {
+        let denied = state::denied::since(&inp.state, m);
+        if let Some(line) = state::denied::summary(&denied, &inp.state.denied_log()) {
+            eprintln!("claudebox: {line}");
+        }
+    }
+    // The Bypass Permissions answer given in this sandbox, kept for the next ones.
+    if inp.agent == AgentId::Claude {
+        state::keep_bypass_consent(&inp.state);
     }
     if let Some(common) = &inp.project.common_dir {
         for lost in crate::state::worktrees::lost(common, started) {

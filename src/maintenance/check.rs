@@ -798,6 +798,11 @@ impl Probe {
             fs::write(home.join(".claude.json"), b"{}\n")?;
             fs::write(state.history(), b"")?;
             fs::write(state.empty_file(), b"")?;
+            // What a launch makes in the state for its mounts: the settings copy, the
+            // package caches, the scratch .claude's .gitignore.
+            crate::state::refresh_user_settings(&state, None)?;
+            crate::state::ensure_caches(&state)?;
+            crate::state::ensure_claude_gitignore(&state)?;
             // The login directory's own credentials file, bound onto itself when the home
             // has no login (as this one has none): the launch makes it beneath the
             // directory (`prepare_mount_points`); this directory is the probe's own.

@@ -259,6 +259,23 @@ pub struct HostClaude {
     pub within: Vec<PathBuf>,
 }
 
+/// The user's settings file in `~/.claude`.
+pub const SETTINGS: &str = "settings.json";
+
+/// The one key of claude's user settings that a sandbox's copy carries over (to
+/// claudebox's state, never to the host's file): "the user has accepted the bypass
+/// permissions mode dialog" (both Claude Code versions write it to the user settings when
+/// the dialog's "Yes, I accept" is chosen, and skip the dialog when any of the user,
+/// local, flag or policy settings has it true; measured in 2.1.197 and 2.1.330).
+pub const BYPASS_KEY: &str = "skipDangerousModePermissionPrompt";
+
+/// Why `~/.claude/settings.json` is the project's copy (see `state::claude_home::
+/// refresh_user_settings`).
+pub const SETTINGS_COPY_WHY: &str = "your settings.json, as this project's copy (claudebox \
+     state), rebuilt from yours at each launch: claude may write it (the Bypass \
+     Permissions answer is kept, for every project, and nothing else; your file is never \
+     written)";
+
 /// One mount of the `~/.claude` group, for the plan to turn into its own type.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Overlay {
@@ -307,11 +324,26 @@ pub fn overlays(
         why: "this project's prompt history".into(),
     });
     let on_host = |name: &str| host.entries.iter().any(|(n, _)| n == name);
+    let settings_dir = host
+        .entries
+        .iter()
+        .any(|(n, d)| *d && n == OsStr::new(SETTINGS));
+    let settings_copy = !writable_setup && !settings_dir;
+    if settings_copy {
+        v.push(Overlay::Bind {
+            source: st.user_settings(),
+            target: inside.join(SETTINGS),
+            writable: true,
+            file: true,
+            why: SETTINGS_COPY_WHY.into(),
+        });
+    }
     for (name, is_dir) in &host.entries {
         let class = class_of(name);
         let target = inside.join(name);
         let source = host.dir.join(name);
         match class {
+            Setup if settings_copy && name == OsStr::new(SETTINGS) => {}
             Setup => {
                 let known = entry(name).is_some();
                 // The installation stays read-only even with the opt-out: the host runs it.
@@ -361,6 +393,7 @@ pub fn overlays(
         for e in TABLE
             .iter()
             .filter(|e| e.class == Setup && !on_host(e.name) && placeholder(e.name))
+            .filter(|e| e.name != SETTINGS)
         {
             let target = inside.join(e.name);
             let why = format!("empty and read-only, as you have none: {}", e.why);

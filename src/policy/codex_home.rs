@@ -142,7 +142,13 @@ pub fn overlays(home: &Path, host: &HostCodex, st: &ProjectState) -> Vec<Overlay
                 v.push(match e.kind {
                     Dir => Overlay::EmptyDir { target, why },
                     File => Overlay::Bind {
-                        source: st.empty_file(),
+                        // Codex parses hooks.json as JSON at every start: an empty file
+                        // made it warn "failed to parse hooks config" (0.169, 0.171).
+                        source: if e.name == "hooks.json" {
+                            st.empty_json()
+                        } else {
+                            st.empty_file()
+                        },
                         target,
                         writable: false,
                         file: true,

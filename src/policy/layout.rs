@@ -22,9 +22,19 @@ pub const QUARANTINE_DIR: &str = "quarantine";
 pub const REVIEW_PENDING_DIR: &str = "review-pending";
 pub const SESSIONS_DIR: &str = "sessions";
 pub const EMPTY_FILE: &str = "empty";
+pub const EMPTY_JSON_FILE: &str = "empty.json";
 pub const DENIED_LOG: &str = "network-denied.log";
 /// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
 pub const LOCAL_SETTINGS_FILE: &str = "claude-settings.local.json";
+/// The project's package caches (see `caches::TABLE`).
+pub const CACHES_DIR: &str = "caches";
+/// The sandbox's `.claude/.gitignore` (see `protected::Guard::GitIgnore`).
+pub const CLAUDE_GITIGNORE_FILE: &str = "claude-dir.gitignore";
+/// The project's copy of the user's `settings.json` (see `ProjectState::user_settings`).
+pub const USER_SETTINGS_FILE: &str = "claude-settings.json";
+/// In the state home: the Bypass Permissions dialog was accepted (see
+/// `ProjectState::bypass_consent`).
+pub const BYPASS_CONSENT_FILE: &str = "claude-bypass-accepted";
 /// The mount point of the file system the project's root was on at its last launch (raw
 /// bytes): `--gc` counts a missing root as unknown while that file system is not mounted.
 pub const ROOT_MOUNT_FILE: &str = "root-mount";
@@ -107,6 +117,11 @@ impl ProjectState {
     pub fn empty_file(&self) -> PathBuf {
         self.dir.join(EMPTY_FILE)
     }
+    /// `{}`, read-only: the stand-in for a missing setup file read as JSON (Codex's
+    /// `hooks.json`).
+    pub fn empty_json(&self) -> PathBuf {
+        self.dir.join(EMPTY_JSON_FILE)
+    }
     pub fn quarantine(&self) -> PathBuf {
         self.dir.join(QUARANTINE_DIR)
     }
@@ -120,5 +135,28 @@ impl ProjectState {
     /// The sandbox's `.claude/settings.local.json` (see `protect::Guard::LocalSettings`).
     pub fn local_settings(&self) -> PathBuf {
         self.dir.join(LOCAL_SETTINGS_FILE)
+    }
+    /// A package cache of the project (see `caches::TABLE`), mounted at its path.
+    pub fn cache(&self, name: &str) -> PathBuf {
+        self.dir.join(CACHES_DIR).join(name)
+    }
+    /// The sandbox's `.claude/.gitignore` (see `protected::Guard::GitIgnore`).
+    pub fn claude_gitignore(&self) -> PathBuf {
+        self.dir.join(CLAUDE_GITIGNORE_FILE)
+    }
+    /// The project's copy of the user's `~/.claude/settings.json`, mounted read-write at
+    /// `~/.claude/settings.json` (see `claude_home::SETTINGS_COPY_WHY`).
+    pub fn user_settings(&self) -> PathBuf {
+        self.dir.join(USER_SETTINGS_FILE)
+    }
+    /// `<state home>/claude-bypass-accepted`: the user accepted Claude Code's Bypass
+    /// Permissions dialog in a sandbox (see `claude_home::BYPASS_KEY`). Never mounted.
+    pub fn bypass_consent(&self) -> PathBuf {
+        let home = self
+            .dir
+            .parent()
+            .and_then(Path::parent)
+            .unwrap_or(&self.dir);
+        home.join(BYPASS_CONSENT_FILE)
     }
 }

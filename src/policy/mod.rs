@@ -5,6 +5,7 @@ pub mod agent;
 pub mod apparmor;
 pub mod base_url;
 pub mod bwrap_cve;
+pub mod caches;
 pub mod claude_home;
 pub mod codex_home;
 pub mod companion_env;

@@ -25,7 +25,22 @@ pub enum Guard {
     /// there (a temporary file in `.claude`, then `rename`, which fails with EBUSY on a
     /// mount point, then a rewrite in place: measured with 2.1.330).
     LocalSettings,
+    /// `.claude/.gitignore` in the scratch `.claude`, when the host's `.claude` has neither
+    /// a `.gitignore` nor a `settings.local.json`: the state's read-only file
+    /// (`ProjectState::claude_gitignore`, [`CLAUDE_GITIGNORE`]) that ignores itself and
+    /// the stand-in `settings.local.json`, so that `git status` inside shows what it shows
+    /// on the host and `git add -A` commits nothing claudebox placed. Nothing is written
+    /// in the user's repository (no `info/exclude` line), and git's configuration is left
+    /// as the user's (a `core.excludesFile` in the environment would replace theirs).
+    GitIgnore,
 }
+
+/// What the stand-in `.claude/.gitignore` holds (see [`Guard::GitIgnore`]).
+pub const CLAUDE_GITIGNORE: &str =
+    "# claudebox: inside the sandbox only (never on your disk): the stand-ins\n\
+# claudebox placed in the scratch .claude, ignored so that git does not show or commit them\n\
+/.gitignore\n\
+/settings.local.json\n";
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Protected {

@@ -920,7 +920,12 @@ impl Config {
             crate::policy::escape::shown(host),
         );
         let key = format!("{method} {host}:{port}");
-        let Some(more) = self.log_once(&key, |more| format!("denied {key}{more}")) else {
+        let Some(more) = self.log_once(&key, |more| {
+            format!(
+                "denied {key}{more}{}--allow-host {host})",
+                crate::state::denied::ALLOW_PREFIX
+            )
+        }) else {
             return;
         };
         if self.log_stderr {

@@ -274,6 +274,17 @@ pub fn write_broker_settings(settings: &Path, st: &ProjectState, helper: bool) -
     if let Some(env) = v.get_mut("env").and_then(|e| e.as_object_mut()) {
         env.remove(crate::policy::network::SETTINGS_KEY_ENV);
     }
+    // The Bypass Permissions answer given in an earlier sandbox (this file is read-only
+    // inside, so none is given here).
+    crate::state::keep_bypass_consent(st);
+    if fs::symlink_metadata(st.bypass_consent()).is_ok() {
+        if let Some(m) = v.as_object_mut() {
+            m.insert(
+                crate::policy::claude_home::BYPASS_KEY.into(),
+                serde_json::Value::Bool(true),
+            );
+        }
+    }
     let path = st.broker_settings();
     let dir =
         beneath::Dir::open(&st.dir).with_context(|| format!("cannot open {}", st.dir.shown()))?;

@@ -35,6 +35,7 @@ pub mod claude_home;
 pub mod codex_home;
 pub mod credsync;
 pub mod crossing;
+pub mod denied;
 pub mod du;
 pub mod inuse;
 pub mod inventory;
@@ -120,6 +121,40 @@ pub fn ensure_empty_file(state: &ProjectState) -> Result<()> {
     Ok(())
 }
 
+/// Creates the `{}` file mounted over a missing setup file read as JSON
+/// (`ProjectState::empty_json`), read-only; looks first, as [`ensure_empty_file`].
+pub fn ensure_empty_json(state: &ProjectState) -> Result<()> {
+    let path = state.empty_json();
+    let (dir, name) = parent_and_name(&path)?;
+    if dir.read(name).ok().as_deref() == Some(b"{}\n") {
+        return Ok(());
+    }
+    dir.write_atomic(name, b"{}\n", 0o400, false)
+        .with_context(|| format!("cannot create {}", path.shown()))
+}
+
+/// Makes the project's package caches (`caches::TABLE`), empty, where they are missing.
+pub fn ensure_caches(state: &ProjectState) -> Result<()> {
+    mkdir_private(&state.dir.join(crate::policy::layout::CACHES_DIR))?;
+    for c in crate::policy::caches::TABLE {
+        mkdir_private(&state.cache(c.name))?;
+    }
+    Ok(())
+}
+
+/// Writes the scratch `.claude`'s stand-in `.gitignore` (`protected::CLAUDE_GITIGNORE`)
+/// to the state, read-only; looks first.
+pub fn ensure_claude_gitignore(state: &ProjectState) -> Result<()> {
+    let path = state.claude_gitignore();
+    let text = crate::policy::protected::CLAUDE_GITIGNORE.as_bytes();
+    let (dir, name) = parent_and_name(&path)?;
+    if dir.read(name).ok().as_deref() == Some(text) {
+        return Ok(());
+    }
+    dir.write_atomic(name, text, 0o400, false)
+        .with_context(|| format!("cannot create {}", path.shown()))
+}
+
 /// The permission lists that carry over from one sandbox to the next in the project's copy
 /// of `.claude/settings.local.json`: what "always allow" (and `/permissions`) save.
 const CARRIED_PERMISSIONS: &[&str] = &["allow", "deny", "ask", "additionalDirectories"];
@@ -188,6 +223,104 @@ pub fn refresh_local_settings(state: &ProjectState, host_file: &Path) -> Result<
         return Ok(());
     }
     rewrite_in_place(&copy, &bytes)
+}
+
+/// Rebuilds the sandbox's `~/.claude/settings.json` (the project's copy in the state,
+/// mounted read-write; see `claude_home::SETTINGS_COPY_WHY`): the user's file as it is
+/// now (`host_file`; missing counts as `{}`, a file that is not a JSON object is copied
+/// unchanged), with the Bypass Permissions answer (`claude_home::BYPASS_KEY`) set when the
+/// user gave it in any sandbox (first kept from this copy: [`keep_bypass_consent`]).
+/// Nothing else a sandbox wrote in the copy survives, and the user's file is never
+/// written: what the agent writes there (hooks, a status line, an `apiKeyHelper`) would
+/// otherwise run in a host claude. Why a copy at all: claude saves the dialog's answer to
+/// the user settings, and a read-only file made the dialog come back at every launch.
+pub fn refresh_user_settings(state: &ProjectState, host_file: Option<&Path>) -> Result<()> {
+    use crate::policy::claude_home::BYPASS_KEY;
+    use serde_json::Value;
+    keep_bypass_consent(state);
+    let accepted = fs::symlink_metadata(state.bypass_consent()).is_ok();
+    // The user's own file: symlinks followed (a home-manager link into the store), as
+    // bwrap's bind of it did; never a FIFO that would block.
+    let host = match host_file {
+        Some(p) => match OpenOptions::new()
+            .read(true)
+            .custom_flags(nix::libc::O_NONBLOCK)
+            .open(p)
+        {
+            Ok(f) if f.metadata().is_ok_and(|m| m.is_file()) => {
+                let mut b = Vec::new();
+                std::io::Read::read_to_end(&mut std::io::BufReader::new(f), &mut b)
+                    .with_context(|| format!("cannot read {}", p.shown()))?;
+                Some(b)
+            }
+            _ => None,
+        },
+        None => None,
+    };
+    // The user's bytes as they are unless the answer must be added (then re-serialised).
+    let bytes = match host.as_deref().map(serde_json::from_slice::<Value>) {
+        None if accepted => {
+            let mut m = serde_json::Map::new();
+            m.insert(BYPASS_KEY.into(), Value::Bool(true));
+            Some(Value::Object(m))
+        }
+        None => None,
+        Some(Ok(Value::Object(mut m)))
+            if accepted && m.get(BYPASS_KEY) != Some(&Value::Bool(true)) =>
+        {
+            m.insert(BYPASS_KEY.into(), Value::Bool(true));
+            Some(Value::Object(m))
+        }
+        // Not an object, not JSON: claude shows its own error for it; same bytes.
+        Some(_) => None,
+    };
+    let bytes = match (bytes, host) {
+        (Some(v), _) => {
+            let mut b = serde_json::to_vec_pretty(&v)?;
+            b.push(b'\n');
+            b
+        }
+        (None, Some(raw)) => raw,
+        (None, None) => b"{}\n".to_vec(),
+    };
+    let copy = state.user_settings();
+    let (dir, name) = parent_and_name(&copy)?;
+    if dir.read(name).ok().as_deref() == Some(&bytes[..]) {
+        return Ok(());
+    }
+    rewrite_in_place(&copy, &bytes)
+}
+
+/// Keeps the Bypass Permissions answer a sandbox of this project saved in its copy of
+/// the user's settings (`claude_home::BYPASS_KEY` true): claudebox's own record for every
+/// project (`ProjectState::bypass_consent`), never the host's settings. Quietly does
+/// nothing when the copy is missing or holds no answer. Run at each launch and at each
+/// sandbox's end.
+pub fn keep_bypass_consent(state: &ProjectState) {
+    use crate::policy::claude_home::BYPASS_KEY;
+    let consent = state.bypass_consent();
+    if fs::symlink_metadata(&consent).is_ok() {
+        return;
+    }
+    let copy = state.user_settings();
+    let Ok((dir, name)) = parent_and_name(&copy) else {
+        return;
+    };
+    let given = dir
+        .read(name)
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .is_some_and(|v| v.get(BYPASS_KEY) == Some(&serde_json::Value::Bool(true)));
+    if !given {
+        return;
+    }
+    if let Ok((home, name)) = parent_and_name(&consent) {
+        let text = "Claude Code's Bypass Permissions dialog was accepted in a sandbox: \
+                    claudebox sets skipDangerousModePermissionPrompt in every sandbox's copy \
+                    of your settings.json (never in yours). Delete this file to be asked \
+                    again.\n";
+        let _ = home.write_atomic(name, text.as_bytes(), 0o600, true);
+    }
 }
 
 /// Writes `bytes` over the regular file at `path` in place (same inode), or creates it
@@ -446,6 +579,60 @@ fn parent_and_name(path: &Path) -> Result<(beneath::Dir, &Path)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn user_settings_copy_keeps_the_hosts_file_and_only_the_bypass_answer() {
+        let d = tempfile::tempdir().unwrap();
+        fs::create_dir(d.path().join("projects")).unwrap();
+        let (a, b) = (d.path().join("projects/a"), d.path().join("projects/b"));
+        fs::create_dir(&a).unwrap();
+        fs::create_dir(&b).unwrap();
+        let (a, b) = (ProjectState { dir: a }, ProjectState { dir: b });
+        let host = d.path().join("settings.json");
+        fs::write(&host, r#"{"model": "x"}"#).unwrap();
+        let read = |st: &ProjectState| -> serde_json::Value {
+            serde_json::from_slice(&fs::read(st.user_settings()).unwrap()).unwrap()
+        };
+        refresh_user_settings(&a, Some(&host)).unwrap();
+        assert_eq!(read(&a), serde_json::json!({"model": "x"}));
+        // A sandbox of `a` writes the answer, and a hook beside it.
+        fs::write(
+            a.user_settings(),
+            r#"{"model": "x", "skipDangerousModePermissionPrompt": true,
+               "hooks": {"SessionStart": []}}"#,
+        )
+        .unwrap();
+        keep_bypass_consent(&a);
+        assert!(a.bypass_consent().exists());
+        assert_eq!(
+            a.bypass_consent(),
+            d.path().join(crate::policy::layout::BYPASS_CONSENT_FILE)
+        );
+        // Both projects' next copies: the host's file and the answer, no hook.
+        for st in [&a, &b] {
+            refresh_user_settings(st, Some(&host)).unwrap();
+            assert_eq!(
+                read(st),
+                serde_json::json!({"model": "x", "skipDangerousModePermissionPrompt": true})
+            );
+        }
+        // The host's file is never written.
+        assert_eq!(fs::read_to_string(&host).unwrap(), r#"{"model": "x"}"#);
+        // No file on the host: {} and the answer; a file that is no JSON object: its bytes.
+        refresh_user_settings(&b, None).unwrap();
+        assert_eq!(
+            read(&b),
+            serde_json::json!({"skipDangerousModePermissionPrompt": true})
+        );
+        fs::write(&host, "// not json").unwrap();
+        refresh_user_settings(&b, Some(&host)).unwrap();
+        assert_eq!(fs::read(b.user_settings()).unwrap(), b"// not json");
+        // Control: without the record, the copy has no answer.
+        fs::remove_file(a.bypass_consent()).unwrap();
+        fs::write(a.user_settings(), "{}").unwrap();
+        refresh_user_settings(&a, None).unwrap();
+        assert_eq!(read(&a), serde_json::json!({}));
+    }
 
     #[test]
     fn local_settings_copy_keeps_the_hosts_file_and_only_saved_permissions() {

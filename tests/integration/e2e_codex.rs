@@ -482,3 +482,59 @@ fn codex_named_sessions_resume_their_own_thread_from_a_worktree() {
         }
     }
 }
+
+/// Codex starts without a warning when the user has no `~/.codex/hooks.json`: the
+/// read-only stand-in claudebox mounts in its place is valid, empty JSON (an empty file
+/// made both versions print "failed to parse hooks config" at every start). Control: an
+/// empty `hooks.json` of the user's own, bound read-only as it is, gets the warning.
+#[test]
+fn codex_starts_without_a_hooks_warning() {
+    let _heavy = busy();
+    let codex_sandbox = if nix::unistd::geteuid().is_root() {
+        "danger-full-access"
+    } else {
+        "workspace-write"
+    };
+    for c in codex_versions() {
+        let w = World::new_in(BIN, Path::new("/var/tmp"));
+        symlink(&c.bin, w.bin().join("codex")).unwrap();
+        let p = w.dir("proj");
+        init_repo(&p);
+        let mock = MockApi::start_openai(&serde_json::json!(["DONE-QUIET", "DONE-QUIET"]));
+        let host_codex = w.home().join(".codex");
+        fs::create_dir_all(&host_codex).unwrap();
+        fs::write(host_codex.join("config.toml"), codex_config(mock.port())).unwrap();
+        let run = || {
+            let o = w
+                .cmd(&p)
+                .env(OPENAI_KEY_VAR, OPENAI_KEY)
+                .args(["--agent", "codex", "exec", "--sandbox", codex_sandbox])
+                .arg("say it")
+                .stdin(Stdio::null())
+                .output()
+                .unwrap();
+            assert!(
+                o.status.success() && stdout(&o).contains("DONE-QUIET"),
+                "[{}] {}{}",
+                c.label,
+                stdout(&o),
+                stderr(&o)
+            );
+            stderr(&o)
+        };
+        let err = run();
+        assert!(
+            !err.to_lowercase().contains("hooks"),
+            "[{}] a warning about hooks: {err}",
+            c.label
+        );
+        // Control: the user's own empty hooks.json.
+        fs::write(host_codex.join("hooks.json"), "").unwrap();
+        let err = run();
+        assert!(
+            err.contains("failed to parse hooks config"),
+            "[{}] control: no warning for an empty hooks.json: {err}",
+            c.label
+        );
+    }
+}

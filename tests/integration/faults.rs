@@ -700,7 +700,8 @@ fn with_small_tmpfs(w: &World, mount: &Path, size: u64, script: &str) -> std::pr
         .unwrap()
 }
 
-/// Issue 15, a full disk: with a full 64 KiB tmpfs as the state directory, a first
+/// Issue 15, a full disk: with a full 128 KiB tmpfs as the state directory (64 KiB left
+/// no room for the control once a launch also made the package caches and settings copy), a first
 /// launch and a named session's first launch fail with one line naming the file and
 /// what claudebox was doing, and leave the state as they found it. Control: the same
 /// launch with room to spare creates the project's state.
@@ -737,7 +738,7 @@ fn a_full_state_file_system_fails_with_the_path_and_changes_nothing() {
         fresh = fresh.display(),
         seeded = seeded.display(),
     );
-    let out = with_small_tmpfs(&w, &mount, 64 * 1024, &script);
+    let out = with_small_tmpfs(&w, &mount, 128 * 1024, &script);
     if !out.status.success()
         && stderr(&out).contains("bwrap")
         && !Path::new(&w.root().join("first.rc")).exists()

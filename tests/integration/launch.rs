@@ -96,7 +96,7 @@ fn skills_plugins_settings_and_credentials_are_visible_and_writes_stay_with_the_
     fs::write(c.join(".credentials.json"), "cred-body").unwrap();
     let p = w.dir("p");
     let out = ok(&w.run_claude(&p, ["--no-login-broker"], "cat ~/.claude/skills/my-skill/SKILL.md ~/.claude/plugins/p1/plugin.json ~/.claude/settings.json ~/.claude/.credentials.json; echo; \
-         echo new > ~/.claude/new-file && echo NEW-OK; echo x >> ~/.claude/settings.json || echo SETTINGS-RO; \
+         echo new > ~/.claude/new-file && echo NEW-OK; echo x >> ~/.claude/settings.json && echo SETTINGS-COPY; \
          echo refreshed > ~/.claude/.credentials.json && echo CRED-OK",
     ));
     for s in [
@@ -105,7 +105,7 @@ fn skills_plugins_settings_and_credentials_are_visible_and_writes_stay_with_the_
         "{\"s\":1}",
         "cred-body",
         "NEW-OK",
-        "SETTINGS-RO",
+        "SETTINGS-COPY",
         "CRED-OK",
     ] {
         assert!(out.contains(s), "missing {s}:\n{out}");
@@ -723,7 +723,7 @@ fn a_host_claude_config_dir_is_the_real_config_dir() {
         .env(
             "FAKE_CLAUDE_SCRIPT",
             "echo \"CFG<$CLAUDE_CONFIG_DIR>\"; cat ~/.claude/settings.json ~/.claude/commands/c.md; echo; \
-             cat ~/.claude/.claude.json; echo x > ~/.claude/settings.json || echo RO",
+             cat ~/.claude/.claude.json; echo x > ~/.claude/settings.json && echo COPY-WRITTEN",
         )
         .output()
         .unwrap());
@@ -736,7 +736,8 @@ fn a_host_claude_config_dir_is_the_real_config_dir() {
         out.contains("fromCfgDir") && !out.contains("fromHome"),
         "{out}"
     );
-    assert!(out.contains("RO"), "{out}");
+    // settings.json inside is the project's copy: written there, never in the real one.
+    assert!(out.contains("COPY-WRITTEN"), "{out}");
     assert_eq!(
         fs::read_to_string(d.join("settings.json")).unwrap(),
         "{\"from\":\"cfg-dir\"}"

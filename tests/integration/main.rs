@@ -14,6 +14,8 @@
 const BIN: &str = env!("CARGO_BIN_EXE_claudebox");
 
 mod apparmor;
+mod bypass_consent;
+mod caches;
 mod check;
 mod claude_json_concurrency;
 mod claude_settings;
@@ -31,6 +33,7 @@ mod file_supervisor;
 mod first_contact;
 mod forward_ports;
 mod gc;
+mod git_status;
 mod golden;
 mod gpu;
 mod hardening;

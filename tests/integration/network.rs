@@ -149,6 +149,7 @@ fn allowed_host_gets_through_by_connect_and_by_plain_http() {
     assert!(out.contains("PID=2\n"), "{out}");
     assert_eq!(a.seen().len(), 3, "{:?}", a.seen());
     assert_eq!(denied_log(&w), "");
+    assert!(!stderr(&o).contains("allowlist denied"), "{}", stderr(&o));
 }
 
 #[test]
@@ -191,8 +192,31 @@ fn denied_host_gets_403_naming_it_and_is_logged() {
         log.contains(&format!("denied CONNECT 127.0.0.1:{}", a.port)),
         "{log}"
     );
-    // Not on the terminal unless asked.
-    assert!(!stderr(&o).contains("denied"), "{}", stderr(&o));
+    // Each line names the flag that allows it (the README's promise).
+    assert!(
+        log.contains(&format!(
+            "denied CONNECT 127.0.0.1:{} (allow it with --allow-host 127.0.0.1)",
+            a.port
+        )),
+        "{log}"
+    );
+    // Not on the terminal while the agent runs unless asked; named once at the end, with
+    // the flags.
+    let err = stderr(&o);
+    assert!(!err.contains("network: denied"), "{err}");
+    let end: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("the allowlist denied"))
+        .collect();
+    assert_eq!(end.len(), 1, "{err}");
+    for s in [
+        format!("GET localhost:{}", b.port),
+        format!("CONNECT 127.0.0.1:{}", a.port),
+        "--allow-host localhost --allow-host 127.0.0.1".to_string(),
+        "network-denied.log".to_string(),
+    ] {
+        assert!(end[0].contains(&s), "{s} missing: {}", end[0]);
+    }
 
     let mut args = allow(a.port);
     args.push("--log-denied".into());
@@ -209,6 +233,12 @@ fn denied_host_gets_403_naming_it_and_is_logged() {
         )),
         "{}",
         stderr(&o)
+    );
+    // The end names this sandbox's denials only, not the earlier launch's.
+    let err = stderr(&o);
+    assert!(
+        err.contains("the allowlist denied") && !err.contains("127.0.0.1:"),
+        "{err}"
     );
 }
 

@@ -401,6 +401,7 @@ pub fn build(inp: &Inputs) -> Plan {
     installation(inp, &mut m, &mut notes);
     let broker = broker_login(inp);
     agent_home(inp, broker.as_ref(), &mut m, &mut notes);
+    caches(inp, &mut m);
     m.extend(extra_after);
     read_only_root(&mut m);
     let (flags, proxy) = network(inp, broker.as_ref(), &mut notes);
@@ -717,6 +718,39 @@ fn agent_home(
     }
 }
 
+/// The project's package caches (see `caches::TABLE`), each read-write at its path in the
+/// home, before the extras (a `--rw ~/.npm` of the user's wins). A cache whose path lies
+/// in the project (the home as the project) is left to the project's own files.
+fn caches(inp: &Inputs, m: &mut Vec<Mount>) {
+    for c in crate::policy::caches::TABLE {
+        let target = crate::policy::caches::target(&inp.home, c);
+        if target.starts_with(&inp.project.work_tree) {
+            continue;
+        }
+        m.push(Mount::new(
+            MountKind::Rw,
+            Some(&inp.state.cache(c.name)),
+            &target,
+            &format!("this project's package cache (claudebox state): {}", c.why),
+        ));
+    }
+}
+
+/// The variables that name the caches (see `caches::TABLE`), pointing at their mounts
+/// unless the user sets them (`--env`, the config file).
+fn cache_env(inp: &Inputs, env: &mut Vec<EnvOp>) {
+    for c in crate::policy::caches::TABLE {
+        let Some(var) = c.var else { continue };
+        let target = crate::policy::caches::target(&inp.home, c);
+        if target.starts_with(&inp.project.work_tree)
+            || inp.settings.env.iter().any(|e| e.name == var)
+        {
+            continue;
+        }
+        env.push(set(var, target.as_os_str()));
+    }
+}
+
 /// The last mount, after the extras (step 8): bwrap's root made read-only.
 fn read_only_root(m: &mut Vec<Mount>) {
     m.push(Mount::new(
@@ -836,6 +870,7 @@ fn environment(inp: &Inputs, proxy: Option<&ProxySpec>, broker: bool) -> Vec<Env
             env.push(set(name, OsStr::new(value)));
         }
     }
+    cache_env(inp, &mut env);
     if proxy.is_some_and(|p| p.http_proxy && !p.open) {
         for (k, v) in crate::policy::network::proxy_env() {
             env.push(set(k, OsStr::new(v)));
@@ -1191,6 +1226,12 @@ fn protect(inp: &Inputs, m: &mut Vec<Mount>, notes: &mut Vec<String>) {
                 &p.path,
                 &why,
             ),
+            Guard::GitIgnore => Mount::new(
+                MountKind::Ro,
+                Some(&inp.state.claude_gitignore()),
+                &p.path,
+                &why,
+            ),
         });
     }
     if !inp.unprotected_missing.is_empty() {
@@ -1319,8 +1360,9 @@ pub fn sandbox_note(inp: &Inputs) -> OsString {
     );
     s.extend_from_slice(inp.project.work_tree.as_os_str().as_bytes());
     s.extend_from_slice(
-        b", ~/.claude (this project's own copy: the user's setup in it, settings, hooks, \
-          commands, agents, skills, plugins, CLAUDE.md, is read-only), ~/.claude.json (this \
+        b", ~/.claude (this project's own copy: the user's setup in it, hooks, commands, \
+          agents, skills, plugins, CLAUDE.md, is read-only; settings.json is a copy whose \
+          changes last until the sandbox exits), ~/.claude.json (this \
           project's copy), and the temporary /tmp and home directory (both discarded when \
           the sandbox exits). The rest of the system is read-only; the rest of the real \
           home directory (ssh keys, other projects) is not visible. Files you create \

@@ -80,13 +80,14 @@ mod claude_home_group {
                 ),
                 "{m:?}"
             );
+            // Writable: the host's own file; else the project's copy in the state.
             let m = last_over("/h/.claude/settings.json");
-            let want = if writable {
-                MountKind::File
-            } else {
-                MountKind::RoTry
-            };
-            assert_eq!(m.kind, want);
+            assert_eq!(m.kind, MountKind::File);
+            assert_eq!(
+                m.source.as_deref() == Some(inp.state.user_settings().as_path()),
+                !writable,
+                "{m:?}"
+            );
             assert_eq!(
                 plan.notes
                     .iter()

@@ -69,7 +69,10 @@ pub fn summary(plan: &Plan) -> Vec<u8> {
             }
             MountKind::Ro if user => read_only.push(format!("{} ({})", path(&m.target), m.origin)),
             MountKind::Ro | MountKind::EmptyRo
-                if !user && m.target.starts_with(project) && m.target != *project =>
+                if !user
+                    && m.target.starts_with(project)
+                    && m.target != *project
+                    && !in_state(&m.source) =>
             {
                 let rel = m.target.strip_prefix(project).unwrap_or(&m.target);
                 protected.push(path(rel))
@@ -88,6 +91,21 @@ pub fn summary(plan: &Plan) -> Vec<u8> {
             "{} and {}.json: this project's own copies, kept in the state",
             path(c),
             path(c)
+        ));
+    }
+    let caches = plan.state_dir.join(crate::policy::layout::CACHES_DIR);
+    let cache_paths: Vec<String> = plan
+        .mounts
+        .iter()
+        .filter(|m| {
+            m.kind == MountKind::Rw && m.source.as_deref().is_some_and(|s| s.starts_with(&caches))
+        })
+        .map(|m| path(&m.target))
+        .collect();
+    if !cache_paths.is_empty() {
+        writable.push(format!(
+            "the package caches ({}): this project's own, kept in the state",
+            list(&cache_paths, 3)
         ));
     }
     let mut ro = vec!["the system (/usr, /etc, ...)".to_string()];
@@ -117,7 +135,10 @@ pub fn summary(plan: &Plan) -> Vec<u8> {
             "your Codex setup in ~/.codex (config.toml, AGENTS.md, rules, hooks.json, ...)".into(),
         );
     } else if claude_dir.is_some() {
-        ro.push("your Claude Code setup in ~/.claude (settings, hooks, plugins, ...)".into());
+        ro.push(
+            "your Claude Code setup in ~/.claude (hooks, plugins, ...; settings.json is a copy)"
+                .into(),
+        );
     }
     ro.extend(read_only);
     let mut hid = vec![match home {

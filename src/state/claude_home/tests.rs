@@ -92,7 +92,12 @@ fn setup_is_read_only_project_entries_are_not_shown_launch_entries_are_private()
     assert!(
         matches!(&v[0], Overlay::Bind { target, writable: true, .. } if target == Path::new("/h/.claude"))
     );
-    for name in ["settings.json", "statusline.sh", "commands"] {
+    // settings.json: the project's copy, read-write (the host's file is never bound).
+    assert!(matches!(
+        &find(&v, "/h/.claude/settings.json")[..],
+        [Overlay::Bind { source, writable: true, file: true, .. }] if *source == st().user_settings()
+    ));
+    for name in ["statusline.sh", "commands"] {
         let t = format!("/h/.claude/{name}");
         assert!(
             matches!(

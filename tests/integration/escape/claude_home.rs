@@ -103,6 +103,19 @@ fn host_or_b_planted(a: &Arena, rel: &str) -> bool {
     places.iter().any(|p| planted_under(p))
 }
 
+/// Whether the next sandbox of the project sees what was planted in its `~/.claude/rel`
+/// (settings.json is the project's copy, read-write inside: only the Bypass Permissions
+/// answer may carry over to the next launch).
+fn next_sandbox_planted(a: &Arena, rel: &str) -> bool {
+    let o = a
+        .cmd(&a.proj, &[])
+        .args(["--exec", "cat"])
+        .arg(a.w.home().join(".claude").join(rel))
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&o.stdout).contains("PLANTED")
+}
+
 /// How a control makes the same attempt where nothing stops it (this file's and
 /// `codex_home`'s attempts).
 pub(crate) enum Control {
@@ -166,7 +179,7 @@ fn cases(a: &Arena) -> Vec<(Attempt, Control)> {
                 "write a statusLine, a PreToolUse hook and apiKeyHelper into the user settings",
                 format!("printf '%s' {} > ~/.claude/{file}", sq(settings)),
             )
-            .host_check(move |a| host_or_b_planted(a, file)),
+            .host_check(move |a| host_or_b_planted(a, file) || next_sandbox_planted(a, file)),
             Control::Inside(&["--writable-claude-setup"]),
         ));
     }

@@ -3,8 +3,9 @@
 //! The directories of the host a sandbox can write that claudebox itself writes in are the
 //! project's `claude-config`, `claude-projects` and `claude-plugin-data` and the shared
 //! `login` (checked below from inside: every read-write mount of the state is one of
-//! these; session records, the settings copy's directory, the denied log, quarantine and
-//! the rest of the state are mounted nowhere). What claudebox does there: it creates
+//! these, or one of the package caches, which claudebox only makes; session records, the
+//! settings copy's directory, the denied log, quarantine and the rest of the state are
+//! mounted nowhere). What claudebox does there: it creates
 //! files (the `.claude.json` merge, the conversation copies of `--import-conversation`,
 //! mount points), creates directories, renames and removes; it writes nothing in place
 //! there (the in-place writes, the settings copy and the credentials, go to single-file
@@ -429,7 +430,7 @@ const MOUNTS: &str = "cat /proc/self/mountinfo";
 /// raced directory (the project's files, the system's, the bound files) fails (EXDEV).
 const UNSWAPPABLE: &str = r#"
 L="$CLAUDE_SECURESTORAGE_CONFIG_DIR"
-for f in "$HOME/.claude/history.jsonl" "$PWD/.claude/settings.local.json" "$L/.credentials.json"; do
+for f in "$HOME/.claude/history.jsonl" "$HOME/.claude/settings.json" "$PWD/.claude/settings.local.json" "$L/.credentials.json"; do
   [ -e "$f" ] || { echo "MISSING $f"; continue; }
   d=$(dirname "$f")
   echo x > "$d/cb-other" 2>/dev/null
@@ -441,7 +442,7 @@ for f in "$HOME/.claude/history.jsonl" "$PWD/.claude/settings.local.json" "$L/.c
   python3 -c 'import os,sys; os.rename(sys.argv[1], sys.argv[2])' "$f" "$d/cb-x" 2>/dev/null && echo "SWAPPED pyrename $f"
 done
 echo project > "$PWD/cb-file"
-for src in "$PWD/cb-file" /etc/hostname "$HOME/.claude/history.jsonl" "$L/.credentials.json" "$PWD/.claude/settings.local.json"; do
+for src in "$PWD/cb-file" /etc/hostname "$HOME/.claude/history.jsonl" "$HOME/.claude/settings.json" "$L/.credentials.json" "$PWD/.claude/settings.local.json"; do
   [ -e "$src" ] || continue
   for to in "$HOME/.claude" "$HOME/.claude/projects" "$L"; do
     ln "$src" "$to/cb-hardlink" 2>/dev/null && echo "LINKED $src into $to"
@@ -535,10 +536,19 @@ const RW_STATE: &[&str] = &[
     "<id>/claude-config",
     "<id>/claude-plugin-data",
     "<id>/claude-projects",
+    "<id>/claude-settings.json",
     "<id>/claude-settings.local.json",
     "<id>/history.jsonl",
     "login",
 ];
+
+/// The project's package caches (`policy::caches::TABLE`), each bound read-write whole:
+/// claudebox only makes each one (`mkdir` in `caches/`, which no sandbox sees) and never
+/// writes in them (`--gc` removes them beneath its descriptor).
+fn is_cache(r: &str) -> bool {
+    r.strip_prefix("<id>/caches/")
+        .is_some_and(|n| !n.is_empty() && !n.contains('/'))
+}
 
 pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
     let mut v = Vec::new();
@@ -561,7 +571,7 @@ pub(crate) fn attempts() -> Vec<(&'static str, bool)> {
     let (rw, text) = state_mounts();
     let extra: Vec<_> = rw
         .iter()
-        .filter(|r| !RW_STATE.contains(&r.as_str()))
+        .filter(|r| !RW_STATE.contains(&r.as_str()) && !is_cache(r))
         .collect();
     if !extra.is_empty() {
         eprintln!("state mounted read-write beyond the raced directories: {extra:?}\n{text}");

@@ -877,6 +877,17 @@ impl Me {
     /// The directory holding `s`'s final name, from `base`; a directory of the
     /// supervisor's own `/proc` entry is the caller's instead (`/proc/self/fd`).
     fn parent(&self, c: &Caller, base: &OwnedFd, s: &Split, resolve: u64) -> Res<OwnedFd> {
+        self.parent_on(c, base, s, resolve).map(|(fd, _)| fd)
+    }
+
+    /// [`Me::parent`], and whether that directory is on procfs.
+    fn parent_on(
+        &self,
+        c: &Caller,
+        base: &OwnedFd,
+        s: &Split,
+        resolve: u64,
+    ) -> Res<(OwnedFd, bool)> {
         let rel: &[u8] = {
             let t = s.dir.iter().position(|&b| b != b'/').unwrap_or(s.dir.len());
             &s.dir[t..]
@@ -933,10 +944,9 @@ impl Me {
     /// `pfd`, or, when it is the supervisor's own `/proc/PID`, `/proc/PID/task/TID`
     /// or one of their `fd` directories, the caller's; any other directory under the
     /// supervisor's `/proc` entry is refused (EACCES).
-    fn not_mine(&self, c: &Caller, pfd: OwnedFd) -> Res<OwnedFd> {
-        let on_proc = on_proc(&pfd);
-        if !on_proc {
-            return Ok(pfd);
+    fn not_mine(&self, c: &Caller, pfd: OwnedFd) -> Res<(OwnedFd, bool)> {
+        if !on_proc(&pfd) {
+            return Ok((pfd, false));
         }
         let tgid_in = |rel: &[u8]| -> Option<libc::pid_t> {
             let d = open_path(pfd.as_raw_fd(), rel, 0).ok()?;
@@ -956,16 +966,18 @@ impl Me {
         };
         if tgid_in(b".") == Some(self.pid) {
             // The supervisor's /proc/PID or /proc/PID/task/TID itself.
-            return open_path(libc::AT_FDCWD, format!("/proc/{}", c.tid).as_bytes(), 0);
+            return open_path(libc::AT_FDCWD, format!("/proc/{}", c.tid).as_bytes(), 0)
+                .map(|fd| (fd, true));
         }
         if tgid_in(b"..") == Some(self.pid) {
             let fd_dir = open_path(pfd.as_raw_fd(), b"../fd", 0)?;
             if dev_ino(fd_dir.as_raw_fd())? == dev_ino(pfd.as_raw_fd())? {
-                return open_path(libc::AT_FDCWD, format!("/proc/{}/fd", c.tid).as_bytes(), 0);
+                return open_path(libc::AT_FDCWD, format!("/proc/{}/fd", c.tid).as_bytes(), 0)
+                    .map(|fd| (fd, true));
             }
             return Err(libc::EACCES);
         }
-        Ok(pfd)
+        Ok((pfd, true))
     }
 
     fn guarded(&self, pfd: &OwnedFd, name: &[u8]) -> Res<bool> {
@@ -1041,12 +1053,12 @@ impl Me {
         if s.slash {
             return Err(libc::EISDIR);
         }
-        let mut pfd = self.parent(c, &base, &s, resolve)?;
+        let (mut pfd, mut pfd_on_proc) = self.parent_on(c, &base, &s, resolve)?;
         for _ in 0..40 {
             if self.guarded(&pfd, &s.name)? {
                 return Err(libc::EPERM);
             }
-            let on_proc = on_proc(&pfd);
+            let on_proc = pfd_on_proc;
             // What is there now, where it matters: an O_CREAT|O_EXCL open opens nothing
             // that exists (EEXIST), neither a FIFO nor /dev/tty.
             let excl = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
@@ -1111,7 +1123,7 @@ impl Me {
                     } else {
                         pfd
                     };
-                    pfd = self.parent(c, &from, &s, resolve)?;
+                    (pfd, pfd_on_proc) = self.parent_on(c, &from, &s, resolve)?;
                 }
                 Err(e) => return Err(e),
             }

@@ -299,6 +299,19 @@ fn supervise(sock: OwnedFd, agent: libc::pid_t, guards: Vec<Guard>) -> Result<()
     drop(sock);
     let me = Arc::new(Me::new(guards)?);
     if let Some(l) = &listener {
+        // The caller's wait and the supervisor's wake-up hand the CPU over directly
+        // (Linux 6.6+; before, the flag is refused and the wake-ups stay as they were):
+        // without it most of a call's time is the two tasks waking each other on other
+        // CPUs.
+        const SYNC_WAKE_UP: u64 = 1;
+        // SAFETY: SET_FLAGS reads one u64 (the flags) from its argument's value.
+        unsafe {
+            libc::ioctl(
+                l.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+                SYNC_WAKE_UP,
+            )
+        };
         // Several threads receive from the one listener (each RECV gets a notification of
         // its own): calls are made in parallel, as the kernel would make them. Each has
         // a filesystem context of its own, hence a umask of its own (`with_umask`).

@@ -250,6 +250,8 @@ struct Work {
     name: String,
     script: String,
     names: usize,
+    /// claudebox's own arguments for it (the toolchain bound read-only for cargo).
+    extra: Vec<String>,
 }
 
 fn workloads(o: &Opts, cargo: Option<&Path>) -> Vec<Work> {
@@ -264,6 +266,7 @@ fn workloads(o: &Opts, cargo: Option<&Path>) -> Vec<Work> {
         name: format!("{n} process(es) x {per_writer} files at once"),
         script: format!("{py} .bench/writers.py .bench/w-$$ {n} {per_writer}"),
         names: n * per_writer,
+        extra: Vec::new(),
     };
     let mut v = vec![
         Work {
@@ -275,6 +278,7 @@ fn workloads(o: &Opts, cargo: Option<&Path>) -> Vec<Work> {
                      rm -rf node_modules && echo T $((t1 - t0))"
                 .into(),
             names: 0,
+            extra: Vec::new(),
         },
         Work {
             key: "checkout",
@@ -284,6 +288,7 @@ fn workloads(o: &Opts, cargo: Option<&Path>) -> Vec<Work> {
                      echo T $((t1 - t0))"
                 .into(),
             names: 10_000,
+            extra: Vec::new(),
         },
         Work {
             key: "commit",
@@ -296,18 +301,21 @@ fn workloads(o: &Opts, cargo: Option<&Path>) -> Vec<Work> {
                  t1=$(date +%s%N) && git reset -q --hard HEAD~1 && echo T $((t1 - t0))"
             ),
             names: 2000,
+            extra: Vec::new(),
         },
         Work {
             key: "loop",
             name: format!("{loop_n} files made, then removed, in the project"),
             script: format!("{py} .bench/writers.py .bench/loop-$$ 1 {loop_n}"),
             names: loop_n,
+            extra: Vec::new(),
         },
         Work {
             key: "tmp",
             name: format!("{loop_n} files made, then removed, in /tmp"),
             script: format!("{py} .bench/writers.py /tmp/claudebox-work-$$ 1 {loop_n}"),
             names: loop_n,
+            extra: Vec::new(),
         },
         writers(1, "w1"),
         writers(2, "w2"),
@@ -316,6 +324,8 @@ fn workloads(o: &Opts, cargo: Option<&Path>) -> Vec<Work> {
     ];
     if let (Some(cargo), false) = (cargo, o.quick) {
         let bin = cargo.parent().unwrap().display().to_string();
+        // The toolchain (under rustup's home, out of the sandbox's view) bound read-only.
+        let toolchain = cargo.parent().unwrap().parent().unwrap();
         v.push(Work {
             key: "cargo",
             name: "cargo build --offline (serde_json, regex)".into(),
@@ -326,6 +336,7 @@ fn workloads(o: &Opts, cargo: Option<&Path>) -> Vec<Work> {
                  t1=$(date +%s%N) && rm -rf /tmp/cbw-target-$$ && echo T $((t1 - t0))"
             ),
             names: 0,
+            extra: vec!["--ro".into(), toolchain.display().to_string()],
         });
     }
     if let Some(only) = &o.only {
@@ -375,9 +386,11 @@ impl Env {
     }
 
     /// bwrap's argv for `script` as claudebox prints it for `--dry-run`.
-    fn bwrap_argv(&self, script: &str) -> Vec<OsString> {
+    fn bwrap_argv(&self, w: &Work) -> Vec<OsString> {
+        let mut args = vec!["--dry-run"];
+        args.extend(w.extra.iter().map(String::as_str));
         let o = self
-            .claudebox(&["--dry-run"], script)
+            .claudebox(&args, &w.script)
             .output()
             .unwrap_or_else(|e| die(&format!("claudebox --dry-run: {e}")));
         if !o.status.success() {
@@ -450,7 +463,7 @@ fn main() {
     println!("project and caches: {}", cache.display());
     // One launch first: the project's state, which bwrap alone binds, must exist.
     let _ = timed(env.claudebox(&[], "echo T 0"), "a first launch");
-    let argvs: Vec<Vec<OsString>> = works.iter().map(|w| env.bwrap_argv(&w.script)).collect();
+    let argvs: Vec<Vec<OsString>> = works.iter().map(|w| env.bwrap_argv(w)).collect();
     println!("machine: {}", machine(Path::new(&argvs[0][0])));
     println!(
         "user: {}, rounds: {}{}",
@@ -476,16 +489,21 @@ fn main() {
             for j in 0..kinds.len() {
                 let (kind, kname) = kinds[(round + j) % kinds.len()];
                 let ki = kinds.iter().position(|k| k.0 == kind).unwrap();
+                let extra: Vec<&str> = w.extra.iter().map(String::as_str).collect();
                 let c = match kind {
                     Kind::Bare => {
                         let mut c = env.cmd(Path::new("/bin/sh"));
                         c.args(["-ec", &w.script]);
                         c
                     }
-                    Kind::Claudebox => env.claudebox(&[], &w.script),
-                    Kind::NoSupervisor => env.claudebox(&["--writable-project-config"], &w.script),
+                    Kind::Claudebox => env.claudebox(&extra, &w.script),
+                    Kind::NoSupervisor => {
+                        let mut a = vec!["--writable-project-config"];
+                        a.extend(&extra);
+                        env.claudebox(&a, &w.script)
+                    }
                     Kind::Compared => {
-                        env.claudebox_of(env.compare.as_deref().unwrap(), &[], &w.script)
+                        env.claudebox_of(env.compare.as_deref().unwrap(), &extra, &w.script)
                     }
                     Kind::Bwrap => {
                         let mut c = env.cmd(Path::new(&argvs[wi][0]));

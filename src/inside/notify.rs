@@ -17,8 +17,14 @@
 //!   result: an errno, or the opened file's descriptor injected into the caller
 //!   (`SECCOMP_IOCTL_NOTIF_ADDFD` with `SECCOMP_ADDFD_FLAG_SEND`).
 //!
-//! It never answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: a path read from the caller's
-//! memory may be rewritten by another of its threads before the kernel reads it again.
+//! It never answers `SECCOMP_USER_NOTIF_FLAG_CONTINUE` to a call that names a path: a
+//! path read from the caller's memory may be rewritten by another of its threads before
+//! the kernel reads it again. `umask()` (no path) is let go on, after its process is
+//! marked to have its umask read anew at each call ([`Proc`]).
+//!
+//! Several threads answer (one per CPU, 2 to 8), each with a filesystem context, and so
+//! a umask, of its own; a caller's `/proc/TID` is opened once and kept (its umask read
+//! then), its root opened once per call.
 //! The supervisor exits with the command's status (128 + the signal that ended it, as bwrap
 //! reports one), ignoring the signals a terminal or the agent sends to the group; if the
 //! agent kills it, bwrap ends the sandbox; with no supervisor the notified calls fail
@@ -34,12 +40,16 @@
 //! not bind the supervisor's call; `/proc/self` in a path means the caller only for its
 //! `fd` directory and its process directory.
 
+use std::cell::Cell;
+use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use anyhow::{Context, Result};
 use nix::libc;
@@ -285,8 +295,33 @@ fn supervise(sock: OwnedFd, agent: libc::pid_t, guards: Vec<Guard>) -> Result<()
     .context("cannot make a signalfd")?;
     let listener = receive_listener(&sock);
     drop(sock);
-    let me = Me::new(guards)?;
-    let mut listening = listener.is_some();
+    let me = Arc::new(Me::new(guards)?);
+    if let Some(l) = &listener {
+        // The caller's wait and the supervisor's wake-up hand the CPU over directly
+        // (Linux 6.6+; before, the flag is refused and the wake-ups stay as they were):
+        // without it most of a call's time is the two tasks waking each other on other
+        // CPUs.
+        const SYNC_WAKE_UP: u64 = 1;
+        // SAFETY: SET_FLAGS reads one u64 (the flags) from its argument's value.
+        unsafe {
+            libc::ioctl(
+                l.as_raw_fd(),
+                libc::SECCOMP_IOCTL_NOTIF_SET_FLAGS,
+                SYNC_WAKE_UP,
+            )
+        };
+        // Several threads receive from the one listener (each RECV gets a notification of
+        // its own): calls are made in parallel, as the kernel would make them. Each has
+        // a filesystem context of its own, hence a umask of its own (`with_umask`).
+        for n in 0..workers() {
+            let (me, fd) = (Arc::clone(&me), l.as_raw_fd());
+            std::thread::Builder::new()
+                .name("supervisor".into())
+                .stack_size(256 * 1024)
+                .spawn(move || me.work(fd, n))
+                .context("cannot start a supervisor thread")?;
+        }
+    }
     loop {
         // Reap first: the agent may be gone before the listener reports anything.
         loop {
@@ -307,35 +342,24 @@ fn supervise(sock: OwnedFd, agent: libc::pid_t, guards: Vec<Guard>) -> Result<()
                 std::process::exit(code);
             }
         }
-        let mut fds = vec![libc::pollfd {
+        let mut fds = [libc::pollfd {
             fd: sigfd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         }];
-        if let (true, Some(l)) = (listening, &listener) {
-            fds.push(libc::pollfd {
-                fd: l.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            });
-        }
         // SAFETY: `fds` is a valid array of its length.
-        let n = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, -1) };
-        if n < 0 {
-            continue;
-        }
-        if fds[0].revents != 0 {
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 1, -1) };
+        if n > 0 {
             while let Ok(Some(_)) = sigfd.read_signal() {}
         }
-        if let (Some(p), Some(l)) = (fds.get(1), &listener) {
-            if p.revents & libc::POLLIN != 0 {
-                me.serve(l.as_raw_fd());
-            } else if p.revents & (libc::POLLHUP | libc::POLLERR) != 0 {
-                // No process uses the filter any more.
-                listening = false;
-            }
-        }
     }
+}
+
+/// How many threads answer notifications: one per CPU the sandbox may use, 2 to 8 (two,
+/// so that a call that takes long, such as an open on a slow file system, holds up no
+/// other).
+fn workers() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8))
 }
 
 /// The listener from the child, or None when the child died before sending it (the
@@ -533,12 +557,84 @@ struct Me {
     /// Whether a caller with a root of its own is walked within it (off only for a
     /// test's control, [`NO_WALK_ENV`], in debug builds).
     walk: bool,
+    /// The callers seen, by thread id: their `/proc/TID` and umask (see [`Proc`]).
+    procs: Mutex<HashMap<libc::pid_t, Arc<Proc>>>,
+    /// The thread groups that called `umask()`: their umask is read at each call.
+    volatile: Mutex<HashSet<libc::pid_t>>,
+    /// Every caller's umask is read at each call (a `umask()` whose caller's group could
+    /// not be told, or too many groups in `volatile`).
+    all_volatile: AtomicBool,
 }
 
-/// One notification's caller.
+/// A caller thread as first seen: its `/proc/TID` directory, which names that very
+/// thread for as long as the descriptor lives (a thread id used again by another is
+/// another directory, where `root` and `cwd` are not found), its thread group and its
+/// umask then. A thread's umask changes only by `umask()`, which the filter notifies:
+/// the group is then marked in `Me::volatile` before its call goes on, and from then on
+/// read at each call (`Me::umask`). Not followed: a process sharing its filesystem
+/// context with another process (`clone(CLONE_FS)` without `CLONE_THREAD`, which no
+/// libc's fork or spawn does) keeps the umask the other had when first seen; the umask
+/// is the caller's own restriction (it may `chmod` what it makes), never a guard's.
+struct Proc {
+    dir: OwnedFd,
+    tgid: libc::pid_t,
+    umask: u32,
+}
+
+/// At most this many callers are remembered (then all are forgotten at once).
+const PROCS_MAX: usize = 1024;
+
+/// One notification's caller: its thread, its `/proc/TID`, and its root (opened once for
+/// the call) with whether it is not the supervisor's (`Me::foreign_root`).
 struct Caller {
     tid: libc::pid_t,
     id: u64,
+    proc: Arc<Proc>,
+    root: OwnedFd,
+    foreign: bool,
+}
+
+thread_local! {
+    /// The umask this thread's filesystem context has now (None: not set yet).
+    static UMASK: Cell<Option<u32>> = const { Cell::new(None) };
+}
+
+/// `openat(dir, name, O_PATH|O_CLOEXEC)`.
+fn open_in(dir: &OwnedFd, name: &[u8]) -> Res<OwnedFd> {
+    let p = cstr(name)?;
+    // SAFETY: a NUL-terminated string alive for the call.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), p.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+    if fd < 0 {
+        return Err(errno());
+    }
+    // SAFETY: a new descriptor owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A thread's group and umask, from the `status` of its `/proc/TID` directory (Umask:
+/// Linux 4.7+); GONE when the thread is.
+fn status(dir: &OwnedFd) -> Res<(libc::pid_t, u32)> {
+    // SAFETY: a NUL-terminated string alive for the call.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            c"status".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return Err(GONE);
+    }
+    // SAFETY: a new descriptor owned by nobody else.
+    let mut f = unsafe { File::from_raw_fd(fd) };
+    let mut s = String::with_capacity(2048);
+    f.read_to_string(&mut s).map_err(|_| GONE)?;
+    let tgid = field(&s, "Tgid:").and_then(|t| t.parse().ok());
+    let umask = field(&s, "Umask:").and_then(|u| u32::from_str_radix(u, 8).ok());
+    match (tgid, umask) {
+        (Some(t), Some(u)) => Ok((t, u)),
+        _ => Err(libc::EIO),
+    }
 }
 
 impl Me {
@@ -549,26 +645,142 @@ impl Me {
             pid: unsafe { libc::getpid() },
             root: root_id(&open_path(libc::AT_FDCWD, b"/", 0).map_err(io_err)?).map_err(io_err)?,
             walk: crate::host::test_switch::get(switches::NO_WALK_ENV).is_none(),
+            procs: Mutex::new(HashMap::new()),
+            volatile: Mutex::new(HashSet::new()),
+            all_volatile: AtomicBool::new(false),
         })
     }
 
-    /// Receives one notification and answers it.
-    fn serve(&self, listener: RawFd) {
+    /// One supervisor thread's life: receive and answer notifications. Each thread has a
+    /// filesystem context (and so a umask) of its own; where that cannot be, only the
+    /// first thread answers.
+    fn work(&self, listener: RawFd, n: usize) {
+        // SAFETY: unshare with a flag; CLONE_FS copies this thread's cwd, root and umask.
+        if unsafe { libc::unshare(libc::CLONE_FS) } != 0 && n > 0 {
+            return;
+        }
+        while self.serve(listener) {}
+    }
+
+    /// Receives one notification and answers it; false when the listener is unusable.
+    fn serve(&self, listener: RawFd) -> bool {
         // SAFETY: an all-zero seccomp_notif is valid (and required by RECV).
         let mut req: libc::seccomp_notif = unsafe { std::mem::zeroed() };
         // SAFETY: RECV writes one seccomp_notif into `req`.
         if unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_RECV, &raw mut req) } < 0 {
-            return; // the caller died meanwhile (ENOENT), or nothing (EINTR)
+            // The caller died meanwhile (ENOENT), or a signal (EINTR).
+            return matches!(errno(), libc::ENOENT | libc::EINTR);
         }
-        let c = Caller {
-            tid: req.pid as libc::pid_t,
-            id: req.id,
+        let (tid, id) = (req.pid as libc::pid_t, req.id);
+        if i64::from(req.data.nr as u32 & !X32) == libc::SYS_umask {
+            self.umask_called(listener, tid, id);
+            return true;
+        }
+        let c = match self.caller(tid, id) {
+            Ok(c) => c,
+            Err(e) => {
+                // Most likely gone; if not, it must not wait forever.
+                reply(
+                    listener,
+                    id,
+                    Answer::Errno(if e == GONE { libc::EIO } else { e }),
+                );
+                return true;
+            }
         };
-        let answer = self.answer(listener, &c, &req.data);
-        let Some(answer) = answer else {
-            return; // the caller is gone
+        if let Some(answer) = self.answer(listener, &c, &req.data) {
+            reply(listener, c.id, answer);
+        }
+        true
+    }
+
+    /// A `umask()`: its thread group's umask is read at each call from now on, marked
+    /// before the call goes on (so a call answered while it is not marked was made
+    /// before the umask changed). The call itself is the kernel's
+    /// (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`: it has no path or memory to rewrite).
+    fn umask_called(&self, listener: RawFd, tid: libc::pid_t, id: u64) {
+        let group = open_path(libc::AT_FDCWD, format!("/proc/{tid}").as_bytes(), 0)
+            .and_then(|d| status(&d));
+        match group {
+            Ok((tgid, _)) => {
+                let mut v = self.volatile.lock().unwrap_or_else(|e| e.into_inner());
+                if v.len() >= PROCS_MAX {
+                    self.all_volatile.store(true, Ordering::SeqCst);
+                } else {
+                    v.insert(tgid);
+                }
+            }
+            Err(_) => self.all_volatile.store(true, Ordering::SeqCst),
+        }
+        let resp = libc::seccomp_notif_resp {
+            id,
+            val: 0,
+            error: 0,
+            flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
         };
-        reply(listener, c.id, answer);
+        // SAFETY: SEND reads one seccomp_notif_resp.
+        unsafe { libc::ioctl(listener, libc::SECCOMP_IOCTL_NOTIF_SEND, &raw const resp) };
+    }
+
+    /// The thread `tid`'s `/proc/TID` entry, remembered or first seen now (then true).
+    fn proc_of(&self, tid: libc::pid_t) -> Res<(Arc<Proc>, bool)> {
+        let lock = || self.procs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(p) = lock().get(&tid) {
+            return Ok((Arc::clone(p), false));
+        }
+        let dir =
+            open_path(libc::AT_FDCWD, format!("/proc/{tid}").as_bytes(), 0).map_err(|_| GONE)?;
+        let (tgid, umask) = status(&dir)?;
+        let p = Arc::new(Proc { dir, tgid, umask });
+        let mut m = lock();
+        if m.len() >= PROCS_MAX {
+            m.clear();
+        }
+        m.insert(tid, Arc::clone(&p));
+        Ok((p, true))
+    }
+
+    /// The caller of notification `id`: its `/proc/TID` (a remembered one whose thread
+    /// is gone is forgotten and the thread id looked up again) and its root.
+    fn caller(&self, tid: libc::pid_t, id: u64) -> Res<Caller> {
+        for _ in 0..2 {
+            let (proc, new) = self.proc_of(tid)?;
+            match open_in(&proc.dir, b"root") {
+                Ok(root) => {
+                    let foreign = self.walk && root_id(&root)? != self.root;
+                    return Ok(Caller {
+                        tid,
+                        id,
+                        proc,
+                        root,
+                        foreign,
+                    });
+                }
+                Err(_) if !new => {
+                    let mut m = self.procs.lock().unwrap_or_else(|e| e.into_inner());
+                    if m.get(&tid).is_some_and(|p| Arc::ptr_eq(p, &proc)) {
+                        m.remove(&tid);
+                    }
+                }
+                Err(_) => return Err(GONE),
+            }
+        }
+        Err(GONE)
+    }
+
+    /// The caller's umask now: as first seen, or read again when its group called
+    /// `umask()` (see [`Proc`]).
+    fn umask(&self, c: &Caller) -> Res<u32> {
+        let read_again = self.all_volatile.load(Ordering::SeqCst)
+            || self
+                .volatile
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .contains(&c.proc.tgid);
+        if read_again {
+            return status(&c.proc.dir).map(|(_, u)| u);
+        }
+        Ok(c.proc.umask)
     }
 
     /// Performs the call; None when the caller is no longer the one that asked.
@@ -658,34 +870,35 @@ impl Me {
     /// The directory a path is resolved from: the caller's root (absolute), cwd
     /// (`AT_FDCWD`) or its descriptor `dirfd`, opened through `/proc/TID`.
     fn base(&self, c: &Caller, dirfd: i32, path: &[u8]) -> Res<OwnedFd> {
-        let p = if path.first() == Some(&b'/') {
-            format!("/proc/{}/root", c.tid)
-        } else if dirfd == libc::AT_FDCWD {
-            format!("/proc/{}/cwd", c.tid)
-        } else if dirfd < 0 {
-            return Err(libc::EBADF);
-        } else {
-            format!("/proc/{}/fd/{dirfd}", c.tid)
-        };
-        // SAFETY: a NUL-terminated string alive for the call.
-        let cs = cstr(p.as_bytes())?;
-        // SAFETY: as above.
-        let fd = unsafe { libc::open(cs.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
-        if fd < 0 {
-            return Err(match errno() {
-                libc::ENOENT if dirfd != libc::AT_FDCWD && path.first() != Some(&b'/') => {
-                    libc::EBADF
-                }
-                e => e,
-            });
+        if path.first() == Some(&b'/') {
+            return rustix::io::fcntl_dupfd_cloexec(&c.root, 0).map_err(|e| e.raw_os_error());
         }
-        // SAFETY: a new descriptor owned by nobody else.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        if dirfd == libc::AT_FDCWD {
+            return open_in(&c.proc.dir, b"cwd");
+        }
+        if dirfd < 0 {
+            return Err(libc::EBADF);
+        }
+        open_in(&c.proc.dir, format!("fd/{dirfd}").as_bytes()).map_err(|e| match e {
+            libc::ENOENT => libc::EBADF,
+            e => e,
+        })
     }
 
     /// The directory holding `s`'s final name, from `base`; a directory of the
     /// supervisor's own `/proc` entry is the caller's instead (`/proc/self/fd`).
     fn parent(&self, c: &Caller, base: &OwnedFd, s: &Split, resolve: u64) -> Res<OwnedFd> {
+        self.parent_on(c, base, s, resolve).map(|(fd, _)| fd)
+    }
+
+    /// [`Me::parent`], and whether that directory is on procfs.
+    fn parent_on(
+        &self,
+        c: &Caller,
+        base: &OwnedFd,
+        s: &Split,
+        resolve: u64,
+    ) -> Res<(OwnedFd, bool)> {
         let rel: &[u8] = {
             let t = s.dir.iter().position(|&b| b != b'/').unwrap_or(s.dir.len());
             &s.dir[t..]
@@ -693,7 +906,7 @@ impl Me {
         let pfd = if resolve != 0 {
             openat2_path(base.as_raw_fd(), rel, resolve)?
         } else if let Some(root) = self.foreign_root(c)? {
-            walk(&root, base, rel)?
+            walk(root, base, rel)?
         } else {
             open_path(base.as_raw_fd(), rel, 0)?
         };
@@ -705,16 +918,8 @@ impl Me {
     /// Bash sandbox): its paths are then walked by [`walk`] within that root, so that an
     /// absolute symlink or a `..` never reaches what the caller's own view hides or
     /// makes read-only. None: the same root, where the kernel's own lookup is exact.
-    fn foreign_root(&self, c: &Caller) -> Res<Option<OwnedFd>> {
-        if !self.walk {
-            return Ok(None);
-        }
-        let root = open_path(
-            libc::AT_FDCWD,
-            format!("/proc/{}/root", c.tid).as_bytes(),
-            0,
-        )?;
-        Ok((root_id(&root)? != self.root).then_some(root))
+    fn foreign_root<'c>(&self, c: &'c Caller) -> Res<Option<&'c OwnedFd>> {
+        Ok(c.foreign.then_some(&c.root))
     }
 
     /// `name` in `pfd` with its final symlinks followed within the caller's root (for
@@ -733,7 +938,7 @@ impl Me {
                     }
                     s = split(&target);
                     let from = if target.first() == Some(&b'/') {
-                        rustix::io::dup(&root).map_err(|e| e.raw_os_error())?
+                        rustix::io::dup(root).map_err(|e| e.raw_os_error())?
                     } else {
                         pfd
                     };
@@ -750,10 +955,9 @@ impl Me {
     /// `pfd`, or, when it is the supervisor's own `/proc/PID`, `/proc/PID/task/TID`
     /// or one of their `fd` directories, the caller's; any other directory under the
     /// supervisor's `/proc` entry is refused (EACCES).
-    fn not_mine(&self, c: &Caller, pfd: OwnedFd) -> Res<OwnedFd> {
-        let on_proc = on_proc(&pfd);
-        if !on_proc {
-            return Ok(pfd);
+    fn not_mine(&self, c: &Caller, pfd: OwnedFd) -> Res<(OwnedFd, bool)> {
+        if !on_proc(&pfd) {
+            return Ok((pfd, false));
         }
         let tgid_in = |rel: &[u8]| -> Option<libc::pid_t> {
             let d = open_path(pfd.as_raw_fd(), rel, 0).ok()?;
@@ -773,16 +977,18 @@ impl Me {
         };
         if tgid_in(b".") == Some(self.pid) {
             // The supervisor's /proc/PID or /proc/PID/task/TID itself.
-            return open_path(libc::AT_FDCWD, format!("/proc/{}", c.tid).as_bytes(), 0);
+            return open_path(libc::AT_FDCWD, format!("/proc/{}", c.tid).as_bytes(), 0)
+                .map(|fd| (fd, true));
         }
         if tgid_in(b"..") == Some(self.pid) {
             let fd_dir = open_path(pfd.as_raw_fd(), b"../fd", 0)?;
             if dev_ino(fd_dir.as_raw_fd())? == dev_ino(pfd.as_raw_fd())? {
-                return open_path(libc::AT_FDCWD, format!("/proc/{}/fd", c.tid).as_bytes(), 0);
+                return open_path(libc::AT_FDCWD, format!("/proc/{}/fd", c.tid).as_bytes(), 0)
+                    .map(|fd| (fd, true));
             }
             return Err(libc::EACCES);
         }
-        Ok(pfd)
+        Ok((pfd, true))
     }
 
     fn guarded(&self, pfd: &OwnedFd, name: &[u8]) -> Res<bool> {
@@ -828,7 +1034,7 @@ impl Me {
             return Err(libc::EXDEV);
         }
         let base = self.base(c, dirfd, if scoped { b"." } else { &path })?;
-        let umask = umask_of(c.tid)?;
+        let umask = self.umask(c)?;
         Self::still(listener, c)?;
         let cloexec = flags & libc::O_CLOEXEC != 0;
         if path.is_empty() {
@@ -851,20 +1057,33 @@ impl Me {
             // its own: the whole path walked within it.
             let pfd = self.parent(c, &base, &s, 0)?;
             let root = self.foreign_root(c)?.ok_or(libc::EISDIR)?;
-            let dir = walk(&root, &pfd, &s.name)?;
+            let dir = walk(root, &pfd, &s.name)?;
             return with_umask(umask, || openat2_any(dir.as_raw_fd(), b".", flags, mode, 0))
                 .map(done);
         }
         if s.slash {
             return Err(libc::EISDIR);
         }
-        let mut pfd = self.parent(c, &base, &s, resolve)?;
+        let (mut pfd, mut pfd_on_proc) = self.parent_on(c, &base, &s, resolve)?;
         for _ in 0..40 {
             if self.guarded(&pfd, &s.name)? {
                 return Err(libc::EPERM);
             }
-            let on_proc = on_proc(&pfd);
-            if is_fifo(&pfd, &s.name) {
+            let on_proc = pfd_on_proc;
+            // What is there now, where it matters: an O_CREAT|O_EXCL open opens nothing
+            // that exists (EEXIST), neither a FIFO nor /dev/tty.
+            let excl = flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL;
+            let there = if excl {
+                None
+            } else {
+                rustix::fs::statat(
+                    &pfd,
+                    s.name.as_slice(),
+                    rustix::fs::AtFlags::SYMLINK_NOFOLLOW,
+                )
+                .ok()
+            };
+            if there.is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO) {
                 // Its open waits for the other end, which may need the supervisor first:
                 // a thread waits instead. Nothing is created (it exists; if it goes
                 // meanwhile, ENOENT).
@@ -882,7 +1101,7 @@ impl Me {
             // /proc makes no files: its magic links (fd/N) are followed as the caller's
             // open would (the directory is the caller's, see `not_mine`).
             let nofollow = if on_proc { 0 } else { libc::O_NOFOLLOW };
-            if let Some(r) = their_tty(c.tid, &pfd, &s.name, flags) {
+            if let Some(r) = there.and_then(|st| their_tty(c.tid, &st, flags)) {
                 return r.map(done);
             }
             let r = with_umask(umask, || {
@@ -915,7 +1134,7 @@ impl Me {
                     } else {
                         pfd
                     };
-                    pfd = self.parent(c, &from, &s, resolve)?;
+                    (pfd, pfd_on_proc) = self.parent_on(c, &from, &s, resolve)?;
                 }
                 Err(e) => return Err(e),
             }
@@ -1117,7 +1336,7 @@ impl Me {
     ) -> Res<Answer> {
         let path = localize(c.tid, read_path(mem, at)?);
         let base = self.base(c, dirfd, &path)?;
-        let umask = umask_of(c.tid)?;
+        let umask = self.umask(c)?;
         Self::still(listener, c)?;
         if path.is_empty() {
             return Err(libc::ENOENT);
@@ -1133,11 +1352,10 @@ impl Me {
 }
 
 /// `/dev/tty` names the opener's controlling terminal: opened by the supervisor it would
-/// be the supervisor's, so when `name` in `dir` is that device and the caller's terminal
-/// is another (a terminal multiplexer's pty, inside), its pty is opened instead, and
+/// be the supervisor's, so when `st` (the name opened) is that device and the caller's
+/// terminal is another (a terminal multiplexer's pty, inside), its pty is opened instead, and
 /// none is ENXIO, as the kernel answers. None: not `/dev/tty`, or the same terminal.
-fn their_tty(tid: libc::pid_t, dir: &OwnedFd, name: &[u8], flags: i32) -> Option<Res<OwnedFd>> {
-    let st = rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW).ok()?;
+fn their_tty(tid: libc::pid_t, st: &rustix::fs::Stat, flags: i32) -> Option<Res<OwnedFd>> {
     if st.st_mode & libc::S_IFMT != libc::S_IFCHR || st.st_rdev != libc::makedev(5, 0) {
         return None;
     }
@@ -1178,13 +1396,6 @@ fn their_tty(tid: libc::pid_t, dir: &OwnedFd, name: &[u8], flags: i32) -> Option
     })
 }
 
-/// Whether `name` in `dir` is a FIFO (not followed).
-fn is_fifo(dir: &OwnedFd, name: &[u8]) -> bool {
-    rustix::fs::statat(dir, name, rustix::fs::AtFlags::SYMLINK_NOFOLLOW)
-        .map(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO)
-        .unwrap_or(false)
-}
-
 /// Whether `fd` is on procfs (whose type is an i64 on some architectures, narrower on
 /// others).
 #[allow(clippy::unnecessary_cast)]
@@ -1210,22 +1421,18 @@ fn field<'a>(status: &'a str, key: &str) -> Option<&'a str> {
         .map(str::trim)
 }
 
-/// The caller's umask (`/proc/TID/status`, Linux 4.7+).
-fn umask_of(tid: libc::pid_t) -> Res<u32> {
-    let s = std::fs::read_to_string(format!("/proc/{tid}/status")).map_err(|_| GONE)?;
-    field(&s, "Umask:")
-        .and_then(|u| u32::from_str_radix(u, 8).ok())
-        .ok_or(libc::EIO)
-}
-
+/// `f()` under `mask`: the umask of this thread's own filesystem context (each
+/// supervisor thread has one, `Me::work`), set only when it changes.
 fn with_umask<T>(mask: u32, f: impl FnOnce() -> T) -> T {
-    // SAFETY: umask only sets the process's mask; the supervisor makes its creating calls
-    // from this one thread.
-    let old = unsafe { libc::umask(mask as libc::mode_t) };
-    let r = f();
-    // SAFETY: as above.
-    unsafe { libc::umask(old) };
-    r
+    UMASK.with(|now| {
+        if now.get() != Some(mask) {
+            // SAFETY: umask sets this thread's filesystem context's mask, which no other
+            // thread that makes calls shares.
+            unsafe { libc::umask(mask as libc::mode_t) };
+            now.set(Some(mask));
+        }
+    });
+    f()
 }
 
 fn result(r: i64) -> Res<Answer> {

@@ -181,7 +181,8 @@ pub struct Notified {
 /// filter whose listener the file supervisor holds; `--dry-run` prints them from here.
 /// Left to the kernel: `bind()` of a unix socket and an `O_TMPFILE` open (a socket named
 /// `commondir` makes the host's git die rather than follow it; the launch's watch and the
-/// exit review move it aside), and every call that makes no name.
+/// exit review move it aside), and every call that makes no name. `umask()` is notified
+/// only to be let go on (it names no path), after the supervisor noted it.
 pub const NOTIFIED: &[Notified] = &[
     Notified {
         syscall: "open",
@@ -280,6 +281,13 @@ pub const NOTIFIED: &[Notified] = &[
         nr: libc::SYS_mknodat,
         when: When::Always,
         reason: "makes a file or FIFO",
+    },
+    Notified {
+        syscall: "umask",
+        nr: libc::SYS_umask,
+        when: When::Always,
+        reason: "sets the mask the supervisor's calls apply: the caller's thread group has \
+                 its umask read at each call from then on; the call itself is the kernel's",
     },
 ];
 

@@ -131,6 +131,12 @@ import os, stat
 os.umask(0o027)
 fd = os.open("m1", os.O_CREAT | os.O_WRONLY, 0o666); os.close(fd)
 print("mode", oct(os.stat("m1").st_mode & 0o777))
+os.umask(0o077); os.close(os.open("m2", os.O_CREAT | os.O_WRONLY, 0o666))
+print("mode after umask", oct(os.stat("m2").st_mode & 0o777))
+import threading; t = threading.Thread(target=lambda: os.umask(0o002)); t.start(); t.join()
+os.close(os.open("m3", os.O_CREAT | os.O_WRONLY, 0o666))
+print("mode after a sibling thread umask", oct(os.stat("m3").st_mode & 0o777))
+os.umask(0o027)
 try:
     os.open("m1", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o666); print("excl: opened!")
 except FileExistsError: print("excl: EEXIST")
@@ -170,6 +176,8 @@ fd = os.open("/proc/self/cwd/abs", os.O_CREAT | os.O_WRONLY, 0o644); print("via 
     let text = same_both_ways(&w, &proj, &script);
     for want in [
         "mode 0o640",
+        "mode after umask 0o600",
+        "mode after a sibling thread umask 0o664",
         "excl: EEXIST",
         "excl through symlink: EEXIST",
         "through dangling symlink: x",

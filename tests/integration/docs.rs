@@ -394,6 +394,20 @@ fn the_readme_stays_short() {
     );
 }
 
+/// BENCHMARKS.md keeps today's figures and the method; older figures move to
+/// docs/benchmark-history.md (issue 39).
+#[test]
+fn benchmarks_stay_under_400_lines() {
+    let lines = read_in_repo(Path::new("BENCHMARKS.md"))
+        .unwrap()
+        .lines()
+        .count();
+    assert!(
+        lines < 400,
+        "BENCHMARKS.md has {lines} lines; move older figures to docs/benchmark-history.md"
+    );
+}
+
 /// `claudebox manpage` has the sections a man page reader looks for, taken from the
 /// reference, and groff reads it without a warning.
 #[test]

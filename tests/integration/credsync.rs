@@ -364,6 +364,17 @@ fn a_sync_killed_holding_the_refresh_lock_leaves_no_lock() {
         assert_eq!(sync.len(), 1, "{sync:?}");
         if control {
             nix::sys::signal::kill(launcher, nix::sys::signal::Signal::SIGSTOP).unwrap();
+            // kill(2) returns before the stop takes effect: wait until every thread of the
+            // launcher (the guard is one) is stopped, or the guard may still remove the
+            // lock in between (seen in a CI run: gone 2 - 7 ms after, 3 rounds of 3).
+            let stopping = Instant::now();
+            while !all_threads_stopped(k.id()) {
+                assert!(
+                    stopping.elapsed() < Duration::from_secs(5),
+                    "the launcher's threads did not stop"
+                );
+                std::thread::sleep(Duration::from_millis(1));
+            }
         }
         let killed = Instant::now();
         nix::sys::signal::kill(
@@ -429,4 +440,17 @@ fn wait_ready(p: &Path, since: Instant) {
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether every thread of `pid` is stopped (`T` in /proc/PID/task/TID/stat).
+fn all_threads_stopped(pid: u32) -> bool {
+    let Ok(tasks) = fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        fs::read_to_string(t.path().join("stat")).is_ok_and(|st| {
+            st.rsplit_once(") ")
+                .is_some_and(|(_, rest)| rest.starts_with('T') || rest.starts_with('t'))
+        })
+    })
 }

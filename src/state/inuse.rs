@@ -299,8 +299,31 @@ pub fn count_running(dir: &Path) -> usize {
     let Ok(rd) = fs::read_dir(dir.join(RUNNING_DIR)) else {
         return 0;
     };
+    // Who took the held slots, read once (as `register` does), not once per slot.
+    let mut takers: Option<Option<holders::Takers>> = None;
     rd.flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()) && is_locked(&e.path()))
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| {
+            let path = e.path();
+            let f = match open_for_lock(&path, false) {
+                Ok(f) => f,
+                Err(e) if e.kind() == ErrorKind::NotFound => return false,
+                Err(_) => return true,
+            };
+            match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                Ok(_) => false,
+                Err((f, Errno::EWOULDBLOCK)) => {
+                    let t = takers.get_or_insert_with(holders::Takers::read);
+                    if let (Some(t), Ok(m)) = (t, f.metadata()) {
+                        if t.live_taker(&m) {
+                            return true;
+                        }
+                    }
+                    held_by(f, &path) == Holder::Running
+                }
+                Err(_) => true,
+            }
+        })
         .count()
 }
 

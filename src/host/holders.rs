@@ -95,23 +95,67 @@ fn locked_inodes_in(text: &str) -> std::collections::HashSet<u64> {
 /// The pids that took a flock on (dev, ino), waiters excluded; `None` without /proc/locks.
 fn takers(dev: u64, ino: u64) -> Option<Vec<i32>> {
     let text = fs::read_to_string("/proc/locks").ok()?;
-    let want = format!(
+    let want = lock_field(dev, ino);
+    Some(
+        flock_takers_in(&text)
+            .filter(|(f, _)| *f == want)
+            .map(|(_, pid)| pid)
+            .collect(),
+    )
+}
+
+/// How `/proc/locks` names the file (dev, ino): `MAJOR:MINOR:INODE`, in hex, then decimal.
+fn lock_field(dev: u64, ino: u64) -> String {
+    format!(
         "{:02x}:{:02x}:{ino}",
         nix::libc::major(dev),
         nix::libc::minor(dev)
-    );
-    let mut out = Vec::new();
-    for line in text.lines() {
-        let f: Vec<&str> = line.split_whitespace().collect();
+    )
+}
+
+/// Each flock's file field and taker pid in a `/proc/locks` text, waiters excluded.
+fn flock_takers_in(text: &str) -> impl Iterator<Item = (&str, i32)> {
+    text.lines().filter_map(|line| {
+        let mut f = line.split_whitespace();
         // "1: FLOCK ADVISORY WRITE 1234 fd:01:5678 0 EOF"; waiters have "->" after "1:".
-        if f.len() < 6 || f[1] != "FLOCK" || f[5] != want {
-            continue;
+        let (_, kind, _, _, pid, file) = (
+            f.next()?,
+            f.next()?,
+            f.next()?,
+            f.next()?,
+            f.next()?,
+            f.next()?,
+        );
+        (kind == "FLOCK").then_some(())?;
+        Some((file, pid.parse::<i32>().ok()?))
+    })
+}
+
+/// The takers of every flock `/proc/locks` shows, read once: for a caller that meets many
+/// held files in a row (a launch passing the in-use slots of hundreds of sandboxes of its
+/// project), one read and parse of the file rather than one per held file, which made
+/// each launch's search quadratic in the sandboxes running (issue 36).
+pub struct Takers(std::collections::HashMap<String, Vec<i32>>);
+
+impl Takers {
+    /// `None` without `/proc/locks`.
+    pub fn read() -> Option<Takers> {
+        let text = fs::read_to_string("/proc/locks").ok()?;
+        let mut map = std::collections::HashMap::<String, Vec<i32>>::new();
+        for (file, pid) in flock_takers_in(&text) {
+            map.entry(file.to_owned()).or_default().push(pid);
         }
-        if let Ok(pid) = f[4].parse::<i32>() {
-            out.push(pid);
-        }
+        Some(Takers(map))
     }
-    Some(out)
+
+    /// Whether a process that took a flock on the file `m` describes lived when asked: its
+    /// holder is then [`Holder::Running`], as [`of_held`] would say. `false` says nothing
+    /// (no taker in this read, or none alive): ask [`of_held`].
+    pub fn live_taker(&self, m: &fs::Metadata) -> bool {
+        self.0
+            .get(&lock_field(m.dev(), m.ino()))
+            .is_some_and(|pids| pids.iter().any(|p| alive(*p)))
+    }
 }
 
 /// Whether a pid names a live process (not a zombie). Pid 0 or less: a taker the kernel
@@ -309,6 +353,17 @@ mod tests {
                     3: OFDLCK ADVISORY  WRITE -1 08:02:7 0 EOF\n";
         let got = locked_inodes_in(text);
         assert_eq!(got, [5678, 91, 7].into_iter().collect());
+    }
+
+    #[test]
+    fn flock_takers_are_read_without_waiters_or_other_kinds() {
+        let text = "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF\n\
+                    1: -> FLOCK  ADVISORY  WRITE 99 fd:01:5678 0 EOF\n\
+                    2: POSIX  ADVISORY  READ 42 00:1f:91 0 EOF\n\
+                    3: FLOCK  ADVISORY  WRITE 7 fd:01:5679 0 EOF\n";
+        let got: Vec<_> = flock_takers_in(text).collect();
+        assert_eq!(got, [("fd:01:5678", 1234), ("fd:01:5679", 7)]);
+        assert_eq!(lock_field(nix::libc::makedev(0xfd, 1), 5678), "fd:01:5678");
     }
 
     #[test]

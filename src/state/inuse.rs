@@ -159,6 +159,10 @@ pub fn setup_lock(state: &ProjectState) -> Result<Flock<File>> {
 /// between opening a slot and locking it.
 fn register(state: &ProjectState) -> Result<Flock<File>> {
     let dir = running_dir(state);
+    // Who took the held slots, read once at the first one held (not once per slot: with
+    // 200 sandboxes of the project, 200 reads of a 400-line `/proc/locks` per launch, made
+    // one at a time under `lock`).
+    let mut takers: Option<Option<holders::Takers>> = None;
     for slot in 0..MAX_SLOTS {
         let path = dir.join(slot.to_string());
         let f = match open_for_lock(&path, false) {
@@ -176,10 +180,19 @@ fn register(state: &ProjectState) -> Result<Flock<File>> {
             // A running sandbox holds it (or `--list` is looking at it): the next one. A
             // bwrap stuck at start (bubblewrap #633) is ended and its slot taken: that
             // frees whatever pipe it held (a caller's stderr) at this launch.
-            Err((f, Errno::EWOULDBLOCK)) => match reap_and_lock(f, &path) {
-                Some(file) => file,
-                None => continue,
-            },
+            Err((f, Errno::EWOULDBLOCK)) => {
+                // Taken by a launch that lives: a running sandbox, no look for stuck ones.
+                let t = takers.get_or_insert_with(holders::Takers::read);
+                if let (Some(t), Ok(m)) = (t, f.metadata()) {
+                    if t.live_taker(&m) {
+                        continue;
+                    }
+                }
+                match reap_and_lock(f, &path) {
+                    Some(file) => file,
+                    None => continue,
+                }
+            }
             Err((_, e)) => return Err(e).with_context(|| format!("cannot lock {}", path.shown())),
         };
         // std opens files close-on-exec; clear it so that bwrap inherits the lock.
@@ -286,8 +299,31 @@ pub fn count_running(dir: &Path) -> usize {
     let Ok(rd) = fs::read_dir(dir.join(RUNNING_DIR)) else {
         return 0;
     };
+    // Who took the held slots, read once (as `register` does), not once per slot.
+    let mut takers: Option<Option<holders::Takers>> = None;
     rd.flatten()
-        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()) && is_locked(&e.path()))
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| {
+            let path = e.path();
+            let f = match open_for_lock(&path, false) {
+                Ok(f) => f,
+                Err(e) if e.kind() == ErrorKind::NotFound => return false,
+                Err(_) => return true,
+            };
+            match Flock::lock(f, FlockArg::LockExclusiveNonblock) {
+                Ok(_) => false,
+                Err((f, Errno::EWOULDBLOCK)) => {
+                    let t = takers.get_or_insert_with(holders::Takers::read);
+                    if let (Some(t), Ok(m)) = (t, f.metadata()) {
+                        if t.live_taker(&m) {
+                            return true;
+                        }
+                    }
+                    held_by(f, &path) == Holder::Running
+                }
+                Err(_) => true,
+            }
+        })
         .count()
 }
 

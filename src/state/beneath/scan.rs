@@ -16,7 +16,7 @@ const BY_NAME: &[(&str, usize, &str)] = &[
     ("src/config/settings.rs", 2, "the user's config file and extra mount sources (canonicalised, checked by guard)"),
     ("src/host/apparmor.rs", 4, "/sys/kernel/security, /proc/self/attr, /etc/apparmor.d: the system's"),
     ("src/host/gpu.rs", 7, "/dev, /sys, driver libraries: the system's"),
-    ("src/host/holders.rs", 13, "/proc/<pid>/fd, /proc/<pid>/stat, /proc/locks and /proc/self/ns/pid: read-only"),
+    ("src/host/holders.rs", 15, "/proc/<pid>/fd, /proc/<pid>/stat, /proc/locks (also read once per search, Takers) and /proc/self/ns/pid: read-only"),
     ("src/host/home.rs", 1, "the home's real path (canonicalize), read before any sandbox"),
     ("src/host/limits.rs", 14, "the cgroup v2 file system (/sys/fs/cgroup, /proc/self/cgroup) and the state home's own .limits-warned mark: no sandbox mounts either"),
     ("src/host/mod.rs", 15, "the home (and its real path, to refuse one holding the system), bwrap and the agents' installs (a launcher's #! line, a pnpm shim's target), /proc/self: read-only; PATH entries canonicalised only to compare them with the places a sandbox writes"),

@@ -720,11 +720,13 @@ fn agent_home(
 
 /// The project's package caches (see `caches::TABLE`), each read-write at its path in the
 /// home, before the extras (a `--rw ~/.npm` of the user's wins). A cache whose path lies
-/// in the project (the home as the project) is left to the project's own files.
+/// in the project (the home as the project) is left to the project's own files, and one
+/// that lies in an agent's installation or holds it ([`overlaps_an_install`]) to the
+/// installation.
 fn caches(inp: &Inputs, m: &mut Vec<Mount>) {
     for c in crate::policy::caches::TABLE {
         let target = crate::policy::caches::target(&inp.home, c);
-        if target.starts_with(&inp.project.work_tree) {
+        if target.starts_with(&inp.project.work_tree) || overlaps_an_install(inp, &target) {
             continue;
         }
         m.push(Mount::new(
@@ -743,12 +745,24 @@ fn cache_env(inp: &Inputs, env: &mut Vec<EnvOp>) {
         let Some(var) = c.var else { continue };
         let target = crate::policy::caches::target(&inp.home, c);
         if target.starts_with(&inp.project.work_tree)
+            || overlaps_an_install(inp, &target)
             || inp.settings.env.iter().any(|e| e.name == var)
         {
             continue;
         }
         env.push(set(var, target.as_os_str()));
     }
+}
+
+/// Whether a cache's path lies in what an agent's installation binds, or holds it: pnpm's
+/// global install binds the whole pnpm home, whose `store` its packages' files come from
+/// (a cache mounted over it hid `claude.exe`: "not found", the layouts test), so the
+/// installation is shown as it is and that cache is not the project's.
+fn overlaps_an_install(inp: &Inputs, target: &Path) -> bool {
+    [&inp.claude, &inp.codex]
+        .into_iter()
+        .flatten()
+        .any(|c| target.starts_with(&c.bind) || c.bind.starts_with(target))
 }
 
 /// The last mount, after the extras (step 8): bwrap's root made read-only.

@@ -396,6 +396,16 @@ fn host_processes_of(launcher: i32) -> Vec<(i32, String, Option<PathBuf>)> {
         // Unreadable (None) for another user's process, and for one that is not
         // dumpable (the broker and its keeper) for anyone but root.
         let cwd = fs::read_link(format!("/proc/{pid}/cwd")).ok();
+        // Gone or a zombie meanwhile (a sandbox's short `touch` whose namespace could no
+        // longer be read: a CI run under load listed it as the host's, cwd unread).
+        let ended = stat(pid).is_none_or(|s| {
+            s.rfind(')')
+                .and_then(|i| s.get(i + 2..i + 3))
+                .is_none_or(|st| st == "Z" || st == "X")
+        });
+        if cwd.is_none() && ended {
+            continue;
+        }
         out.push((pid, comm.trim().to_string(), cwd));
     }
     out

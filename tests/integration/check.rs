@@ -115,19 +115,14 @@ fn no_bwrap_fails_with_the_install_hint() {
 #[test]
 fn an_apparmor_style_failure_is_recognised_end_to_end() {
     let w = World::new(BIN);
-    let fake = w.root().join("fakebwrap");
-    fs::create_dir_all(&fake).unwrap();
-    let bwrap = fake.join("bwrap");
-    fs::write(
-        &bwrap,
+    let bwrap = fake_bwrap(
+        &w,
         "#!/bin/sh\n\
          if [ \"$1\" = --version ]; then echo 'bubblewrap 0.9.0'; exit 0; fi\n\
          echo 'bwrap: setting up uid map: Permission denied' >&2\n\
          exit 1\n",
-    )
-    .unwrap();
-    fs::set_permissions(&bwrap, fs::Permissions::from_mode(0o755)).unwrap();
-    let mut path = fake.clone().into_os_string();
+    );
+    let mut path = bwrap.parent().unwrap().as_os_str().to_os_string();
     path.push(":");
     path.push(w.path_var());
     let out = check(&w, |c| {
@@ -333,15 +328,10 @@ fn shows_the_network_mode_in_force_and_fails_on_a_bad_config() {
 #[test]
 fn the_bwrap_fix_row_reads_the_version_and_the_package() {
     let w = World::new(BIN);
-    let fake = w.root().join("fakebwrap");
-    fs::create_dir_all(&fake).unwrap();
-    let bwrap = fake.join("bwrap");
-    fs::write(
-        &bwrap,
+    let bwrap = fake_bwrap(
+        &w,
         "#!/bin/sh\nif [ \"$1\" = --version ]; then echo 'bubblewrap 0.12.1'; exit 0; fi\nexit 1\n",
-    )
-    .unwrap();
-    fs::set_permissions(&bwrap, fs::Permissions::from_mode(0o755)).unwrap();
+    );
     let out = check(&w, |c| {
         c.env("CLAUDEBOX_BWRAP", &bwrap);
     });
@@ -355,4 +345,15 @@ fn the_bwrap_fix_row_reads_the_version_and_the_package() {
         assert_eq!(st, "warn", "{}", stdout(&out));
         assert!(detail.contains("no backport named"), "{detail}");
     }
+}
+
+/// A stand-in `bwrap` running `script`, alone in a directory of its own (for PATH or
+/// `CLAUDEBOX_BWRAP`).
+fn fake_bwrap(w: &World, script: &str) -> std::path::PathBuf {
+    let fake = w.root().join("fakebwrap");
+    fs::create_dir_all(&fake).unwrap();
+    let bwrap = fake.join("bwrap");
+    fs::write(&bwrap, script).unwrap();
+    fs::set_permissions(&bwrap, fs::Permissions::from_mode(0o755)).unwrap();
+    bwrap
 }
